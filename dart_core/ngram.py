@@ -1,0 +1,269 @@
+"""N-gram store: the Python face of the native, memory-mapped N-gram counts.
+
+A store answers ``probability(context, tokens)`` exactly as ``specs/ngram.md`` defines it. It is built from
+token sequences, saved in our compact format (``native/README.md``) and memory-mapped on load; a reference
+``.trie`` file is converted once (streaming, bounded memory) into a cached file of our format.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dart_core import _native
+
+NgramFormatError = _native.NgramFormatError
+
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+DEFAULT_CONVERT_MEMORY = 512 << 20
+
+
+def as_token_array(values: Any, what: str = "tokens") -> np.ndarray:
+    """Validate a 1-D sequence of token ids and return it as contiguous int32 (no silent wrap-around)."""
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise ValueError(f"{what} must be a 1-D sequence of token ids, got shape {arr.shape}")
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.int32)
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"{what} must hold integer token ids, got dtype {arr.dtype}")
+    if arr.dtype != np.int32 and (arr.min() < _INT32_MIN or arr.max() > _INT32_MAX):
+        raise ValueError(f"{what} hold ids outside the int32 range")
+    return np.ascontiguousarray(arr, dtype=np.int32)
+
+
+def default_cache_dir() -> Path:
+    """Where converted ``.trie`` files are kept: ``$DART_ARENA_CACHE`` or ``~/.cache/dart_arena``."""
+    root = os.environ.get("DART_ARENA_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "dart_arena")
+    return Path(root) / "ngram"
+
+
+class NgramStore:
+    """Read-only N-gram counts over a buffer in our format (a memory map, or bytes built in memory)."""
+
+    def __init__(self, buffer: Any, *, path: Path | None = None, _mmap: mmap.mmap | None = None) -> None:
+        self._view = _native.StoreView(buffer)
+        self._buffer = buffer
+        self._mmap = _mmap
+        self.path = path
+
+    # ----------------------------------------------------------------- creation
+    @classmethod
+    def build(cls, sequences: Iterable[Any], order: int = 3, *, progress: bool = False) -> NgramStore:
+        """Count every n-gram (n ≤ order) of the given token sequences; each sequence is counted on its own."""
+        builder = _fill_builder(sequences, order, progress)
+        return cls(builder.to_blob())
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        verify: bool = False,
+        cache_dir: str | os.PathLike[str] | None = None,
+        tmp_dir: str | os.PathLike[str] | None = None,
+        memory_budget: int = DEFAULT_CONVERT_MEMORY,
+        progress: bool = True,
+    ) -> NgramStore:
+        """Open a store file: our format is memory-mapped as is; a reference ``.trie`` is converted once into
+        ``cache_dir`` (default :func:`default_cache_dir`) and the converted file is mapped. ``verify=True`` also
+        checks every byte (checksums and structure), which reads the whole file."""
+        p = Path(path)
+        if not p.is_file():
+            raise FileNotFoundError(f"N-gram store not found: {p}")
+        with open(p, "rb") as f:
+            head = f.read(8)
+        if not _native.has_store_magic(head):
+            p = convert_trie_cached(p, cache_dir=cache_dir, tmp_dir=tmp_dir, memory_budget=memory_budget,
+                                    progress=progress)
+        store = cls._map(p)
+        if verify:
+            store.verify()
+        return store
+
+    @classmethod
+    def _map(cls, path: Path) -> NgramStore:
+        size = path.stat().st_size
+        if size == 0:
+            raise NgramFormatError(f"{path}: empty file is not an N-gram store")
+        with open(path, "rb") as f:
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            return cls(mm, path=path, _mmap=mm)
+        except NgramFormatError as e:
+            mm.close()
+            raise NgramFormatError(f"{path}: {e}") from None
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the store in our format (atomically: a temporary file renamed into place)."""
+        out = Path(path)
+        tmp = out.with_name(out.name + ".tmp")
+        with open(tmp, "wb") as f:
+            f.write(memoryview(self._buffer))
+        os.replace(tmp, out)
+        return out
+
+    def close(self) -> None:
+        """Release the memory map (the store is unusable afterwards)."""
+        self._view = None
+        self._buffer = None
+        if self._mmap is not None:
+            self._mmap.close()
+            self._mmap = None
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def order(self) -> int:
+        return self._view.order
+
+    @property
+    def num_nodes(self) -> int:
+        """Trie nodes, root included (the count the reference format and its paper figures use)."""
+        return self._view.num_nodes
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens counted (the root's count)."""
+        return self._view.root_count
+
+    @property
+    def vocab_size(self) -> int:
+        return self._view.vocab_size
+
+    @property
+    def file_size(self) -> int:
+        return self._view.file_size
+
+    @property
+    def level_sizes(self) -> list[int]:
+        return list(self._view.level_sizes)
+
+    @property
+    def native(self) -> Any:
+        """The native view, for the tree search."""
+        return self._view
+
+    def probability(self, context: Any, tokens: Any) -> tuple[np.ndarray, np.ndarray]:
+        """For each candidate token: (float32 probability, matched context length) per ``specs/ngram.md``."""
+        return self._view.probability(as_token_array(context, "context"), as_token_array(tokens, "tokens"))
+
+    def count(self, ngram: Any) -> int:
+        """How many inserted slices start with this token string (0 if never counted; ``[]`` = the root)."""
+        return self._view.count(as_token_array(ngram, "ngram"))
+
+    def verify(self) -> None:
+        """Check checksums and every structural invariant; raises NgramFormatError naming the problem."""
+        try:
+            self._view.verify()
+        except NgramFormatError as e:
+            where = f"{self.path}: " if self.path else ""
+            raise NgramFormatError(f"{where}{e}") from None
+
+    def info(self) -> dict[str, Any]:
+        """Sizes and layout, for ``python -m dart_core.ngram info`` and the benchmark."""
+        nodes = self.num_nodes
+        return {
+            "path": str(self.path) if self.path else None,
+            "order": self.order,
+            "num_nodes": nodes,
+            "num_tokens": self.num_tokens,
+            "vocab_size": self.vocab_size,
+            "level_sizes": self.level_sizes,
+            "file_bytes": self.file_size,
+            "bytes_per_node": self.file_size / max(nodes, 1),
+            **self._view.layout,
+        }
+
+    def __repr__(self) -> str:
+        return f"NgramStore(order={self.order}, nodes={self.num_nodes}, bytes={self.file_size}, path={self.path})"
+
+
+def _fill_builder(sequences: Iterable[Any], order: int, progress: bool) -> Any:
+    if not isinstance(order, int) or not 1 <= order <= 8:
+        raise ValueError(f"order must be an integer in 1..8, got {order!r}")
+    builder = _native.NgramBuilder(order)
+    if progress:
+        from tqdm.auto import tqdm
+
+        sequences = tqdm(sequences, desc="counting", unit="seq")
+    for i, seq in enumerate(sequences):
+        builder.add(as_token_array(seq, f"sequence {i}"))
+    return builder
+
+
+def build_to_file(sequences: Iterable[Any], path: str | os.PathLike[str], order: int = 3, *,
+                  progress: bool = False) -> Path:
+    """Build a store straight into a file (no second copy in memory)."""
+    builder = _fill_builder(sequences, order, progress)
+    out = Path(path)
+    tmp = out.with_name(out.name + ".tmp")
+    builder.write_file(str(tmp))
+    os.replace(tmp, out)
+    return out
+
+
+def convert_trie(
+    trie_path: str | os.PathLike[str],
+    out_path: str | os.PathLike[str],
+    *,
+    tmp_dir: str | os.PathLike[str] | None = None,
+    memory_budget: int = DEFAULT_CONVERT_MEMORY,
+    progress: bool = True,
+) -> dict[str, int]:
+    """Stream a reference ``.trie`` into our format with bounded memory; every field is validated."""
+    src = Path(trie_path)
+    if not src.is_file():
+        raise FileNotFoundError(f"reference .trie not found: {src}")
+    out = Path(out_path)
+    tmp = out.with_name(out.name + ".tmp")
+    bar = None
+    callback = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=src.stat().st_size, unit="B", unit_scale=True, desc=f"converting {src.name}")
+
+        def callback(done: int, total: int, phase: str) -> None:
+            bar.total = total
+            bar.set_postfix_str(phase, refresh=False)
+            bar.n = done
+            bar.refresh()
+
+    try:
+        stats = _native.convert_trie(str(src), str(tmp), str(tmp_dir or ""), int(memory_budget), callback)
+    except NgramFormatError as e:
+        tmp.unlink(missing_ok=True)
+        raise NgramFormatError(f"{src}: {e}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    os.replace(tmp, out)
+    return stats
+
+
+def convert_trie_cached(
+    trie_path: Path,
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+    tmp_dir: str | os.PathLike[str] | None = None,
+    memory_budget: int = DEFAULT_CONVERT_MEMORY,
+    progress: bool = True,
+) -> Path:
+    """Path of ``trie_path`` converted to our format, converting only when no cached copy matches it."""
+    st = trie_path.stat()
+    key = hashlib.sha256(f"{trie_path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:20]
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    out = cache / f"{trie_path.stem}-{key}.ngram"
+    if not out.exists():
+        convert_trie(trie_path, out, tmp_dir=tmp_dir, memory_budget=memory_budget, progress=progress)
+    return out

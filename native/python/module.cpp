@@ -1,0 +1,13 @@
+// The one Python extension module, dart_core._native: each bind_*.cpp adds its part.
+#include <pybind11/pybind11.h>
+
+namespace py = pybind11;
+
+void register_ngram(py::module_& m);
+void register_tree(py::module_& m);
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "DART Arena native core: N-gram store and N-gram-guided tree search";
+  register_ngram(m);
+  register_tree(m);
+}
