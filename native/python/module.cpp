@@ -5,9 +5,11 @@ namespace py = pybind11;
 
 void register_ngram(py::module_& m);
 void register_tree(py::module_& m);
+void register_bench(py::module_& m);
 
 PYBIND11_MODULE(_native, m) {
   m.doc() = "DART Arena native core: N-gram store and N-gram-guided tree search";
   register_ngram(m);
   register_tree(m);
+  register_bench(m);
 }

@@ -1,0 +1,1 @@
+"""Benchmarks: ``python -m dart_core.bench native`` (N-gram store + tree search)."""

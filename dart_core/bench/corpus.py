@@ -1,0 +1,71 @@
+"""An offline corpus everyone has: the Python standard library sources of the running interpreter.
+
+Used by the native benchmark (with a deterministic regex tokenizer, no training needed) and by the recipes that
+train the embedded model bundle.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import sysconfig
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+
+# Identifiers, numbers, a newline with its indentation, other whitespace runs, any single other character.
+_PIECE = re.compile(r"[A-Za-z_][A-Za-z_0-9]*|\d+|\n[ \t]*|[ \t]+|[^\sA-Za-z_0-9]")
+
+
+def stdlib_root() -> Path:
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def python_version() -> str:
+    return ".".join(map(str, sys.version_info[:3]))
+
+
+def stdlib_files(root: Path | None = None) -> list[Path]:
+    """Every ``.py`` file of the standard library (not site-packages), sorted by relative path."""
+    root = root or stdlib_root()
+    return sorted(
+        (p for p in root.rglob("*.py") if "site-packages" not in p.parts and "__pycache__" not in p.parts),
+        key=lambda p: p.relative_to(root).as_posix(),
+    )
+
+
+def read_texts(files: Iterable[Path]) -> list[str]:
+    return [p.read_text(encoding="utf-8", errors="replace") for p in files]
+
+
+class RegexTokenizer:
+    """Deterministic word-level tokenizer: pieces from a regex, ids by descending frequency (ties by text).
+
+    Good enough to give an N-gram store a realistic large vocabulary (the stdlib has ~120 k distinct pieces,
+    close to Qwen3's 151 k) without training anything. Unknown pieces map to ``unk_id``.
+    """
+
+    def __init__(self, vocab: list[str]) -> None:
+        self.vocab = vocab
+        self.ids = {piece: i for i, piece in enumerate(vocab)}
+        self.unk_id = len(vocab)
+        self.eos_id = len(vocab) + 1
+
+    @classmethod
+    def fit(cls, texts: Iterable[str]) -> RegexTokenizer:
+        counts: Counter[str] = Counter()
+        for t in texts:
+            counts.update(_PIECE.findall(t))
+        return cls(sorted(counts, key=lambda p: (-counts[p], p)))
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab) + 2
+
+    def encode(self, text: str, *, eos: bool = True) -> np.ndarray:
+        ids = [self.ids.get(p, self.unk_id) for p in _PIECE.findall(text)]
+        if eos:
+            ids.append(self.eos_id)
+        return np.asarray(ids, dtype=np.int32)
