@@ -27,12 +27,44 @@ struct DraftTreeOut {
   std::vector<float> scores;     // [0] = 0
 };
 
+// The spec's default per-level weights, computed in float32 (powf), so that
+// every caller (Python included) uses bit-identical values.
+float default_level_weight(size_t level);  // (level+1)^-0.7
+float default_logit_weight(size_t level);  // 0.9^level
+
 class TreeSearcher {
  public:
   // tok/prob: [levels, k] row-major; context: m >= 1 tokens, the last is the root.
   // store may be null (no N-gram term). Throws std::invalid_argument on bad input.
   void search(const int32_t* tok, const float* prob, size_t levels, size_t k, const int32_t* context, size_t m,
               const NgramStore* store, const TreeSearchParams& params, DraftTreeOut& out);
+
+ private:
+  // One candidate sequence of the global pool: the beam candidate it extends
+  // (-1 = the root) plus its last token. Pool index = creation order, so it is
+  // also ordered by depth.
+  struct Node {
+    float score;     // the spec's score
+    float key;       // min(score, parent's key): the selection key, equal to score whenever
+                     // every term is <= 0 (always, for a consistent store); guarantees prefix closure
+    int32_t parent;  // pool index, -1 = root
+    int32_t token;
+    uint32_t depth;  // 1 = child of the root
+    uint32_t out;    // output index once selected
+    bool eos;
+  };
+
+  std::vector<Node> pool_;
+  std::vector<uint64_t> level_keys_;  // (EOS, score desc, creation) keys of one level's extensions
+  std::vector<uint32_t> beam_;        // pool indices of the current beam, in beam order
+  std::vector<uint64_t> top_;         // max-heap of the best (key desc, creation) keys seen so far
+  std::vector<float> lw_, logw_;      // per-level weights
+  std::vector<float> logit_term_;     // logf(p + eps) * logw[l] for the current level
+  std::vector<int64_t> ranks_;        // store ranks of the current level's tokens
+  std::vector<int32_t> beam_ctx_;     // [beam, N-1] N-gram contexts of the beam candidates
+  std::vector<float> ng_term_;        // [beam, k] logf(ng + eps) * ngram_weight per beam candidate
+  std::vector<float> ng_;             // N-gram probabilities for one context
+  std::vector<int32_t> matched_;      // matched lengths (unused, required by the store API)
 };
 
 }  // namespace dart
