@@ -67,8 +67,11 @@ class RefTrie:
 
     def to_bytes(self, seed: int = 0, *, order: int | None = None, node_count: int | None = None) -> bytes:
         lists = self.entry_lists(seed)
-        parts = [HEADER.pack(self.order if order is None else order,
-                             len(self.nodes) if node_count is None else node_count)]
+        parts = [
+            HEADER.pack(
+                self.order if order is None else order, len(self.nodes) if node_count is None else node_count
+            )
+        ]
         for n, entries in zip(self.nodes, lists, strict=True):
             parts.append(RECORD.pack(n.token, n.parent, n.count, len(entries)))
             parts.extend(ENTRY.pack(t, c) for t, c in entries)
