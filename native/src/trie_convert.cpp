@@ -311,9 +311,15 @@ class Converter {
                         at_offset(0));
     order_ = static_cast<uint32_t>(order);
     if (nc_ == 0) throw FormatError(".trie node_count is 0 (the root is always present)" + at_offset(8));
-    const uint64_t need = checked_add(
-        checked_add(kHeaderBytes, checked_mul(nc_, kRecordBytes, ".trie node_count"), ".trie node_count"),
-        checked_mul(nc_ - 1, kEntryBytes, ".trie node_count"), ".trie node_count");
+    uint64_t need = 0;
+    try {
+      need = checked_add(checked_add(kHeaderBytes, checked_mul(nc_, kRecordBytes, "n"), "n"),
+                         checked_mul(nc_ - 1, kEntryBytes, "n"), "n");
+    } catch (const FormatError&) {
+      throw FormatError(".trie node_count " + std::to_string(nc_) +
+                        " is absurd: its file size overflows 64 bits (the file has " + std::to_string(fsize) +
+                        " bytes)" + at_offset(8));
+    }
     if (fsize < need)
       throw FormatError("truncated .trie: node_count " + std::to_string(nc_) + " (at byte offset 8) needs " +
                         std::to_string(need) + " bytes, the file has " + std::to_string(fsize) +
