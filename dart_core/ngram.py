@@ -80,8 +80,11 @@ class NgramStore:
         with open(p, "rb") as f:
             head = f.read(8)
         if not _native.has_store_magic(head):
-            p = convert_trie_cached(p, cache_dir=cache_dir, tmp_dir=tmp_dir, memory_budget=memory_budget,
-                                    progress=progress)
+            try:
+                p = convert_trie_cached(p, cache_dir=cache_dir, tmp_dir=tmp_dir, memory_budget=memory_budget,
+                                        progress=progress)
+            except NgramFormatError as e:
+                raise NgramFormatError(f"not a DART n-gram store (no magic) nor a valid reference .trie: {e}") from None
         store = cls._map(p)
         if verify:
             store.verify()
@@ -267,3 +270,9 @@ def convert_trie_cached(
     if not out.exists():
         convert_trie(trie_path, out, tmp_dir=tmp_dir, memory_budget=memory_budget, progress=progress)
     return out
+
+
+if __name__ == "__main__":
+    from dart_core.ngram_cli import main
+
+    raise SystemExit(main())

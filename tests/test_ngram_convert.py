@@ -4,34 +4,18 @@ memory (spilling sorts), the conversion cache of ``NgramStore.load``, and every 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import random
 import struct
-import sys
 import time
 from pathlib import Path
-from types import ModuleType
 
+import helpers_trie as H
 import numpy as np
 import pytest
 
 from dart_core import _native, ngram
 from dart_core.ngram import NgramFormatError, NgramStore
-
-
-def load_helpers() -> ModuleType:
-    name = "dart_tests_helpers_trie"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("helpers_trie.py"))
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-H = load_helpers()
 
 VOCABS = {
     "small": list(range(8)),

@@ -7,34 +7,18 @@ pytest (a failure nobody can miss); a watchdog ends the process if a case hangs.
 from __future__ import annotations
 
 import faulthandler
-import importlib.util
 import random
 import struct
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import ModuleType
 
+import helpers_trie as H
 import pytest
 
 from dart_core import _native
 from dart_core.ngram import NgramFormatError, NgramStore
-
-
-def load_helpers() -> ModuleType:
-    name = "dart_tests_helpers_trie"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("helpers_trie.py"))
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-H = load_helpers()
 
 TRIE_CASES = 12000
 STORE_CASES = 30000

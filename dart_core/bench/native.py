@@ -41,11 +41,25 @@ def _pct(ns: np.ndarray) -> tuple[float, float]:
     return float(np.median(ns)) / 1e3, float(np.percentile(ns, 99)) / 1e3
 
 
-def _sample_candidates(rng: np.random.Generator, truth: int, unigram: np.ndarray, k: int) -> np.ndarray:
+class _FrequentTokens:
+    """Endless draws of token ids from the corpus unigram distribution (pre-sampled in blocks)."""
+
+    def __init__(self, rng: np.random.Generator, unigram: np.ndarray) -> None:
+        self.rng, self.unigram, self.buf, self.i = rng, unigram, np.zeros(0, dtype=np.int32), 0
+
+    def next(self) -> int:
+        if self.i == len(self.buf):
+            self.buf = self.rng.choice(len(self.unigram), size=1 << 16, p=self.unigram).astype(np.int32)
+            self.i = 0
+        self.i += 1
+        return int(self.buf[self.i - 1])
+
+
+def _sample_candidates(rng: np.random.Generator, truth: int, freq: _FrequentTokens, k: int) -> np.ndarray:
     """k distinct candidates: the true next token (rank 0 most of the time) plus frequent tokens."""
     out = [int(truth)]
     while len(out) < k:
-        t = int(rng.choice(len(unigram), p=unigram))
+        t = freq.next()
         if t not in out:
             out.append(t)
     cand = np.asarray(out, dtype=np.int32)
@@ -93,14 +107,15 @@ def run(args: argparse.Namespace) -> int:
         flat = np.concatenate(seqs)
         unigram = np.bincount(flat, minlength=tok.vocab_size).astype(np.float64)
         unigram /= unigram.sum()
+        freq = _FrequentTokens(rng, unigram)
         pos = rng.integers(2, len(flat) - 1, size=args.queries)
         contexts = np.stack([flat[p - 2 : p] for p in pos]).astype(np.int32)
-        cands = np.stack([_sample_candidates(rng, flat[p], unigram, args.top_k) for p in pos])
+        cands = np.stack([_sample_candidates(rng, flat[p], freq, args.top_k) for p in pos])
         _native.time_probability(store.native, contexts[:1000], cands[:1000])  # warm-up
         q_ns = _native.time_probability(store.native, contexts, cands)
-        hit = np.mean([store.probability(c, x)[1][0] > 0 for c, x in zip(contexts[:2000], cands[:2000])])
+        hit = np.mean([store.probability(c, x)[1][0] > 0 for c, x in zip(contexts[:2000], cands[:2000], strict=True)])
         py_ns = []
-        for c, x in zip(contexts[:5000], cands[:5000]):
+        for c, x in zip(contexts[:5000], cands[:5000], strict=True):
             t0 = time.perf_counter_ns()
             store.probability(c, x)
             py_ns.append(time.perf_counter_ns() - t0)
@@ -113,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         s_prob = np.empty((n, L, k), dtype=np.float32)
         for i, p in enumerate(spos):
             for lvl in range(L):
-                s_tok[i, lvl] = _sample_candidates(rng, flat[p + 1 + lvl], unigram, k)
+                s_tok[i, lvl] = _sample_candidates(rng, flat[p + 1 + lvl], freq, k)
                 logits = np.sort(rng.normal(0.0, 2.0, size=k))[::-1]
                 e = np.exp(logits - logits.max())
                 s_prob[i, lvl] = (e / e.sum()).astype(np.float32)

@@ -190,34 +190,77 @@ void NgramStore::probability(const int32_t* context, size_t m, const int32_t* to
   }
 }
 
+uint64_t NgramStore::gallop(uint32_t d, uint64_t lo, uint64_t hi, uint64_t rank) const {
+  const uint8_t* toks = tokens_[d];
+  const unsigned w = info_.token_bits;
+  uint64_t step = 1, probe = lo;
+  while (probe < hi && read_packed(toks, probe, w) < rank) {
+    lo = probe + 1;
+    probe = lo + step;
+    step <<= 1;
+  }
+  if (probe < hi) hi = probe;
+  while (lo < hi) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    if (read_packed(toks, mid, w) < rank) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+size_t NgramStore::sort_ranks(const int64_t* ranks, size_t k, uint32_t* order) {
+  size_t n = 0;
+  for (size_t j = 0; j < k; ++j) {
+    if (ranks[j] < 0) continue;
+    size_t i = n++;
+    for (; i > 0 && ranks[order[i - 1]] > ranks[j]; --i) order[i] = order[i - 1];
+    order[i] = static_cast<uint32_t>(j);
+  }
+  return n;
+}
+
 void NgramStore::probability_ranked(const int32_t* context, size_t m, const int64_t* ranks, size_t k,
                                     float* probs, int32_t* matched) const {
+  constexpr size_t kStack = 256;
+  uint32_t stack_order[kStack];
+  std::vector<uint32_t> heap_order;
+  uint32_t* order = stack_order;
+  if (k > kStack) {
+    heap_order.resize(k);
+    order = heap_order.data();
+  }
+  const size_t n_valid = sort_ranks(ranks, k, order);
+  probability_sorted(context, m, ranks, order, n_valid, k, probs, matched);
+}
+
+void NgramStore::probability_sorted(const int32_t* context, size_t m, const int64_t* ranks, const uint32_t* order,
+                                    size_t n_valid, size_t k, float* probs, int32_t* matched) const {
   std::fill(probs, probs + k, 0.0f);
   std::fill(matched, matched + k, 0);
   if (m == 0 || k == 0) return;
   const size_t lmax = std::min<size_t>(info_.order - 1, m);
-  // ctx_node[L] = node of the last L context tokens at level L (kNone if never counted).
-  uint64_t ctx_node[kMaxOrder];
-  float ctx_inv[kMaxOrder];
-  for (size_t L = 1; L <= lmax; ++L) {
+  size_t unmatched = n_valid;
+  // Longest context first; each candidate keeps the first length that knows it.
+  for (size_t L = lmax; L >= 1 && unmatched > 0; --L) {
     uint64_t node = 0;
     for (size_t j = 0; j < L && node != kNone; ++j) {
       const int64_t r = rank_of(context[m - L + j]);
       node = r < 0 ? kNone : find_child(static_cast<uint32_t>(j), node, static_cast<uint64_t>(r));
     }
-    ctx_node[L] = node;
-    if (node != kNone) ctx_inv[L] = 1.0f / static_cast<float>(node_count_at(static_cast<uint32_t>(L), node));
-  }
-  for (size_t j = 0; j < k; ++j) {
-    if (ranks[j] < 0) continue;
-    for (size_t L = lmax; L >= 1; --L) {
-      if (ctx_node[L] == kNone) continue;
-      const uint64_t child = find_child(static_cast<uint32_t>(L), ctx_node[L], static_cast<uint64_t>(ranks[j]));
-      if (child != kNone) {
-        const uint64_t c = read_packed(counts_[L], child, info_.count_bits[L]);
-        probs[j] = static_cast<float>(c) * ctx_inv[L];
+    if (node == kNone) continue;
+    const auto d = static_cast<uint32_t>(L);
+    const float inv = 1.0f / static_cast<float>(node_count_at(d, node));
+    uint64_t pos, end;
+    child_range(d, node, pos, end);
+    for (size_t o = 0; o < n_valid && pos < end; ++o) {
+      const uint32_t j = order[o];
+      if (matched[j]) continue;
+      const auto r = static_cast<uint64_t>(ranks[j]);
+      pos = gallop(d, pos, end, r);
+      if (pos < end && read_packed(tokens_[d], pos, info_.token_bits) == r) {
+        probs[j] = static_cast<float>(read_packed(counts_[d], pos, info_.count_bits[d])) * inv;
         matched[j] = static_cast<int32_t>(L);
-        break;
+        --unmatched;
       }
     }
   }

@@ -45,6 +45,13 @@ class NgramStore {
   // Same, with candidates given as ranks (rank_of); negative rank = unseen.
   void probability_ranked(const int32_t* context, size_t m, const int64_t* ranks, size_t k, float* probs,
                           int32_t* matched) const;
+  // Same again, with `order` from sort_ranks: callers that ask about the same
+  // candidates under many contexts (the tree search) sort them once.
+  void probability_sorted(const int32_t* context, size_t m, const int64_t* ranks, const uint32_t* order,
+                          size_t n_valid, size_t k, float* probs, int32_t* matched) const;
+  // Writes into order[0..n_valid) the indices of the seen candidates (rank >= 0)
+  // by ascending rank; returns n_valid.
+  static size_t sort_ranks(const int64_t* ranks, size_t k, uint32_t* order);
 
   // Count of a token string of length 0..order (0 = root); 0 when never counted.
   uint64_t count(const int32_t* ngram, size_t len) const;
@@ -63,6 +70,9 @@ class NgramStore {
   // Children of node i at level d (d = 0: the root) as [begin, end) in level d+1.
   void child_range(uint32_t d, uint64_t i, uint64_t& begin, uint64_t& end) const;
   uint64_t find_child(uint32_t d, uint64_t i, uint64_t rank) const;  // kNone if absent
+  // First index in [lo, hi) of level d+1 whose rank is >= rank, searching
+  // outward from lo (cheap when the answer is near lo, as for frequent tokens).
+  uint64_t gallop(uint32_t d, uint64_t lo, uint64_t hi, uint64_t rank) const;
 
   const uint8_t* data_;
   StoreInfo info_;

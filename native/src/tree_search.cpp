@@ -95,6 +95,7 @@ void TreeSearcher::search(const int32_t* tok, const float* prob, size_t levels, 
   logit_term_.resize(k);
   if (use_ng) {
     ranks_.resize(k);
+    rank_order_.resize(k);
     ng_.resize(k);
     matched_.resize(k);
   }
@@ -158,6 +159,7 @@ void TreeSearcher::search(const int32_t* tok, const float* prob, size_t levels, 
 
     if (use_ng) {
       for (size_t i = 0; i < k; ++i) ranks_[i] = store->rank_of(ltok[i]);
+      const size_t n_seen = NgramStore::sort_ranks(ranks_.data(), k, rank_order_.data());
       // Context = last N-1 tokens of (prompt + candidate sequence); every candidate has l tokens.
       // Candidates sharing a context share the N-gram answers: one store query per distinct context.
       const size_t want = std::min(ctx_len, m + l);
@@ -177,7 +179,8 @@ void TreeSearcher::search(const int32_t* tok, const float* prob, size_t levels, 
           std::copy_n(ng_term_.data() + same * k, k, term);
           continue;
         }
-        store->probability_ranked(c, want, ranks_.data(), k, ng_.data(), matched_.data());
+        store->probability_sorted(c, want, ranks_.data(), rank_order_.data(), n_seen, k, ng_.data(),
+                                  matched_.data());
         for (size_t i = 0; i < k; ++i) term[i] = std::log(ng_[i] + kEps) * ngw;
       }
       for (size_t j = 0; j < w; ++j) {

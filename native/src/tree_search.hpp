@@ -61,6 +61,7 @@ class TreeSearcher {
   std::vector<float> lw_, logw_;      // per-level weights
   std::vector<float> logit_term_;     // logf(p + eps) * logw[l] for the current level
   std::vector<int64_t> ranks_;        // store ranks of the current level's tokens
+  std::vector<uint32_t> rank_order_;  // those ranks' ascending order (NgramStore::sort_ranks)
   std::vector<int32_t> beam_ctx_;     // [beam, N-1] N-gram contexts of the beam candidates
   std::vector<float> ng_term_;        // [beam, k] logf(ng + eps) * ngram_weight per beam candidate
   std::vector<float> ng_;             // N-gram probabilities for one context

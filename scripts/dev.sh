@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# One entry point for developers and CI: sets up .venv (idempotent), builds the native core, runs things.
+#   bash scripts/dev.sh setup   create/refresh .venv and (re)build the package when sources changed
+#   bash scripts/dev.sh demo    the project's main job (for now: the native N-gram / tree-search benchmark)
+#   bash scripts/dev.sh test    lint + the whole test suite
+# Needs only Python >= 3.10 and a C++20 compiler; cmake/ninja come from PyPI when the system has none.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+PY="$VENV/bin/python"
+
+setup() {
+  if [ ! -x "$PY" ]; then
+    echo "==> creating $VENV"
+    "$PYTHON" -m venv "$VENV"
+  fi
+  # torch: the pinned CPU build when it is absent (an unpinned torch would pull several GB of CUDA wheels).
+  if ! "$PY" -c "import torch" 2>/dev/null; then
+    echo "==> installing torch==2.13.0"
+    "$PY" -m pip install -q torch==2.13.0
+  fi
+  local stamp="$VENV/.dart-arena-installed"
+  local want
+  want=$(cat pyproject.toml native/CMakeLists.txt native/src/* native/python/* | "$PY" -c \
+    "import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())")
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$PY" -c "import dart_core._native" 2>/dev/null; then
+    return 0
+  fi
+  echo "==> installing build tools and dependencies"
+  local tools=(scikit-build-core pybind11)
+  command -v cmake >/dev/null 2>&1 || tools+=(cmake)
+  command -v ninja >/dev/null 2>&1 || command -v make >/dev/null 2>&1 || tools+=(ninja)
+  "$PY" -m pip install -q "${tools[@]}"
+  echo "==> building dart_core (native core compiled by scikit-build-core)"
+  "$PY" -m pip install -q --no-build-isolation -e ".[dev]"
+  echo "$want" > "$stamp"
+}
+
+case "${1:-}" in
+  setup) setup ;;
+  demo) setup; shift; "$PY" -m dart_core.bench native "$@" ;;
+  test)
+    setup
+    "$PY" -m ruff check .
+    shift
+    "$PY" -m pytest "$@"
+    ;;
+  *) echo "usage: bash scripts/dev.sh {setup|demo|test} [args...]" >&2; exit 2 ;;
+esac
