@@ -163,20 +163,8 @@ uint64_t NgramStore::find_child(uint32_t d, uint64_t i, uint64_t rank) const {
   if (d == 0 && level1_dense_) return rank < info_.level_nodes[0] ? rank : kNone;
   uint64_t lo, hi;
   child_range(d, i, lo, hi);
-  const uint8_t* toks = tokens_[d];
-  const unsigned w = info_.token_bits;
-  uint64_t end = hi;
-  while (hi - lo > 8) {
-    const uint64_t mid = lo + (hi - lo) / 2;
-    if (read_packed(toks, mid, w) < rank) lo = mid + 1;
-    else hi = mid;
-  }
-  for (; lo < end; ++lo) {
-    const uint64_t t = read_packed(toks, lo, w);
-    if (t == rank) return lo;
-    if (t > rank) break;
-  }
-  return kNone;
+  const uint64_t at = gallop(d, lo, hi, rank);
+  return (at < hi && read_packed(tokens_[d], at, info_.token_bits) == rank) ? at : kNone;
 }
 
 void NgramStore::probability(const int32_t* context, size_t m, const int32_t* tokens, size_t k, float* probs,
