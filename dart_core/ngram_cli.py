@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "text field, tokenized with a Hugging Face tokenizer, EOS id appended to each text (as the "
                        "reference does). Pre-tokenized input: JSONL lines holding a list of ids (or an object with "
                        "--ids-field), or .npy files of 1-D int arrays. .gz inputs are read transparently. Needs "
-                       "about 30 bytes of RAM per corpus token while counting.")
+                       "about 45 bytes of RAM per corpus token while counting.")
     b.add_argument("inputs", nargs="+", type=Path, help="JSONL (.jsonl/.jsonl.gz) or .npy files")
     b.add_argument("--out", type=Path, required=True, help="output store path (our format)")
     b.add_argument("--order", type=int, default=3, help="n-gram order, 1..8 (default 3, as published)")
