@@ -1,0 +1,129 @@
+"""Loading the published drafter checkpoints: config, weights (safetensors, or ``pytorch_model.bin`` with
+``weights_only=True``), strict key/shape checks, and the token embedding shared with the target."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import torch
+from torch import nn
+
+from dart_core.drafters.config import DrafterConfig
+from dart_core.hub import HubFileError, load_tensor, resolve_file, resolve_first
+
+# Where a target checkpoint keeps its input embedding (plain causal LMs, and multimodal wrappers).
+EMBEDDING_KEYS = ("model.embed_tokens.weight", "embed_tokens.weight", "model.language_model.embed_tokens.weight")
+
+
+def load_config(ref: str | os.PathLike[str], *, revision: str | None = None) -> DrafterConfig:
+    path = resolve_file(ref, "config.json", revision=revision)
+    assert path is not None
+    try:
+        raw = json.loads(path.read_text())
+    except ValueError as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    return DrafterConfig.from_dict(raw, source=str(path))
+
+
+def load_weights(
+    ref: str | os.PathLike[str], *, revision: str | None = None, allow_bin: bool = False
+) -> dict[str, torch.Tensor]:
+    """All tensors of a drafter checkpoint, on CPU. Pickles are never unpickled beyond plain tensor dicts."""
+    names = ["model.safetensors", "pytorch_model.bin"] if allow_bin else ["model.safetensors"]
+    path = resolve_first(ref, names, revision=revision)
+    if path.name.endswith(".safetensors"):
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(str(path))
+        except Exception as e:  # safetensors has its own error types for corrupt files
+            raise ValueError(f"{path}: not a readable safetensors file ({e})") from None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise ValueError(f"{path}: cannot be loaded with weights_only=True ({e})") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ValueError(f"{path}: expected a flat dict of tensors")
+    return state
+
+
+def check_state(
+    state: dict[str, torch.Tensor],
+    expected: dict[str, tuple[int, ...]],
+    *,
+    optional: frozenset[str] = frozenset(),
+    source: str,
+) -> None:
+    """Fail loudly (unlike the reference's ``strict=False``) on missing, unexpected or mis-shaped tensors."""
+    missing = sorted(k for k in expected if k not in state and k not in optional)
+    unexpected = sorted(k for k in state if k not in expected)
+    wrong = [f"{k}: {tuple(state[k].shape)} != expected {expected[k]}" for k in sorted(expected)
+             if k in state and tuple(state[k].shape) != expected[k]]
+    problems = []
+    if missing:
+        problems.append(f"missing keys {missing}")
+    if unexpected:
+        problems.append(f"unexpected keys {unexpected}")
+    if wrong:
+        problems.append("shape mismatches: " + "; ".join(wrong))
+    if problems:
+        raise ValueError(f"{source}: checkpoint does not match its config: " + ", ".join(problems))
+
+
+def resolve_embedding(target: Any, *, revision: str | None = None) -> torch.Tensor:
+    """The target's input embedding weight [vocab, hidden] from: a tensor, an ``nn.Embedding``, a HF model or our
+    ``TargetModel`` (shared, not copied), or a target checkpoint dir / Hub id (only the tensor is read)."""
+    if isinstance(target, torch.Tensor):
+        return target
+    if isinstance(target, nn.Embedding):
+        return target.weight
+    for obj in (target, getattr(target, "model", None)):
+        if obj is not None and hasattr(obj, "get_input_embeddings"):
+            return obj.get_input_embeddings().weight
+    if isinstance(target, (str, os.PathLike)):
+        try:
+            return load_tensor(target, EMBEDDING_KEYS, revision=revision)
+        except HubFileError as e:
+            raise HubFileError(f"cannot read the target's token embedding: {e}") from None
+    raise TypeError(f"target must be a tensor, an embedding, a model or a checkpoint path/id, got {type(target)}")
+
+
+def layer_shapes(cfg: DrafterConfig) -> dict[str, tuple[int, ...]]:
+    """Key → shape of the one-layer drafter (no biases), shared by DART and EAGLE-3."""
+    H, Ht, inter = cfg.hidden_size, cfg.target_hidden_size, cfg.intermediate_size
+    q, kv = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
+    return {
+        "fc.weight": (H, 3 * Ht),
+        "midlayer.input_layernorm.weight": (H,),
+        "midlayer.hidden_norm.weight": (H,),
+        "midlayer.post_attention_layernorm.weight": (H,),
+        "midlayer.self_attn.q_proj.weight": (q, 2 * H),
+        "midlayer.self_attn.k_proj.weight": (kv, 2 * H),
+        "midlayer.self_attn.v_proj.weight": (kv, 2 * H),
+        "midlayer.self_attn.o_proj.weight": (H, q),
+        "midlayer.mlp.gate_proj.weight": (inter, H),
+        "midlayer.mlp.up_proj.weight": (inter, H),
+        "midlayer.mlp.down_proj.weight": (H, inter),
+        "norm.weight": (H,),
+        "lm_head.weight": (cfg.draft_vocab_size, H),
+        "d2t": (cfg.draft_vocab_size,),
+        "t2d": (cfg.vocab_size,),
+    }
+
+
+def check_embedding(embed: torch.Tensor, cfg: DrafterConfig, source: str) -> None:
+    if embed.dim() != 2 or tuple(embed.shape) != (cfg.vocab_size, cfg.hidden_size):
+        raise ValueError(f"{source}: token embedding has shape {tuple(embed.shape)}, the drafter needs "
+                         f"(vocab_size, hidden_size) = ({cfg.vocab_size}, {cfg.hidden_size}); wrong target?")
+
+
+def check_d2t(d2t: torch.Tensor, cfg: DrafterConfig, source: str) -> None:
+    if d2t.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"{source}: d2t must be an integer tensor, got {d2t.dtype}")
+    ids = torch.arange(cfg.draft_vocab_size) + d2t.long()
+    if ids.min() < 0 or ids.max() >= cfg.vocab_size:
+        raise ValueError(f"{source}: d2t maps draft ids outside the target vocabulary [0, {cfg.vocab_size})")

@@ -1,0 +1,241 @@
+"""EAGLE-3 head: one layer drafting autoregressively — a context pass, then one forward per tree level to expand
+the top-k frontier (``specs/eagle3.md``). Its drafting time grows with the depth; that is what DART removes."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from dart_core.drafters.base import Proposal
+from dart_core.drafters.checkpoint import (
+    check_d2t,
+    check_embedding,
+    check_state,
+    layer_shapes,
+    load_config,
+    load_weights,
+    resolve_embedding,
+)
+from dart_core.drafters.config import DrafterConfig
+from dart_core.drafters.layers import KVCache, MidLayer, RMSNorm, Rotary
+from dart_core.timing import Stopwatch
+from dart_core.tree import DraftTree
+
+
+@dataclass
+class Eagle3State:
+    """Per-generation head state: K/V of the real context rows only (tree rows are dropped after each draft)."""
+
+    cache: KVCache = field(default_factory=KVCache)
+
+    @property
+    def length(self) -> int:
+        return self.cache.length
+
+
+class Eagle3Drafter(nn.Module):
+    """The published EAGLE-3 head (AngelSlim / SpecForge format)."""
+
+    kind = "eagle3"
+
+    def __init__(self, cfg: DrafterConfig, embed_weight: torch.Tensor) -> None:
+        super().__init__()
+        self.config = cfg
+        self.fc = nn.Linear(3 * cfg.target_hidden_size, cfg.hidden_size, bias=False)
+        self.midlayer = MidLayer(cfg, with_mask_rep=False)
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.draft_vocab_size, bias=False)
+        self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
+        self.embed_weight = embed_weight
+        self.rotary = Rotary(cfg)
+        self.default_state = Eagle3State()
+
+    # ----------------------------------------------------------------- loading
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | os.PathLike[str],
+        target: Any,
+        *,
+        revision: str | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> Eagle3Drafter:
+        """Load ``config.json`` + ``model.safetensors`` or ``pytorch_model.bin`` (``weights_only=True``). The
+        embedding is the checkpoint's own ``embed_tokens.weight`` if it has one, else the target's."""
+        cfg = load_config(path, revision=revision)
+        source = os.fspath(path)
+        state = load_weights(path, revision=revision, allow_bin=True)
+        expected = layer_shapes(cfg) | {"embed_tokens.weight": (cfg.vocab_size, cfg.hidden_size)}
+        optional = {"embed_tokens.weight"}
+        if cfg.draft_vocab_size == cfg.vocab_size:
+            optional |= {"d2t", "t2d"}  # identity map
+        check_state(state, expected, optional=frozenset(optional | {"t2d"}), source=source)
+        if "d2t" not in state:
+            if cfg.draft_vocab_size != cfg.vocab_size:
+                raise ValueError(f"{source}: checkpoint needs d2t (draft vocab {cfg.draft_vocab_size} != "
+                                 f"vocab {cfg.vocab_size})")
+            state["d2t"] = torch.zeros(cfg.draft_vocab_size, dtype=torch.long)
+        check_d2t(state["d2t"], cfg, source)
+        own = state.pop("embed_tokens.weight", None)
+        embed = own if own is not None else resolve_embedding(target)
+        check_embedding(embed, cfg, source)
+        device = torch.device(device) if device is not None else embed.device
+        dtype = dtype or (embed.dtype if embed.is_floating_point() else torch.float32)
+        model = cls(cfg, embed.to(device=device, dtype=dtype))
+        state.pop("t2d", None)
+        state["d2t"] = state["d2t"].long()
+        model.load_state_dict(state, strict=True)
+        return model.to(device=device, dtype=dtype).eval()
+
+    def _apply(self, fn: Any, recurse: bool = True) -> Eagle3Drafter:
+        super()._apply(fn, recurse)
+        if self.embed_weight.is_floating_point():
+            self.embed_weight = fn(self.embed_weight)
+        self.d2t = self.d2t.long()
+        return self
+
+    @property
+    def device(self) -> torch.device:
+        return self.fc.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.fc.weight.dtype
+
+    def new_state(self) -> Eagle3State:
+        return Eagle3State()
+
+    def reset(self) -> None:
+        self.default_state = Eagle3State()
+
+    # ----------------------------------------------------------------- forward
+    def _layer(self, ids: torch.Tensor, h_in: torch.Tensor, positions: torch.Tensor, past_k: torch.Tensor | None,
+               past_v: torch.Tensor | None, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One forward of the layer: ``h_in`` is fc(features) or a previous output [rows, H]."""
+        e = self.embed_weight[ids]
+        a = torch.cat([self.midlayer.input_layernorm(e), self.midlayer.hidden_norm(h_in)], dim=-1)
+        cos, sin = self.rotary.cos_sin(positions, self.dtype)
+        out, k, v = self.midlayer.self_attn(a, cos, sin, past_k, past_v, mask)
+        h = h_in + out
+        h = h + self.midlayer.mlp(self.midlayer.post_attention_layernorm(h))
+        return h, k, v
+
+    def _logp(self, h: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax(self.lm_head(self.norm(h)).float(), dim=-1)
+
+    @torch.no_grad()
+    def context_pass(self, features: torch.Tensor, shifted_ids: torch.Tensor,
+                     state: Eagle3State | None = None) -> torch.Tensor:
+        """Feed n new context rows (features [n, 3·H_t], following ids [n]); returns the outputs [n, H]."""
+        state = self.default_state if state is None else state
+        feats, ids = self._check_inputs(features, shifted_ids)
+        n, past = ids.shape[0], state.length
+        positions = torch.arange(past, past + n, device=self.device)
+        mask = torch.ones(n, past + n, dtype=torch.bool, device=self.device)
+        mask[:, past:] = torch.tril(mask[:, past:])
+        h, k, v = self._layer(ids, self.fc(feats), positions, state.cache.keys, state.cache.values, mask)
+        state.cache.append(k, v)
+        return h
+
+    @torch.no_grad()
+    def draft_tree(self, features: torch.Tensor, shifted_ids: torch.Tensor, total_tokens: int = 60, depth: int = 7,
+                   top_k: int = 10, state: Eagle3State | None = None) -> DraftTree:
+        """Context pass over the new rows, then ``depth`` sequential forwards expanding the top-k frontier; the
+        best ``total_tokens - 1`` of the pool below the root ``shifted_ids[-1]`` form the tree."""
+        state = self.default_state if state is None else state
+        if total_tokens < 1 or depth < 1 or top_k < 1:
+            raise ValueError(f"need total_tokens >= 1, depth >= 1, top_k >= 1; got {total_tokens}, {depth}, {top_k}")
+        h_ctx = self.context_pass(features, shifted_ids, state)
+        ids = shifted_ids.reshape(-1)
+        root = int(ids[-1])
+        k = min(top_k, self.config.draft_vocab_size)
+        n = state.length
+        d2t = self.d2t
+
+        # pool: token (target id), parent pool index (-1 = root), score, depth
+        logp0 = self._logp(h_ctx[-1])
+        vals, draft_ids = torch.topk(logp0, k)
+        pool_score = [vals]
+        frontier = list(range(k))  # pool indices
+        frontier_scores = vals
+        frontier_hidden = h_ctx[-1].expand(k, -1)
+        tree_k = tree_v = None
+        run_rows: dict[int, int] = {}  # pool index -> row in the tree K/V
+        parents_flat = [-1] * k
+        tokens_flat = (draft_ids + d2t[draft_ids]).tolist()
+        for i in range(depth):
+            # Each frontier node sees the context, its already-run ancestors and itself.
+            rows_before = 0 if tree_k is None else tree_k.shape[1]
+            mask = torch.zeros(k, n + rows_before + k, dtype=torch.bool, device=self.device)
+            mask[:, :n] = True
+            for r, node in enumerate(frontier):
+                p = parents_flat[node]
+                while p >= 0:
+                    mask[r, n + run_rows[p]] = True
+                    p = parents_flat[p]
+                mask[r, n + rows_before + r] = True
+            fids = torch.tensor([tokens_flat[j] for j in frontier], device=self.device)
+            positions = torch.full((k,), n + i, device=self.device)
+            past_k = state.cache.keys if tree_k is None else torch.cat([state.cache.keys, tree_k], dim=1)
+            past_v = state.cache.values if tree_v is None else torch.cat([state.cache.values, tree_v], dim=1)
+            h, kk, vv = self._layer(fids, frontier_hidden, positions, past_k, past_v, mask)
+            tree_k = kk if tree_k is None else torch.cat([tree_k, kk], dim=1)
+            tree_v = vv if tree_v is None else torch.cat([tree_v, vv], dim=1)
+            for r, node in enumerate(frontier):
+                run_rows[node] = rows_before + r
+            # children: top-k per frontier node, cumulative scores; all k*k join the pool
+            cvals, cids = torch.topk(self._logp(h), k, dim=-1)
+            cum = (frontier_scores[:, None] + cvals).reshape(-1)
+            ctoks = (cids + d2t[cids]).reshape(-1).tolist()
+            base = len(tokens_flat)
+            tokens_flat.extend(ctoks)
+            parents_flat.extend(frontier[j // k] for j in range(k * k))
+            pool_score.append(cum)
+            best = torch.topk(cum, k).indices
+            frontier = [base + int(j) for j in best]
+            frontier_scores = cum[best]
+            frontier_hidden = h[best // k]
+        scores = torch.cat(pool_score).float().cpu().numpy()
+        return _assemble(root, np.asarray(tokens_flat), np.asarray(parents_flat), scores, total_tokens - 1)
+
+    @torch.no_grad()
+    def propose(self, state: Eagle3State, features: torch.Tensor, shifted_ids: torch.Tensor,
+                context_tokens: np.ndarray | None = None, *, total_tokens: int = 60, depth: int = 7,
+                top_k: int = 10) -> Proposal:
+        """The decoding loop's entry: a timed ``draft_tree`` (its cost is all drafting; no separate search)."""
+        with Stopwatch(self.device) as draft:
+            tree = self.draft_tree(features, shifted_ids, total_tokens, depth, top_k, state)
+        return Proposal(tree=tree, draft_ms=draft.ms, search_ms=0.0)
+
+    def _check_inputs(self, features: torch.Tensor, shifted_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        feats = features[0] if features.dim() == 3 and features.shape[0] == 1 else features
+        ids = shifted_ids[0] if shifted_ids.dim() == 2 and shifted_ids.shape[0] == 1 else shifted_ids
+        width = 3 * self.config.target_hidden_size
+        if feats.dim() != 2 or feats.shape[1] != width:
+            raise ValueError(f"EAGLE-3 features must be [n, {width}], got {tuple(features.shape)}")
+        if ids.dim() != 1 or ids.shape[0] != feats.shape[0] or ids.shape[0] == 0:
+            raise ValueError(f"shifted_ids must be [n] with n = {feats.shape[0]} > 0, got {tuple(shifted_ids.shape)}")
+        if int(ids.min()) < 0 or int(ids.max()) >= self.config.vocab_size:
+            raise ValueError(f"shifted_ids hold token ids outside [0, {self.config.vocab_size})")
+        return feats.to(device=self.device, dtype=self.dtype), ids.to(self.device)
+
+
+def _assemble(root: int, tokens: np.ndarray, parents: np.ndarray, scores: np.ndarray, keep: int) -> DraftTree:
+    """Keep the ``keep`` best pool nodes (score desc, then shallower, then older — closed under parents since
+    scores never increase along a path) and lay them out parents-first as a DraftTree."""
+    depth = np.zeros(len(tokens), dtype=np.int64)
+    for i, p in enumerate(parents):
+        depth[i] = 0 if p < 0 else depth[p] + 1
+    order = np.lexsort((np.arange(len(tokens)), depth, -scores))[: max(keep, 0)]
+    kept = order[np.lexsort((order, depth[order]))]  # parents first: by depth, then pool order
+    index = {int(j): i + 1 for i, j in enumerate(kept)}
+    out_parents = [-1] + [0 if parents[j] < 0 else index[int(parents[j])] for j in kept]
+    out_tokens = [root] + [int(tokens[j]) for j in kept]
+    out_scores = [0.0] + [float(scores[j]) for j in kept]
+    return DraftTree(np.asarray(out_tokens), np.asarray(out_parents), np.asarray(out_scores, dtype=np.float32))

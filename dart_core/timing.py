@@ -1,0 +1,30 @@
+"""Wall-clock milliseconds that are true on GPUs too: synchronize the device before reading the clock."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+
+def sync(device: torch.device | str | None) -> None:
+    """Wait for queued kernels on a CUDA device (no-op on CPU), so a clock read after it is honest."""
+    if device is not None and torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class Stopwatch:
+    """``with Stopwatch(device) as sw: ...`` then ``sw.ms``: synchronized before start and before stop."""
+
+    def __init__(self, device: torch.device | str | None = None) -> None:
+        self.device = device
+        self.ms = 0.0
+
+    def __enter__(self) -> Stopwatch:
+        sync(self.device)
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sync(self.device)
+        self.ms = (time.perf_counter() - self._t0) * 1e3
