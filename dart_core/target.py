@@ -1,0 +1,339 @@
+"""The target model: a stock Hugging Face decoder-only LM driven for speculative decoding.
+
+No modeling code is copied or forked: tree attention is expressed purely through the public forward arguments
+(a 4-D additive float mask plus ``position_ids`` = prefix length + depth), the KV cache is a stock
+``DynamicCache`` and the drafter features come from ``output_hidden_states=True``.
+
+Per-generation state (the KV cache and the committed length) lives in a :class:`TargetState`, never on the
+model, so one :class:`TargetModel` can serve several generations that alternate step by step (the app's race).
+
+Facts about transformers 5.x relied on here (checked against 5.23):
+
+* ``hidden_states`` holds ``num_hidden_layers + 1`` tensors; ``hs[i]`` is the input of decoder layer i.
+* ``DynamicCache.layers[i].keys/.values`` are ``[batch, kv_heads, seq, head_dim]`` tensors that may be rewritten;
+  ``Cache.crop(n)`` only accepts ``n <= 0`` and drops the last ``-n`` positions (a positive ``n`` raises).
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+from .tree import DraftTree
+
+__all__ = ["TargetModel", "TargetState", "feature_layer_ids"]
+
+
+def _text_config(config: Any) -> Any:
+    """Multimodal/composite configs keep the decoder settings in a sub-config; plain ones return themselves."""
+    get = getattr(config, "get_text_config", None)
+    if callable(get):
+        try:
+            return get(decoder=True)
+        except TypeError:
+            return get()
+    return config
+
+
+def _eagle_layer_ids(config: Any) -> Sequence[int] | None:
+    eagle = getattr(config, "eagle_config", None)
+    if eagle is None:
+        return None
+    if isinstance(eagle, dict):
+        return eagle.get("eagle_aux_hidden_state_layer_ids")
+    return getattr(eagle, "eagle_aux_hidden_state_layer_ids", None)
+
+
+def feature_layer_ids(config: Any, layer_ids: Sequence[int] | None = None) -> tuple[int, int, int]:
+    """Indices into HF's ``hidden_states`` tuple of the three drafter features, low to high.
+
+    Default (spec "Target features"): ``(2, L//2, L-3)`` with ``L = num_hidden_layers``, i.e. the inputs of
+    decoder layers 2, L//2 and L-3. ``layer_ids`` (or, failing that, ``config.eagle_config.
+    eagle_aux_hidden_state_layer_ids``) are decoder-layer OUTPUT ids, as EAGLE-3 configs give them: the output
+    of layer i is ``hs[i + 1]``. Raises ValueError when the three indices are not distinct or out of range —
+    tiny models (L < 6) collide under the default rule, and a drafter fed duplicated features is silently wrong.
+    """
+    text = _text_config(config)
+    n_layers = int(text.num_hidden_layers)
+    ids = layer_ids if layer_ids is not None else _eagle_layer_ids(text)
+    if ids is None and text is not config:
+        ids = _eagle_layer_ids(config)
+    if ids is not None:
+        ids = [int(i) for i in ids]
+        if len(ids) != 3:
+            raise ValueError(f"expected 3 auxiliary hidden-state layer ids, got {ids}")
+        bad = [i for i in ids if not 0 <= i < n_layers]
+        if bad:
+            raise ValueError(
+                f"auxiliary hidden-state layer ids {ids} out of range: decoder-layer outputs must lie in "
+                f"[0, {n_layers - 1}] for a target with num_hidden_layers={n_layers}"
+            )
+        hs_ids = tuple(sorted(i + 1 for i in ids))
+        source = f"layer-output ids {ids}"
+    else:
+        hs_ids = (2, n_layers // 2, n_layers - 3)
+        source = f"default rule (2, L//2, L-3) with L={n_layers}"
+        bad = [i for i in hs_ids if not 0 <= i <= n_layers]
+        if bad:
+            raise ValueError(f"feature layers {hs_ids} from the {source} fall outside hidden_states[0..{n_layers}]")
+    if len(set(hs_ids)) != 3:
+        raise ValueError(
+            f"feature layers {hs_ids} (hidden_states indices, from the {source}) are not distinct: "
+            "the target is too shallow for three distinct drafter features"
+        )
+    return hs_ids  # type: ignore[return-value]
+
+
+@dataclass
+class TargetState:
+    """One generation's view of the target: its KV cache and how many of its rows are committed.
+
+    After :meth:`TargetModel.verify` the cache also holds the (uncommitted) tree rows after ``length``;
+    ``tree`` remembers that tree until :meth:`TargetModel.commit` compacts the accepted path into place.
+    """
+
+    cache: DynamicCache
+    length: int = 0
+    tree: DraftTree | None = field(default=None, repr=False)
+
+
+class TargetModel:
+    """Wraps a stock ``AutoModelForCausalLM`` for prefill / tree verify / commit / plain AR steps.
+
+    ``feature_layers`` overrides the hidden-state layer choice with decoder-layer OUTPUT ids (as a drafter config
+    gives them); ``feature_device`` is where logits and features are returned (default: the input-embedding
+    device, which matters for ``device_map="auto"`` models whose last layers live elsewhere).
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        feature_layers: Sequence[int] | None = None,
+        feature_device: torch.device | str | None = None,
+    ) -> None:
+        self.model = model.eval()
+        self.config = model.config
+        self.text_config = _text_config(model.config)
+        self.feature_layers: tuple[int, int, int] = feature_layer_ids(model.config, feature_layers)
+        self.feature_device = torch.device(feature_device) if feature_device is not None else self.device
+        try:
+            params = inspect.signature(model.forward).parameters
+        except (TypeError, ValueError):
+            params = {}
+        self._has_logits_to_keep = "logits_to_keep" in params
+
+    # ------------------------------------------------------------- properties
+    @property
+    def embed_tokens(self) -> torch.nn.Module:
+        """The input embedding module (drafters share its weight)."""
+        return self.model.get_input_embeddings()
+
+    @property
+    def device(self) -> torch.device:
+        """Where input ids must go: the device of the input embedding (first shard under ``device_map``)."""
+        return self.embed_tokens.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed_tokens.weight.dtype
+
+    @property
+    def vocab_size(self) -> int:
+        out = self.model.get_output_embeddings()
+        if out is not None and getattr(out, "weight", None) is not None:
+            return int(out.weight.shape[0])
+        return int(self.text_config.vocab_size)
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.text_config.hidden_size)
+
+    @property
+    def feature_size(self) -> int:
+        """Width of one feature row: three hidden states concatenated."""
+        return 3 * self.hidden_size
+
+    @property
+    def max_context(self) -> int:
+        return int(self.text_config.max_position_embeddings)
+
+    # ------------------------------------------------------------- state
+    def new_state(self) -> TargetState:
+        """A fresh, empty per-generation state."""
+        return TargetState(cache=DynamicCache(config=self.config))
+
+    def _check_state(self, state: TargetState) -> None:
+        cached = state.cache.get_seq_length()
+        if cached < state.length:
+            raise RuntimeError(f"TargetState is inconsistent: cache holds {cached} rows but length is {state.length}")
+
+    def _drop_uncommitted(self, state: TargetState) -> None:
+        """Discard tree rows left by a verify that was never committed (state.length is authoritative)."""
+        self._check_state(state)
+        extra = state.cache.get_seq_length() - state.length
+        if extra > 0:
+            state.cache.crop(-extra)
+        state.tree = None
+
+    # ------------------------------------------------------------- forward
+    def _run(
+        self,
+        state: TargetState,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor | None,
+        last_only: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        kwargs: dict[str, Any] = {
+            "input_ids": ids,
+            "position_ids": positions,
+            "past_key_values": state.cache,
+            "use_cache": True,
+            "output_hidden_states": True,
+            "return_dict": True,
+        }
+        if mask is not None:
+            kwargs["attention_mask"] = mask
+        if last_only and self._has_logits_to_keep:
+            kwargs["logits_to_keep"] = 1
+        with torch.no_grad():
+            out = self.model(**kwargs)
+        hs = out.hidden_states
+        dev = self.feature_device
+        feats = torch.cat([hs[i][0].to(dev) for i in self.feature_layers], dim=-1)
+        logits = out.logits[0].to(device=dev, dtype=torch.float32)
+        if last_only:
+            logits = logits[-1]
+        return logits, feats
+
+    def _as_ids(self, input_ids: torch.Tensor | Sequence[int], what: str) -> torch.Tensor:
+        ids = torch.as_tensor(input_ids, dtype=torch.long)
+        if ids.dim() == 1:
+            ids = ids[None]
+        if ids.dim() != 2 or ids.shape[0] != 1:
+            raise ValueError(f"{what}: expected token ids of shape [1, n] (batch 1), got {tuple(ids.shape)}")
+        return ids.to(self.device)
+
+    def prefill(self, state: TargetState, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run the prompt into an empty state and commit it.
+
+        Returns the float32 logits of the last position ``[V]`` and the features of every prompt token
+        ``[n, 3H]`` (the drafter needs the whole prompt's features to start).
+        """
+        ids = self._as_ids(input_ids, "prefill")
+        n = ids.shape[1]
+        if n == 0:
+            raise ValueError("prefill: the prompt is empty (0 tokens); at least one token is needed")
+        if n > self.max_context:
+            raise ValueError(f"prefill: prompt of {n} tokens exceeds the target's context of {self.max_context}")
+        if state.length or state.cache.get_seq_length():
+            raise ValueError("prefill: the state already holds tokens; use a fresh target.new_state()")
+        positions = torch.arange(n, device=self.device)[None]
+        logits, feats = self._run(state, ids, positions, None, last_only=True)
+        state.length = n
+        return logits, feats
+
+    def forward_tokens(
+        self, state: TargetState, input_ids: torch.Tensor | Sequence[int]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append one or more tokens and commit them (plain AR step, or feeding a bonus token).
+
+        Any uncommitted tree rows are discarded first. Returns the last position's float32 logits ``[V]`` and
+        the features of the new tokens ``[n, 3H]``.
+        """
+        ids = self._as_ids(input_ids, "forward_tokens")
+        n = ids.shape[1]
+        if n == 0:
+            raise ValueError("forward_tokens: no tokens given")
+        self._drop_uncommitted(state)
+        if state.length + n > self.max_context:
+            raise ValueError(
+                f"forward_tokens: {state.length} committed + {n} new tokens exceed the target's context "
+                f"of {self.max_context}"
+            )
+        positions = torch.arange(state.length, state.length + n, device=self.device)[None]
+        logits, feats = self._run(state, ids, positions, None, last_only=True)
+        state.length += n
+        return logits, feats
+
+    def _require_compactable(self, state: TargetState, what: str) -> None:
+        for i, layer in enumerate(state.cache.layers):
+            if type(layer) is not DynamicLayer:
+                raise NotImplementedError(
+                    f"{what}: cache layer {i} is a {type(layer).__name__}; tree verification and KV compaction "
+                    "support only full-attention DynamicLayer caches"
+                )
+
+    def verify(self, state: TargetState, tree: DraftTree) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run every tree node in one forward after the committed prefix, with tree attention.
+
+        Node i sits at position ``length + depth(i)`` and attends to the whole prefix plus its own ancestors.
+        Returns float32 logits ``[n_tree, V]`` and features ``[n_tree, 3H]``; the cache then also holds the
+        (uncommitted) tree rows until :meth:`commit`.
+        """
+        if state.length == 0:
+            raise ValueError("verify: the state is empty; call prefill first")
+        self._drop_uncommitted(state)
+        self._require_compactable(state, "verify")
+        prefix = state.length
+        depth = int(tree.depths.max())
+        if prefix + depth + 1 > self.max_context:
+            raise ValueError(
+                f"verify: prefix of {prefix} tokens + tree depth {depth} (+ root) reaches position {prefix + depth}, "
+                f"past the target's context of {self.max_context}"
+            )
+        n = tree.size
+        dev = self.device
+        allowed = torch.ones(n, prefix + n, dtype=torch.bool, device=dev)
+        allowed[:, prefix:] = torch.from_numpy(tree.ancestor_mask()).to(dev)
+        mask = torch.zeros(n, prefix + n, dtype=self.dtype, device=dev)
+        mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
+        ids = torch.tensor(tree.tokens, dtype=torch.long, device=dev)[None]
+        positions = torch.tensor(tree.position_ids(prefix), dtype=torch.long, device=dev)[None]
+        logits, feats = self._run(state, ids, positions, mask[None, None], last_only=False)
+        state.tree = tree
+        return logits, feats
+
+    def commit(self, state: TargetState, nodes: Sequence[int]) -> None:
+        """Keep the KV rows of one root-to-node path of the last verified tree, contiguously after the prefix.
+
+        ``nodes`` are tree node indices, root first, each the child of the previous one. The rows are copied in
+        place inside every layer's keys/values, the rest of the tree rows are cropped, and ``length`` grows by
+        ``len(nodes)``. The bonus token is not in the tree: feed it with the next verify (as root) or
+        :meth:`forward_tokens`.
+        """
+        tree = state.tree
+        if tree is None:
+            raise ValueError("commit: no verified tree pending in this state; call verify first")
+        path = [int(i) for i in nodes]
+        if not path or path[0] != 0:
+            raise ValueError(f"commit: the path must start at the root (node 0), got {path}")
+        for a, b in itertools.pairwise(path):
+            if not 0 <= b < tree.size or int(tree.parents[b]) != a:
+                raise ValueError(f"commit: {path} is not a root-to-node path of the verified tree (at node {b})")
+        prefix, n_tree, m = state.length, tree.size, len(path)
+        self._require_compactable(state, "commit")
+        if state.cache.get_seq_length() != prefix + n_tree:
+            raise RuntimeError(
+                f"commit: cache holds {state.cache.get_seq_length()} rows, expected prefix {prefix} + tree {n_tree}"
+            )
+        if path != list(range(m)):  # rows 0..m-1 already in place need no copy
+            src = torch.tensor(path, dtype=torch.long) + prefix
+            for layer in state.cache.layers:
+                if not layer.is_initialized:
+                    continue
+                idx = src.to(layer.keys.device)
+                layer.keys[:, :, prefix : prefix + m] = layer.keys.index_select(2, idx)
+                layer.values[:, :, prefix : prefix + m] = layer.values.index_select(2, idx)
+        drop = n_tree - m
+        if drop:
+            state.cache.crop(-drop)
+        state.length = prefix + m
+        state.tree = None
