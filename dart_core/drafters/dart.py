@@ -58,7 +58,7 @@ class DartDrafter(nn.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.draft_vocab_size, bias=False)
         self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
-        self.embed_weight = embed_weight  # the target's, shared and frozen: not a parameter of ours
+        self.embed_weight = embed_weight.detach()  # the target's, shared (same storage) and frozen: not ours
         self.rotary = Rotary(cfg)
         self.default_state = DartState()
         self._warned_no_store = False
@@ -90,7 +90,7 @@ class DartDrafter(nn.Module):
         state.pop("t2d", None)
         state["d2t"] = state["d2t"].long()
         model.load_state_dict(state, strict=True)
-        return model.to(device=device, dtype=dtype).eval()
+        return model.to(device=device, dtype=dtype).eval().requires_grad_(False)
 
     def _apply(self, fn: Any, recurse: bool = True) -> DartDrafter:
         super()._apply(fn, recurse)

@@ -51,7 +51,7 @@ class Eagle3Drafter(nn.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.draft_vocab_size, bias=False)
         self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
-        self.embed_weight = embed_weight
+        self.embed_weight = embed_weight.detach()  # shared with the target (same storage), frozen
         self.rotary = Rotary(cfg)
         self.default_state = Eagle3State()
 
@@ -91,7 +91,7 @@ class Eagle3Drafter(nn.Module):
         state.pop("t2d", None)
         state["d2t"] = state["d2t"].long()
         model.load_state_dict(state, strict=True)
-        return model.to(device=device, dtype=dtype).eval()
+        return model.to(device=device, dtype=dtype).eval().requires_grad_(False)
 
     def _apply(self, fn: Any, recurse: bool = True) -> Eagle3Drafter:
         super()._apply(fn, recurse)
