@@ -140,5 +140,17 @@ class DraftTree:
         """Token ids along every root-to-leaf path (root token included)."""
         return [tuple(int(self.tokens[j]) for j in p) for p in self.paths()]
 
+    def truncate(self, max_depth: int) -> DraftTree:
+        """The subtree of nodes at depth <= ``max_depth`` (still parents-first): used near the context limit or
+        the token budget, where deeper drafts could not be emitted anyway."""
+        keep = np.flatnonzero(self.depths <= max(int(max_depth), 0))
+        if keep.size == self.size:
+            return self
+        index = np.full(self.size, -1, dtype=np.int64)
+        index[keep] = np.arange(keep.size)
+        parents = np.where(self.parents[keep] >= 0, index[np.maximum(self.parents[keep], 0)], -1)
+        scores = None if self.scores is None else self.scores[keep]
+        return DraftTree(self.tokens[keep], parents, scores)
+
     def __repr__(self) -> str:
         return f"DraftTree(size={self.size}, depth={int(self.depths.max())}, leaves={len(self.leaves())})"
