@@ -117,14 +117,20 @@ def _as_prompt(input_ids: Any) -> list[int]:
     return [int(t) for t in input_ids]
 
 
-def _cut_at_stop(tokens: list[int], stops: frozenset[int], budget: int) -> tuple[list[int], str | None]:
-    """Emit nothing past a stop token or the token budget."""
-    for i, t in enumerate(tokens[:budget]):
+def _cut(tokens: list[int], stops: frozenset[int], room: int) -> tuple[list[int], bool]:
+    """Emit nothing past a stop token or past ``room`` tokens; says whether a stop token ended it."""
+    for i, t in enumerate(tokens[:room]):
         if t in stops:
-            return tokens[: i + 1], "eos"
-    if len(tokens) >= budget:
-        return tokens[:budget], "max_new_tokens"
-    return tokens, None
+            return tokens[: i + 1], True
+    return tokens[:room], False
+
+
+def _stop_reason(stopped: bool, emitted: int, max_new_tokens: int, length: int, limit: int) -> str | None:
+    if stopped:
+        return "eos"
+    if emitted >= max_new_tokens:
+        return "max_new_tokens"
+    return "context" if length >= limit else None
 
 
 def stream(
@@ -164,9 +170,7 @@ def stream(
         x = choose_token(logits, sampling, generator)
     context = [*prompt, x]
     emitted = 1
-    reason = "eos" if x in stops else ("max_new_tokens" if max_new_tokens == 1 else None)
-    if reason is None and len(context) >= limit:
-        reason = "context"
+    reason = _stop_reason(x in stops, emitted, max_new_tokens, len(context), limit)
     yield Step(method, [x], 0, 0, 0.0, 0.0, sw.ms, prefill=True, stop_reason=reason)
     if reason:
         return
@@ -178,9 +182,7 @@ def stream(
                 x = choose_token(logits, sampling, generator)
             context.append(x)
             emitted += 1
-            reason = "eos" if x in stops else ("max_new_tokens" if emitted >= max_new_tokens else None)
-            if reason is None and len(context) >= limit:
-                reason = "context"
+            reason = _stop_reason(x in stops, emitted, max_new_tokens, len(context), limit)
             yield Step(method, [x], 0, 0, 0.0, 0.0, sw.ms, stop_reason=reason)
             if reason:
                 return
@@ -202,11 +204,10 @@ def stream(
             logits, tfeats = target.verify(state, tree)
             result = accept(tree, logits, sampling, generator)
             target.commit(state, result.nodes)
-        tokens, reason = _cut_at_stop(result.tokens, stops, room)
+        tokens, stopped = _cut(result.tokens, stops, room)
         context.extend(tokens)
         emitted += len(tokens)
-        if reason is None and len(context) >= limit:
-            reason = "context"
+        reason = _stop_reason(stopped, emitted, max_new_tokens, len(context), limit)
         yield Step(method, tokens, min(result.accepted, len(tokens)), tree.size, proposal.draft_ms,
                    proposal.search_ms, sw.ms, stop_reason=reason, tree=tree, accepted_nodes=result.nodes)
         if reason:

@@ -125,10 +125,8 @@ def _pretokenized(paths: list[Path], ids_field: str, eos: int | None) -> Iterato
 
 def _tokenized(paths: list[Path], tokenizer_name: str, text_field: str, append_eos: bool,
                batch_size: int) -> Iterator[np.ndarray]:
-    try:
-        from transformers import AutoTokenizer
-    except ImportError:
-        raise SystemExit("error: --tokenizer needs transformers: pip install 'dart-arena[tokenize]'") from None
+    from transformers import AutoTokenizer
+
     tok = AutoTokenizer.from_pretrained(tokenizer_name)
     eos = tok.eos_token_id
     if append_eos and eos is None:

@@ -1,0 +1,238 @@
+"""The central property: speculative output == the target's own greedy output, token for token, for DART,
+EAGLE-3 and AR on tiny Qwen3 / Llama / Qwen3-MoE targets — with random drafters and with drafters rigged to agree
+with the target often (deep accepted paths, KV compaction deep into the tree) — plus stop rules and sampling."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import helpers_ckpt as C
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare
+from transformers import AutoModelForCausalLM, LlamaConfig, Qwen3Config, Qwen3MoeConfig
+
+from dart_core.drafters.dart import DartDrafter
+from dart_core.drafters.eagle3 import Eagle3Drafter
+from dart_core.generate import DartSettings, Eagle3Settings, generate, stream, summarize
+from dart_core.ngram import NgramStore
+from dart_core.target import TargetModel
+from dart_core.tree import DraftTree
+from dart_core.verify import SamplingConfig, processed_probs
+
+V, H, NEW = 97, 32, 64
+N_PROMPTS = 20
+
+
+def make_target(family: str, seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    common = dict(vocab_size=V, hidden_size=H, intermediate_size=64, num_hidden_layers=8, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False)
+    if family == "qwen3":
+        cfg = Qwen3Config(head_dim=16, **common)
+    elif family == "llama":
+        cfg = LlamaConfig(**common)
+    else:
+        cfg = Qwen3MoeConfig(head_dim=8, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                             decoder_sparse_step=1, **common)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").eval()
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+def prompts(seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(V) for _ in range(rng.randint(3, 30))] for _ in range(N_PROMPTS)]
+
+
+def reference(model: torch.nn.Module, prompt: list[int], new: int) -> list[int]:
+    ids = torch.tensor([prompt])
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=new,
+                         min_new_tokens=new)
+    return out[0, len(prompt) :].tolist()
+
+
+class OracleDart(DartDrafter):
+    """The real DART drafter with its logits nudged towards the target's true continuation (known from the
+    reference run) at each position with probability ``agree``: real forward, top-k, d2t and native search."""
+
+    def setup(self, prompt: list[int], truth: list[int], agree: float, seed: int) -> None:
+        self.prompt_len, self.truth, self.agree, self.rng = len(prompt), truth, agree, random.Random(seed)
+
+    def propose(self, state, features, shifted_ids, context_tokens, store=None, **kw):  # type: ignore[override]
+        self._done = len(context_tokens) - self.prompt_len  # tokens emitted so far (root included)
+        return super().propose(state, features, shifted_ids, context_tokens, store, **kw)
+
+    def draft_logits(self, features, shifted_ids, state=None):  # type: ignore[override]
+        logits = super().draft_logits(features, shifted_ids, state)
+        for r in range(logits.shape[1]):
+            i = self._done + r
+            if i < len(self.truth) and self.rng.random() < self.agree:
+                logits[0, r, self.truth[i]] += 50.0  # draft vocab == target vocab here: d2t is the identity
+        return logits
+
+
+class OracleEagle(Eagle3Drafter):
+    """The real EAGLE-3 head (context pass + tree expansion run as usual); the tree's best path is then relabelled
+    with the target's true continuation, agreeing per position with probability ``agree``."""
+
+    def setup(self, prompt: list[int], truth: list[int], agree: float, seed: int) -> None:
+        self.prompt_len, self.truth, self.agree, self.rng = len(prompt), truth, agree, random.Random(seed)
+
+    def propose(self, state, features, shifted_ids, context_tokens=None, **kw):  # type: ignore[override]
+        prop = super().propose(state, features, shifted_ids, context_tokens, **kw)
+        tree, done = prop.tree, len(context_tokens) - self.prompt_len
+        deepest = int(np.argmax(tree.depths))
+        tokens = tree.tokens.copy()
+        for depth, node in enumerate(tree.path_to(deepest)[1:]):
+            i = done + depth
+            if i < len(self.truth) and self.rng.random() < self.agree:
+                siblings = [c for c in tree.children()[int(tree.parents[node])] if c != node]
+                for s in siblings:  # keep sibling tokens distinct from the relabelled one
+                    if tokens[s] == self.truth[i]:
+                        tokens[s] = (self.truth[i] + 1) % V
+                tokens[node] = self.truth[i]
+        return type(prop)(DraftTree(tokens, tree.parents, tree.scores), prop.draft_ms, prop.search_ms)
+
+
+def drafters(tmp: Path, model: torch.nn.Module, oracle: bool) -> dict[str, torch.nn.Module]:
+    hidden = model.config.hidden_size
+    out = {}
+    for kind, cls in (("dart", OracleDart if oracle else DartDrafter),
+                      ("eagle3", OracleEagle if oracle else Eagle3Drafter)):
+        draft_vocab = None if oracle else 48
+        cfg = C.drafter_config(kind, vocab=V, hidden=hidden, draft_vocab=draft_vocab, draft_length=6)
+        path = C.write_drafter(tmp / f"{kind}-{oracle}", cfg, C.random_drafter_state(cfg, kind=kind, seed=7))
+        out[kind] = cls.from_pretrained(path, target=model)
+    return out
+
+
+@pytest.mark.parametrize("family", ["qwen3", "llama", "qwen3_moe"])
+def test_greedy_lossless_all_methods(tmp_path: Path, family: str) -> None:
+    model = make_target(family)
+    target = TargetModel(model)
+    plain = drafters(tmp_path, model, oracle=False)
+    rigged = drafters(tmp_path, model, oracle=True)
+    deepest = {"dart": 0, "eagle3": 0}
+    taus = {"dart": [], "eagle3": []}
+    for p_i, prompt in enumerate(prompts(seed=hash(family) % 1000)):
+        truth = reference(model, prompt, NEW + 12)
+        want = truth[:NEW]
+        got, steps = generate(target, prompt, None, max_new_tokens=NEW)
+        assert got == want, f"AR differs on prompt {p_i}"
+        assert summarize(steps).tau == 1.0
+        for kind in ("dart", "eagle3"):
+            got, steps = generate(target, prompt, plain[kind], max_new_tokens=NEW,
+                                  eagle3=Eagle3Settings(total_tokens=30, depth=5, top_k=4))
+            assert got == want, f"random {kind} differs on prompt {p_i}"
+            oracle = rigged[kind]
+            oracle.setup(prompt, truth, agree=0.85, seed=p_i)
+            got, steps = generate(target, prompt, oracle, max_new_tokens=NEW,
+                                  dart=DartSettings(top_k=6, max_nodes=30),
+                                  eagle3=Eagle3Settings(total_tokens=30, depth=6, top_k=3))
+            assert got == want, f"rigged {kind} differs on prompt {p_i}"
+            deepest[kind] = max(deepest[kind], max(s.accepted for s in steps))
+            taus[kind].append(summarize(steps).tau)
+    for kind in ("dart", "eagle3"):
+        assert deepest[kind] >= 4, f"rigged {kind} never accepted a deep path"
+        assert np.mean(taus[kind]) > 2.0, f"rigged {kind} τ {np.mean(taus[kind]):.2f}: compaction barely exercised"
+
+
+def test_dart_with_ngram_store_and_eager_attention(tmp_path: Path) -> None:
+    torch.manual_seed(3)
+    model = AutoModelForCausalLM.from_config(
+        Qwen3Config(vocab_size=V, hidden_size=H, intermediate_size=64, num_hidden_layers=8, num_attention_heads=4,
+                    num_key_value_heads=2, head_dim=16, max_position_embeddings=256),
+        attn_implementation="eager").eval()
+    model.generation_config.eos_token_id = None
+    target = TargetModel(model)
+    d = drafters(tmp_path, model, oracle=False)["dart"]
+    ps = prompts(seed=5)[:8]
+    refs = [reference(model, p, 40) for p in ps]
+    store = NgramStore.build([p + r for p, r in zip(ps, refs, strict=True)], order=3)
+    for p, r in zip(ps, refs, strict=True):
+        got, steps = generate(target, p, d, store=store, max_new_tokens=40)
+        assert got == r
+        assert steps[1].tree_size > 1  # (the last steps may be cut to the root by the token budget)
+
+
+def test_stop_rules(tmp_path: Path) -> None:
+    model = make_target("qwen3")
+    target = TargetModel(model)
+    oracle = drafters(tmp_path, model, oracle=True)["dart"]
+    prompt = prompts(seed=1)[0]
+    truth = reference(model, prompt, 40)
+    # a stop token met inside an accepted draft path: emitted, nothing after it
+    stop = truth[13]
+    first = truth.index(stop)
+    oracle.setup(prompt, truth, agree=1.0, seed=0)
+    got, steps = generate(target, prompt, oracle, max_new_tokens=40, stop_token_ids=[stop])
+    assert got == truth[: first + 1] and steps[-1].stop_reason == "eos"
+    # the token budget cuts a long accepted path exactly
+    oracle.setup(prompt, truth, agree=1.0, seed=0)
+    got, steps = generate(target, prompt, oracle, max_new_tokens=11)
+    assert got == truth[:11] and steps[-1].stop_reason == "max_new_tokens"
+    # the context limit: prompt + output never exceeds max_length
+    for drafter in (None, oracle):
+        if drafter is not None:
+            drafter.setup(prompt, truth, agree=1.0, seed=0)
+        got, steps = generate(target, prompt, drafter, max_new_tokens=40, max_length=len(prompt) + 9)
+        assert got == truth[:9] and steps[-1].stop_reason == "context"
+    with pytest.raises(ValueError, match="context limit"):
+        generate(target, list(range(50)), oracle, max_length=50)
+    with pytest.raises(ValueError, match="empty"):
+        generate(target, [], None)
+
+
+def test_steps_report_timings_and_trees(tmp_path: Path) -> None:
+    model = make_target("llama")
+    target = TargetModel(model)
+    d = drafters(tmp_path, model, oracle=False)
+    for kind, drafter in d.items():
+        steps = list(stream(target, prompts(2)[0], drafter, max_new_tokens=12))
+        assert steps[0].prefill and len(steps[0].tokens) == 1
+        for s in steps[1:]:
+            assert s.method == kind and s.tree is not None and s.tree_size == s.tree.size
+            assert s.draft_ms > 0 and s.verify_ms > 0 and (s.search_ms > 0) == (kind == "dart")
+            assert s.accepted_nodes[0] == 0 and 1 <= len(s.tokens) <= s.accepted + 1
+        stats = summarize(steps)
+        assert stats.new_tokens == 12 and stats.tokens_per_s > 0
+
+
+def test_sampling_keeps_target_distribution(tmp_path: Path) -> None:
+    """Second emitted token (the first one from a verify step) under DART with a rigged drafter vs the exact
+    target distribution Σ_x1 p(x1) q(x2 | x1), chi-square at fixed seeds."""
+    torch.manual_seed(11)
+    vocab = 12
+    model = AutoModelForCausalLM.from_config(
+        Qwen3Config(vocab_size=vocab, hidden_size=H, intermediate_size=64, num_hidden_layers=8,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64),
+        attn_implementation="sdpa").eval()
+    target = TargetModel(model)
+    cfg = C.drafter_config("dart", vocab=vocab, hidden=H, draft_length=3)
+    drafter = DartDrafter.from_pretrained(
+        C.write_drafter(tmp_path / "d", cfg, C.random_drafter_state(cfg, kind="dart", seed=1, scale=1.0)),
+        target=model)
+    sampling = SamplingConfig(temperature=1.3, top_p=0.95)
+    prompt = [3, 1, 4, 1, 5]
+    with torch.no_grad():
+        p1 = processed_probs(model(torch.tensor([prompt])).logits[0, -1], sampling)
+        nxt = torch.tensor([[*prompt, x] for x in range(vocab)])
+        q2 = processed_probs(model(nxt).logits[:, -1], sampling)
+    expected = (p1[:, None] * q2).sum(0).numpy()
+    gen = torch.Generator().manual_seed(0)
+    counts = np.zeros(vocab)
+    n = 2500
+    for _ in range(n):
+        got, _ = generate(target, prompt, drafter, sampling=sampling, max_new_tokens=2, generator=gen,
+                          dart=DartSettings(top_k=4, max_nodes=12))
+        counts[got[1]] += 1
+    keep = expected * n >= 5
+    f_exp = np.append(expected[keep] * n, expected[~keep].sum() * n)
+    f_obs = np.append(counts[keep], counts[~keep].sum())
+    if f_exp[-1] == 0:
+        f_exp, f_obs = f_exp[:-1], f_obs[:-1]
+    assert chisquare(f_obs, f_exp * f_obs.sum() / f_exp.sum()).pvalue > 1e-3
