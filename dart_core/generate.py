@@ -221,3 +221,9 @@ def generate(target: TargetModel, input_ids: Any, drafter: Any = None, **kwargs:
     """Run :func:`stream` to the end: (new token ids, steps)."""
     steps = list(stream(target, input_ids, drafter, **kwargs))
     return [t for s in steps for t in s.tokens], steps
+
+
+if __name__ == "__main__":
+    from dart_core.generate_cli import main
+
+    raise SystemExit(main())

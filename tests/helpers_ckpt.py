@@ -113,3 +113,31 @@ def write_target_weights(path: Path, model: Any, *, sharded: bool) -> Path:
         weight_map.update(dict.fromkeys(part, name))
     (path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     return path
+
+
+def word_tokenizer(vocab: int) -> Any:
+    """A word-level fast tokenizer over ``vocab`` ids: specials first, then words w0, w1, ..."""
+    import tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", "<|im_end|>"]
+    words = specials + [f"w{i}" for i in range(vocab - len(specials))]
+    tk = tokenizers.Tokenizer(tokenizers.models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="w0"))
+    tk.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    tk.decoder = tokenizers.decoders.WordPiece(prefix="##")  # joins words with spaces
+    return PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|endoftext|>", unk_token="w0",
+                                   additional_special_tokens=["<|im_end|>"])
+
+
+def write_tiny_bundle(root: Path, *, vocab: int = 97, hidden: int = 32, seed: int = 0) -> dict[str, Path]:
+    """target/ (HF save_pretrained + tokenizer), dart/, eagle3/ in the published formats."""
+    model = tiny_qwen3(vocab=vocab, hidden=hidden, seed=seed)
+    model.generation_config.eos_token_id = None
+    model.config.eos_token_id = None
+    model.save_pretrained(root / "target")
+    word_tokenizer(vocab).save_pretrained(root / "target")
+    paths = {"target": root / "target"}
+    for kind in ("dart", "eagle3"):
+        cfg = drafter_config(kind, vocab=vocab, hidden=hidden, draft_vocab=vocab // 2)
+        paths[kind] = write_drafter(root / kind, cfg, random_drafter_state(cfg, kind=kind, seed=seed + 1))
+    return paths

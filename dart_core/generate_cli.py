@@ -1,0 +1,148 @@
+"""``python -m dart_core.generate``: stream one prompt through DART, EAGLE-3 and plain decoding on one shared
+target, then print τ, tokens/s and the latency split per method."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dart_core.generate import DartSettings, Eagle3Settings, Step, summarize
+from dart_core.hub import HubFileError
+from dart_core.models import load_arena
+from dart_core.ngram import NgramFormatError
+from dart_core.verify import SamplingConfig
+
+EXAMPLES = """examples:
+  python -m dart_core.generate --base Qwen/Qwen3-1.7B --dart fvliang/qwen1.7b-dart \\
+      --eagle3 AngelSlim/Qwen3-1.7B_eagle3 --ngram fvliang/dart-qwen3-ngram --small-ngram \\
+      --prompt "Write a quicksort in Python."
+  python -m dart_core.generate --base ./my-target --dart ./my-dart --prompt "def fib(n):" --raw
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m dart_core.generate", description=__doc__, epilog=EXAMPLES,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    m = p.add_argument_group("models (local directories or Hub ids)")
+    m.add_argument("--base", required=True, help="target model (e.g. Qwen/Qwen3-1.7B)")
+    m.add_argument("--dart", help="DART drafter (e.g. fvliang/qwen1.7b-dart)")
+    m.add_argument("--eagle3", help="EAGLE-3 head (e.g. AngelSlim/Qwen3-1.7B_eagle3)")
+    m.add_argument("--ngram", help="N-gram store: a file, or a dir / Hub repo with small.trie / full.trie")
+    m.add_argument("--small-ngram", action="store_true", help="use small.trie (quick demos) instead of full.trie")
+    m.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (spread over GPUs); default: cuda if "
+                   "available")
+    m.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU), float32, float16, bfloat16")
+    g = p.add_argument_group("generation")
+    src = g.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="the prompt text")
+    src.add_argument("--prompt-file", help="read the prompt from this file")
+    g.add_argument("--methods", default=None,
+                   help="comma-separated subset of dart,eagle3,ar (default: every loaded one, then ar)")
+    g.add_argument("--raw", action="store_true", help="completion mode: no chat template")
+    g.add_argument("--system", default=None, help="system prompt (chat mode)")
+    g.add_argument("--max-new-tokens", type=int, default=256)
+    g.add_argument("--max-length", type=int, default=None, help="limit on prompt + output tokens")
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--top-k", type=int, default=0)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--no-stream", action="store_true", help="print only the summary")
+    g.add_argument("--json", action="store_true", help="print the summary as JSON")
+    t = p.add_argument_group("draft trees")
+    t.add_argument("--dart-top-k", type=int, default=25)
+    t.add_argument("--dart-beam", type=int, default=20)
+    t.add_argument("--dart-nodes", type=int, default=60, help="nodes below the root")
+    t.add_argument("--ngram-weight", type=float, default=0.5)
+    t.add_argument("--eagle3-total", type=int, default=60, help="nodes including the root")
+    t.add_argument("--eagle3-depth", type=int, default=7)
+    t.add_argument("--eagle3-top-k", type=int, default=10)
+    return p
+
+
+def encode_prompt(tokenizer: Any, text: str, *, raw: bool, system: str | None) -> list[int]:
+    """Chat template (thinking off, for Qwen3) when the tokenizer has one and ``raw`` is off; else plain text."""
+    if not raw and getattr(tokenizer, "chat_template", None):
+        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
+        rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                                 enable_thinking=False)
+        return tokenizer(rendered, add_special_tokens=False)["input_ids"]
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def run(args: argparse.Namespace) -> int:
+    arena = load_arena(args.base, dart=args.dart, eagle3=args.eagle3, ngram=args.ngram, small_ngram=args.small_ngram,
+                       device=args.device, dtype=args.dtype)
+    methods = args.methods.split(",") if args.methods else arena.methods
+    for m in methods:
+        arena.drafter(m)  # clear error for a method that is not loaded
+    text = args.prompt if args.prompt is not None else Path(args.prompt_file).read_text(encoding="utf-8")
+    ids = encode_prompt(arena.tokenizer, text, raw=args.raw, system=args.system)
+    sampling = SamplingConfig(args.temperature, args.top_p, args.top_k)
+    dart = DartSettings(args.dart_top_k, args.dart_beam, args.dart_nodes, args.ngram_weight)
+    eagle3 = Eagle3Settings(args.eagle3_total, args.eagle3_depth, args.eagle3_top_k)
+    results: dict[str, tuple[list[int], list[Step]]] = {}
+    for method in methods:
+        generator = torch.Generator(device=arena.target.feature_device).manual_seed(args.seed)
+        steps: list[Step] = []
+        tokens: list[int] = []
+        shown = ""
+        if not args.no_stream:
+            print(f"\n=== {method} ===", flush=True)
+        for step in arena.stream(method, ids, sampling=sampling, max_new_tokens=args.max_new_tokens,
+                                 max_length=args.max_length, generator=generator, dart=dart, eagle3=eagle3):
+            steps.append(step)
+            tokens.extend(step.tokens)
+            if not args.no_stream:
+                now = arena.tokenizer.decode(tokens, skip_special_tokens=True)
+                print(now[len(shown):], end="", flush=True)
+                shown = now
+        if not args.no_stream:
+            print(f"\n[{steps[-1].stop_reason}]", flush=True)
+        results[method] = (tokens, steps)
+    print_summary(results, greedy=sampling.greedy, as_json=args.json)
+    return 0
+
+
+def print_summary(results: dict[str, tuple[list[int], list[Step]]], *, greedy: bool, as_json: bool) -> None:
+    stats = {m: summarize(steps) for m, (_, steps) in results.items()}
+    ar = stats.get("ar")
+    rows = []
+    for m, s in stats.items():
+        per = max(s.forwards, 1)
+        row = {"method": m, "tokens": s.new_tokens, "forwards": s.forwards, "tau": round(s.tau, 3),
+               "tokens_per_s": round(s.tokens_per_s, 2),
+               "speedup_vs_ar": round(s.tokens_per_s / ar.tokens_per_s, 3) if ar and ar.tokens_per_s else None,
+               "draft_ms_per_step": round(s.draft_ms / per, 3), "search_ms_per_step": round(s.search_ms / per, 3),
+               "verify_ms_per_step": round(s.verify_ms / per, 3), "prefill_ms": round(s.prefill_ms, 2)}
+        if greedy and "ar" in results and m != "ar":
+            row["matches_ar"] = results[m][0] == results["ar"][0]
+        rows.append(row)
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    print(f"\n{'method':<8} {'tokens':>6} {'fwds':>5} {'tau':>6} {'tok/s':>8} {'vs AR':>6} "
+          f"{'draft ms':>9} {'search ms':>10} {'verify ms':>10}  (per step)")
+    for r in rows:
+        speed = f"{r['speedup_vs_ar']:.2f}x" if r["speedup_vs_ar"] else "-"
+        note = "" if r.get("matches_ar", True) else "   OUTPUT DIFFERS FROM AR (greedy): please report"
+        print(f"{r['method']:<8} {r['tokens']:>6} {r['forwards']:>5} {r['tau']:>6.2f} {r['tokens_per_s']:>8.1f} "
+              f"{speed:>6} {r['draft_ms_per_step']:>9.2f} {r['search_ms_per_step']:>10.2f} "
+              f"{r['verify_ms_per_step']:>10.2f}{note}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args)
+    except (HubFileError, NgramFormatError, ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

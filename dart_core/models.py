@@ -1,0 +1,257 @@
+"""Loading one shared target (+ tokenizer) with its drafters and N-gram store, once; and the facade that keeps
+scripts written for the reference implementation working (``DartModel.from_pretrained`` / ``dart_generate``)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dart_core.drafters.dart import DartDrafter
+from dart_core.drafters.eagle3 import Eagle3Drafter
+from dart_core.generate import DartSettings, Eagle3Settings, Step, stream
+from dart_core.hub import HubFileError, looks_local, resolve_file
+from dart_core.ngram import NgramStore
+from dart_core.target import TargetModel, feature_layer_ids
+from dart_core.verify import SamplingConfig
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
+          "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+# End-of-turn markers of common chat templates, besides the tokenizer's EOS.
+END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<end_of_turn>")
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: str | torch.device) -> torch.dtype:
+    """``auto`` / None: bfloat16 on CUDA, float32 on CPU (CPU half precision is slow and inexact)."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype in (None, "auto"):
+        return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; choose from auto, {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_target(
+    base: str | os.PathLike[str],
+    *,
+    device: str | None = None,
+    dtype: str | torch.dtype | None = None,
+    revision: str | None = None,
+    **hf_kwargs: Any,
+) -> tuple[TargetModel, Any]:
+    """A stock ``AutoModelForCausalLM`` + its tokenizer from a local dir or Hub id. ``device="auto"`` spreads the
+    model over the visible GPUs (``device_map="auto"``)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    resolve_file(base, "config.json", revision=revision)  # a clear error for a bad path / offline miss
+    device = device or default_device()
+    if "torch_dtype" in hf_kwargs:  # the reference's keyword (transformers < 5)
+        dtype = dtype or hf_kwargs.pop("torch_dtype")
+    hf_kwargs.pop("low_cpu_mem_usage", None)  # always on in transformers 5
+    torch_dtype = resolve_dtype(dtype, "cuda" if device == "auto" else device)
+    device_map = hf_kwargs.pop("device_map", "auto" if device == "auto" else None)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(base, revision=revision)
+        model = AutoModelForCausalLM.from_pretrained(base, revision=revision, dtype=torch_dtype,
+                                                     device_map=device_map, **hf_kwargs)
+    except OSError as e:
+        raise HubFileError(f"cannot load target {os.fspath(base)}: {e}") from None
+    if device_map is None:
+        model = model.to(device)
+    return TargetModel(model.eval().requires_grad_(False)), tokenizer
+
+
+def load_ngram(
+    ref: str | os.PathLike[str], *, small: bool = False, revision: str | None = None, progress: bool = True
+) -> NgramStore:
+    """An N-gram store from a file (ours or a reference ``.trie``), or from a directory / Hub repo laid out like
+    ``fvliang/dart-qwen3-ngram``: ``small.trie`` (``small=True``) or ``full.trie``, or our ``small.ngram`` /
+    ``full.ngram`` next to them, which are preferred (no conversion)."""
+    p = Path(ref).expanduser()
+    if p.is_file():
+        return NgramStore.load(p, progress=progress)
+    stem = "small" if small else "full"
+    for name in (f"{stem}.ngram", f"{stem}.trie"):
+        path = resolve_file(ref, name, revision=revision, required=False)
+        if path is not None:
+            return NgramStore.load(path, progress=progress)
+    if looks_local(ref) and p.is_dir():
+        found = sorted(p.glob("*.ngram"))
+        if len(found) == 1:
+            return NgramStore.load(found[0], progress=progress)
+    raise HubFileError(f"{os.fspath(ref)} holds neither {stem}.ngram nor {stem}.trie")
+
+
+def stop_token_ids(tokenizer: Any, config: Any = None) -> list[int]:
+    """The tokenizer's EOS, the model's configured EOS ids and the chat template's end-of-turn tokens."""
+    ids: set[int] = set()
+    for source in (getattr(tokenizer, "eos_token_id", None), getattr(config, "eos_token_id", None)):
+        if isinstance(source, int):
+            ids.add(source)
+        elif isinstance(source, (list, tuple)):
+            ids.update(int(t) for t in source)
+    vocab = tokenizer.get_vocab() if tokenizer is not None else {}
+    ids.update(vocab[t] for t in END_OF_TURN if t in vocab)
+    return sorted(ids)
+
+
+@dataclass
+class Arena:
+    """Everything loaded once and shared: one target, its tokenizer, the drafters and the N-gram store."""
+
+    target: TargetModel
+    tokenizer: Any
+    dart: DartDrafter | None = None
+    eagle3: Eagle3Drafter | None = None
+    store: NgramStore | None = None
+    stop_ids: list[int] = field(default_factory=list)
+
+    def drafter(self, method: str) -> Any:
+        if method == "ar":
+            return None
+        d = {"dart": self.dart, "eagle3": self.eagle3}.get(method)
+        if d is None:
+            raise ValueError(f"method {method!r} is not loaded (have: {', '.join(self.methods)})")
+        return d
+
+    @property
+    def methods(self) -> list[str]:
+        return [m for m, d in (("dart", self.dart), ("eagle3", self.eagle3)) if d is not None] + ["ar"]
+
+    def stream(self, method: str, input_ids: Any, **kwargs: Any) -> Iterator[Step]:
+        kwargs.setdefault("stop_token_ids", self.stop_ids)
+        store = self.store if method == "dart" else None
+        return stream(self.target, input_ids, self.drafter(method), store=store, **kwargs)
+
+
+def load_arena(
+    base: str | os.PathLike[str],
+    *,
+    dart: str | os.PathLike[str] | None = None,
+    eagle3: str | os.PathLike[str] | None = None,
+    ngram: str | os.PathLike[str] | None = None,
+    small_ngram: bool = False,
+    device: str | None = None,
+    dtype: str | torch.dtype | None = None,
+    progress: bool = True,
+    **hf_kwargs: Any,
+) -> Arena:
+    """Load the target once and every drafter on it (their device and dtype follow the target's embedding)."""
+    from tqdm.auto import tqdm
+
+    steps = ["target", *(["DART"] if dart else []), *(["EAGLE-3"] if eagle3 else []), *(["N-gram"] if ngram else [])]
+    bar = tqdm(total=len(steps), desc="loading", unit="part", disable=not progress)
+
+    def done(name: str) -> None:
+        bar.set_postfix_str(name)
+        bar.update(1)
+
+    target, tokenizer = load_target(base, device=device, dtype=dtype, **hf_kwargs)
+    done("target")
+    embed = target.embed_tokens.weight
+    arena = Arena(target=target, tokenizer=tokenizer, stop_ids=stop_token_ids(tokenizer, target.config))
+    if dart:
+        arena.dart = DartDrafter.from_pretrained(dart, target=embed)
+        done("DART")
+    if eagle3:
+        arena.eagle3 = Eagle3Drafter.from_pretrained(eagle3, target=embed)
+        wanted = feature_layer_ids(target.config, arena.eagle3.config.aux_layer_ids)
+        if wanted != target.feature_layers:
+            if arena.dart is not None:
+                raise ValueError(f"the EAGLE-3 head reads target layers {wanted} but DART reads "
+                                 f"{target.feature_layers}: one shared target forward serves one set of layers")
+            target.feature_layers = wanted
+        done("EAGLE-3")
+    if ngram:
+        arena.store = load_ngram(ngram, small=small_ngram, progress=progress)
+        done("N-gram")
+    bar.close()
+    return arena
+
+
+class DartModel:
+    """The reference's API on our engine, so its scripts keep working::
+
+        model = DartModel.from_pretrained(base_model_name_or_path=..., dart_model_name_or_path=...,
+                                          ngram_model_name_or_path=..., is_small_ngram=True, torch_dtype=...)
+        output_ids = model.dart_generate(input_ids, temperature=0.7, top_p=0.9, top_k=50,
+                                         max_new_token_num=512, max_length=2048)
+
+    Outputs are ``[1, prompt + new]`` LongTensors, like Hugging Face ``generate``. ``eagle3_generate`` (when an
+    EAGLE-3 head is given) and ``ar_generate`` run on the same loaded target.
+    """
+
+    def __init__(self, arena: Arena) -> None:
+        self.arena = arena
+        self.tokenizer = arena.tokenizer
+        self.last_steps: list[Step] = []
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        base_model_name_or_path: str,
+        dart_model_name_or_path: str | None = None,
+        ngram_model_name_or_path: str | None = None,
+        is_small_ngram: bool = False,
+        eagle3_model_name_or_path: str | None = None,
+        device: str | None = None,
+        **hf_kwargs: Any,
+    ) -> DartModel:
+        if hf_kwargs.get("device_map") == "auto":
+            device = "auto"
+            hf_kwargs.pop("device_map")
+        return cls(load_arena(base_model_name_or_path, dart=dart_model_name_or_path,
+                              eagle3=eagle3_model_name_or_path, ngram=ngram_model_name_or_path,
+                              small_ngram=is_small_ngram, device=device, **hf_kwargs))
+
+    def to(self, device: str | torch.device) -> DartModel:
+        """Move target and drafters (a no-op for a target spread with ``device_map``)."""
+        model = self.arena.target.model
+        if getattr(model, "hf_device_map", None) is None:
+            model.to(device)
+        for d in (self.arena.dart, self.arena.eagle3):
+            if d is not None:
+                d.to(self.arena.target.embed_tokens.weight.device)
+                d.embed_weight = self.arena.target.embed_tokens.weight.detach()
+        return self
+
+    def eval(self) -> DartModel:
+        return self
+
+    def _generate(self, method: str, input_ids: torch.Tensor, temperature: float, top_p: float, top_k: int,
+                  max_new_token_num: int, max_length: int | None, seed: int | None, **kwargs: Any) -> torch.Tensor:
+        sampling = SamplingConfig(temperature=temperature, top_p=top_p, top_k=top_k)
+        generator = None
+        if seed is not None:
+            generator = torch.Generator(device=self.arena.target.feature_device).manual_seed(seed)
+        steps = list(self.arena.stream(method, input_ids, sampling=sampling, max_new_tokens=max_new_token_num,
+                                       max_length=max_length, generator=generator, **kwargs))
+        self.last_steps = steps
+        new = torch.tensor([[t for s in steps for t in s.tokens]], dtype=torch.long, device=input_ids.device)
+        return torch.cat([input_ids.reshape(1, -1).long(), new], dim=1)
+
+    def dart_generate(self, input_ids: torch.Tensor, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
+                      max_new_token_num: int = 512, max_length: int | None = 2048, seed: int | None = None,
+                      settings: DartSettings | None = None) -> torch.Tensor:
+        return self._generate("dart", input_ids, temperature, top_p, top_k, max_new_token_num, max_length, seed,
+                              dart=settings)
+
+    def eagle3_generate(self, input_ids: torch.Tensor, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
+                        max_new_token_num: int = 512, max_length: int | None = 2048, seed: int | None = None,
+                        settings: Eagle3Settings | None = None) -> torch.Tensor:
+        return self._generate("eagle3", input_ids, temperature, top_p, top_k, max_new_token_num, max_length, seed,
+                              eagle3=settings)
+
+    def ar_generate(self, input_ids: torch.Tensor, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
+                    max_new_token_num: int = 512, max_length: int | None = 2048,
+                    seed: int | None = None) -> torch.Tensor:
+        return self._generate("ar", input_ids, temperature, top_p, top_k, max_new_token_num, max_length, seed)
