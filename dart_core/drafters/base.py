@@ -1,9 +1,17 @@
-"""What every drafter hands the decoding loop: a draft tree and the time it took, split by stage."""
+"""What the two drafters share: the one-layer module skeleton of the published checkpoints (fc, midlayer, norm,
+lm_head, d2t, the target's embedding), the tail of their loaders, input checks, and what they hand the loop."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
+import torch
+from torch import nn
+
+from dart_core.drafters.checkpoint import check_d2t, check_embedding
+from dart_core.drafters.config import DrafterConfig
+from dart_core.drafters.layers import KVCache, MidLayer, RMSNorm, Rotary
 from dart_core.tree import DraftTree
 
 
@@ -12,3 +20,88 @@ class Proposal:
     tree: DraftTree
     draft_ms: float  # drafter forwards (DART: one; EAGLE-3: one per tree level) + top-k
     search_ms: float  # turning the drafter's outputs into the tree (DART: native N-gram search)
+
+
+@dataclass
+class DrafterState:
+    """Per-generation drafter state: K/V of the real context rows fed so far (DART's mask rows and EAGLE-3's
+    tree rows are never kept), so one loaded drafter serves generations that alternate."""
+
+    cache: KVCache = field(default_factory=KVCache)
+
+    @property
+    def length(self) -> int:
+        return self.cache.length
+
+
+class DrafterLayer(nn.Module):
+    """fc(3·H_t → H) + one ``midlayer`` + ``norm`` + ``lm_head`` over the draft vocabulary, with ``d2t`` (draft id
+    i is target id i + d2t[i]) and the target's token embedding, shared (same storage) and frozen."""
+
+    kind = "drafter"
+    name = "drafter"
+
+    def __init__(self, cfg: DrafterConfig, embed_weight: torch.Tensor, *, with_mask_rep: bool) -> None:
+        super().__init__()
+        self.config = cfg
+        self.fc = nn.Linear(3 * cfg.target_hidden_size, cfg.hidden_size, bias=False)
+        self.midlayer = MidLayer(cfg, with_mask_rep=with_mask_rep)
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.draft_vocab_size, bias=False)
+        self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
+        self.embed_weight = embed_weight.detach()  # not a parameter of ours
+        self.rotary = Rotary(cfg)
+        self.default_state = DrafterState()
+
+    def new_state(self) -> DrafterState:
+        return DrafterState()
+
+    def reset(self) -> None:
+        """Start the default state (used by calls without ``state``) afresh."""
+        self.default_state = DrafterState()
+
+    @classmethod
+    def _build(cls, cfg: DrafterConfig, state: dict[str, torch.Tensor], embed: torch.Tensor, source: str,
+               device: torch.device | str | None, dtype: torch.dtype | None) -> Any:
+        """Shared loader tail: check d2t and the embedding, build, load strictly, place on the embedding's device
+        and dtype unless told otherwise."""
+        check_d2t(state["d2t"], cfg, source)
+        check_embedding(embed, cfg, source)
+        device = torch.device(device) if device is not None else embed.device
+        dtype = dtype or (embed.dtype if embed.is_floating_point() else torch.float32)
+        model = cls(cfg, embed.to(device=device, dtype=dtype))
+        weights = {k: v for k, v in state.items() if k != "t2d"}  # t2d is not needed at inference
+        weights["d2t"] = weights["d2t"].long()
+        model.load_state_dict(weights, strict=True)
+        return model.to(device=device, dtype=dtype).eval().requires_grad_(False)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> DrafterLayer:
+        super()._apply(fn, recurse)
+        if self.embed_weight.is_floating_point():
+            self.embed_weight = fn(self.embed_weight)
+        self.d2t = self.d2t.long()
+        return self
+
+    @property
+    def device(self) -> torch.device:
+        return self.fc.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.fc.weight.dtype
+
+    def _check_inputs(self, features: torch.Tensor, shifted_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """features [n, 3·H_t] and the ids following each row [n] (batch dim 1 optional), on our device/dtype."""
+        feats = features[0] if features.dim() == 3 and features.shape[0] == 1 else features
+        ids = shifted_ids[0] if shifted_ids.dim() == 2 and shifted_ids.shape[0] == 1 else shifted_ids
+        width = 3 * self.config.target_hidden_size
+        if feats.dim() != 2 or feats.shape[1] != width:
+            raise ValueError(f"{self.name} features must be [n, {width}] (three target layers), "
+                             f"got {tuple(features.shape)}")
+        if ids.dim() != 1 or ids.shape[0] != feats.shape[0] or ids.shape[0] == 0:
+            raise ValueError(
+                f"shifted_ids must be [n] with n = {feats.shape[0]} > 0 rows, got {tuple(shifted_ids.shape)}"
+            )
+        if int(ids.min()) < 0 or int(ids.max()) >= self.config.vocab_size:
+            raise ValueError(f"shifted_ids hold token ids outside [0, {self.config.vocab_size})")
+        return feats.to(device=self.device, dtype=self.dtype), ids.to(self.device)

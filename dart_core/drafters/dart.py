@@ -5,62 +5,32 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
-from dart_core.drafters.base import Proposal
-from dart_core.drafters.checkpoint import (
-    check_d2t,
-    check_embedding,
-    check_state,
-    layer_shapes,
-    load_config,
-    load_weights,
-    resolve_embedding,
-)
+from dart_core.drafters.base import DrafterLayer, DrafterState, Proposal
+from dart_core.drafters.checkpoint import check_state, layer_shapes, load_config, load_weights, resolve_embedding
 from dart_core.drafters.config import DrafterConfig
-from dart_core.drafters.layers import KVCache, MidLayer, RMSNorm, Rotary
 from dart_core.timing import Stopwatch
 from dart_core.tree_search import search_tree
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class DartState:
-    """Per-generation drafter state: K/V of the real rows fed so far (mask rows are never kept)."""
-
-    cache: KVCache = field(default_factory=KVCache)
-
-    @property
-    def length(self) -> int:
-        return self.cache.length
-
-
-class DartDrafter(nn.Module):
+class DartDrafter(DrafterLayer):
     """The published DART layer. ``draft_logits`` is the exact forward of the spec; ``propose`` adds top-k,
     the draft→target vocabulary map and the tree search."""
 
     kind = "dart"
+    name = "DART"
 
     def __init__(self, cfg: DrafterConfig, embed_weight: torch.Tensor) -> None:
-        super().__init__()
         if cfg.draft_length is None:
             raise ValueError("DART config needs draft_length")
-        self.config = cfg
+        super().__init__(cfg, embed_weight, with_mask_rep=True)
         self.draft_length = cfg.draft_length
-        self.fc = nn.Linear(3 * cfg.target_hidden_size, cfg.hidden_size, bias=False)
-        self.midlayer = MidLayer(cfg, with_mask_rep=True)
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.lm_head = nn.Linear(cfg.hidden_size, cfg.draft_vocab_size, bias=False)
-        self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
-        self.embed_weight = embed_weight.detach()  # the target's, shared (same storage) and frozen: not ours
-        self.rotary = Rotary(cfg)
-        self.default_state = DartState()
         self._warned_no_store = False
 
     # ----------------------------------------------------------------- loading
@@ -81,43 +51,12 @@ class DartDrafter(nn.Module):
         state = load_weights(path, revision=revision)
         expected = layer_shapes(cfg) | {"midlayer.mask_rep": (2 * cfg.hidden_size,)}
         check_state(state, expected, optional=frozenset({"t2d"}), source=source)
-        check_d2t(state["d2t"], cfg, source)
-        embed = resolve_embedding(target)
-        check_embedding(embed, cfg, source)
-        device = torch.device(device) if device is not None else embed.device
-        dtype = dtype or (embed.dtype if embed.is_floating_point() else torch.float32)
-        model = cls(cfg, embed.to(device=device, dtype=dtype))
-        state.pop("t2d", None)
-        state["d2t"] = state["d2t"].long()
-        model.load_state_dict(state, strict=True)
-        return model.to(device=device, dtype=dtype).eval().requires_grad_(False)
-
-    def _apply(self, fn: Any, recurse: bool = True) -> DartDrafter:
-        super()._apply(fn, recurse)
-        if self.embed_weight.is_floating_point():
-            self.embed_weight = fn(self.embed_weight)
-        self.d2t = self.d2t.long()
-        return self
-
-    @property
-    def device(self) -> torch.device:
-        return self.fc.weight.device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.fc.weight.dtype
-
-    def new_state(self) -> DartState:
-        return DartState()
-
-    def reset(self) -> None:
-        """Start the default state (used by ``draft_logits`` without ``state``) afresh."""
-        self.default_state = DartState()
+        return cls._build(cfg, state, resolve_embedding(target), source, device, dtype)
 
     # ----------------------------------------------------------------- forward
     @torch.no_grad()
     def draft_logits(self, features: torch.Tensor, shifted_ids: torch.Tensor,
-                     state: DartState | None = None) -> torch.Tensor:
+                     state: DrafterState | None = None) -> torch.Tensor:
         """One drafting call: feed n real rows (target features [n, 3·H_t] and the ids that FOLLOW each row's
         token [n]; batch dim 1 optional), append d mask rows, return logits [1, d+1, draft_vocab] (row 0 ranks
         the root's children). The real rows' K/V join the state's cache; the first call on a fresh state is the
@@ -144,25 +83,11 @@ class DartDrafter(nn.Module):
         logits = self.lm_head(self.norm(self.norm(h)))  # the published weights were trained with the norm twice
         return logits[None]
 
-    def _check_inputs(self, features: torch.Tensor, shifted_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        feats = features[0] if features.dim() == 3 and features.shape[0] == 1 else features
-        ids = shifted_ids[0] if shifted_ids.dim() == 2 and shifted_ids.shape[0] == 1 else shifted_ids
-        width = 3 * self.config.target_hidden_size
-        if feats.dim() != 2 or feats.shape[1] != width:
-            raise ValueError(f"DART features must be [n, {width}] (three target layers), got {tuple(features.shape)}")
-        if ids.dim() != 1 or ids.shape[0] != feats.shape[0] or ids.shape[0] == 0:
-            raise ValueError(
-                f"shifted_ids must be [n] with n = {feats.shape[0]} > 0 rows, got {tuple(shifted_ids.shape)}"
-            )
-        if int(ids.min()) < 0 or int(ids.max()) >= self.config.vocab_size:
-            raise ValueError(f"shifted_ids hold token ids outside [0, {self.config.vocab_size})")
-        return feats.to(device=self.device, dtype=self.dtype), ids.to(self.device)
-
     # ---------------------------------------------------------------- proposal
     @torch.no_grad()
     def propose(
         self,
-        state: DartState,
+        state: DrafterState,
         features: torch.Tensor,
         shifted_ids: torch.Tensor,
         context_tokens: np.ndarray,

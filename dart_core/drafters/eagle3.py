@@ -4,56 +4,26 @@ the top-k frontier (``specs/eagle3.md``). Its drafting time grows with the depth
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
-from dart_core.drafters.base import Proposal
-from dart_core.drafters.checkpoint import (
-    check_d2t,
-    check_embedding,
-    check_state,
-    layer_shapes,
-    load_config,
-    load_weights,
-    resolve_embedding,
-)
+from dart_core.drafters.base import DrafterLayer, DrafterState, Proposal
+from dart_core.drafters.checkpoint import check_state, layer_shapes, load_config, load_weights, resolve_embedding
 from dart_core.drafters.config import DrafterConfig
-from dart_core.drafters.layers import KVCache, MidLayer, RMSNorm, Rotary
 from dart_core.timing import Stopwatch
 from dart_core.tree import DraftTree
 
 
-@dataclass
-class Eagle3State:
-    """Per-generation head state: K/V of the real context rows only (tree rows are dropped after each draft)."""
-
-    cache: KVCache = field(default_factory=KVCache)
-
-    @property
-    def length(self) -> int:
-        return self.cache.length
-
-
-class Eagle3Drafter(nn.Module):
+class Eagle3Drafter(DrafterLayer):
     """The published EAGLE-3 head (AngelSlim / SpecForge format)."""
 
     kind = "eagle3"
+    name = "EAGLE-3"
 
     def __init__(self, cfg: DrafterConfig, embed_weight: torch.Tensor) -> None:
-        super().__init__()
-        self.config = cfg
-        self.fc = nn.Linear(3 * cfg.target_hidden_size, cfg.hidden_size, bias=False)
-        self.midlayer = MidLayer(cfg, with_mask_rep=False)
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.lm_head = nn.Linear(cfg.hidden_size, cfg.draft_vocab_size, bias=False)
-        self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
-        self.embed_weight = embed_weight.detach()  # shared with the target (same storage), frozen
-        self.rotary = Rotary(cfg)
-        self.default_state = Eagle3State()
+        super().__init__(cfg, embed_weight, with_mask_rep=False)
 
     # ----------------------------------------------------------------- loading
     @classmethod
@@ -81,38 +51,9 @@ class Eagle3Drafter(nn.Module):
                 raise ValueError(f"{source}: checkpoint needs d2t (draft vocab {cfg.draft_vocab_size} != "
                                  f"vocab {cfg.vocab_size})")
             state["d2t"] = torch.zeros(cfg.draft_vocab_size, dtype=torch.long)
-        check_d2t(state["d2t"], cfg, source)
         own = state.pop("embed_tokens.weight", None)
         embed = own if own is not None else resolve_embedding(target)
-        check_embedding(embed, cfg, source)
-        device = torch.device(device) if device is not None else embed.device
-        dtype = dtype or (embed.dtype if embed.is_floating_point() else torch.float32)
-        model = cls(cfg, embed.to(device=device, dtype=dtype))
-        state.pop("t2d", None)
-        state["d2t"] = state["d2t"].long()
-        model.load_state_dict(state, strict=True)
-        return model.to(device=device, dtype=dtype).eval().requires_grad_(False)
-
-    def _apply(self, fn: Any, recurse: bool = True) -> Eagle3Drafter:
-        super()._apply(fn, recurse)
-        if self.embed_weight.is_floating_point():
-            self.embed_weight = fn(self.embed_weight)
-        self.d2t = self.d2t.long()
-        return self
-
-    @property
-    def device(self) -> torch.device:
-        return self.fc.weight.device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.fc.weight.dtype
-
-    def new_state(self) -> Eagle3State:
-        return Eagle3State()
-
-    def reset(self) -> None:
-        self.default_state = Eagle3State()
+        return cls._build(cfg, state, embed, source, device, dtype)
 
     # ----------------------------------------------------------------- forward
     def _layer(self, ids: torch.Tensor, h_in: torch.Tensor, positions: torch.Tensor, past_k: torch.Tensor | None,
@@ -131,7 +72,7 @@ class Eagle3Drafter(nn.Module):
 
     @torch.no_grad()
     def context_pass(self, features: torch.Tensor, shifted_ids: torch.Tensor,
-                     state: Eagle3State | None = None) -> torch.Tensor:
+                     state: DrafterState | None = None) -> torch.Tensor:
         """Feed n new context rows (features [n, 3·H_t], following ids [n]); returns the outputs [n, H]."""
         state = self.default_state if state is None else state
         feats, ids = self._check_inputs(features, shifted_ids)
@@ -145,7 +86,7 @@ class Eagle3Drafter(nn.Module):
 
     @torch.no_grad()
     def draft_tree(self, features: torch.Tensor, shifted_ids: torch.Tensor, total_tokens: int = 60, depth: int = 7,
-                   top_k: int = 10, state: Eagle3State | None = None) -> DraftTree:
+                   top_k: int = 10, state: DrafterState | None = None) -> DraftTree:
         """Context pass over the new rows, then ``depth`` sequential forwards expanding the top-k frontier; the
         best ``total_tokens - 1`` of the pool below the root ``shifted_ids[-1]`` form the tree."""
         state = self.default_state if state is None else state
@@ -205,25 +146,13 @@ class Eagle3Drafter(nn.Module):
         return _assemble(root, np.asarray(tokens_flat), np.asarray(parents_flat), scores, total_tokens - 1)
 
     @torch.no_grad()
-    def propose(self, state: Eagle3State, features: torch.Tensor, shifted_ids: torch.Tensor,
+    def propose(self, state: DrafterState, features: torch.Tensor, shifted_ids: torch.Tensor,
                 context_tokens: np.ndarray | None = None, *, total_tokens: int = 60, depth: int = 7,
                 top_k: int = 10) -> Proposal:
         """The decoding loop's entry: a timed ``draft_tree`` (its cost is all drafting; no separate search)."""
         with Stopwatch(self.device) as draft:
             tree = self.draft_tree(features, shifted_ids, total_tokens, depth, top_k, state)
         return Proposal(tree=tree, draft_ms=draft.ms, search_ms=0.0)
-
-    def _check_inputs(self, features: torch.Tensor, shifted_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        feats = features[0] if features.dim() == 3 and features.shape[0] == 1 else features
-        ids = shifted_ids[0] if shifted_ids.dim() == 2 and shifted_ids.shape[0] == 1 else shifted_ids
-        width = 3 * self.config.target_hidden_size
-        if feats.dim() != 2 or feats.shape[1] != width:
-            raise ValueError(f"EAGLE-3 features must be [n, {width}], got {tuple(features.shape)}")
-        if ids.dim() != 1 or ids.shape[0] != feats.shape[0] or ids.shape[0] == 0:
-            raise ValueError(f"shifted_ids must be [n] with n = {feats.shape[0]} > 0, got {tuple(shifted_ids.shape)}")
-        if int(ids.min()) < 0 or int(ids.max()) >= self.config.vocab_size:
-            raise ValueError(f"shifted_ids hold token ids outside [0, {self.config.vocab_size})")
-        return feats.to(device=self.device, dtype=self.dtype), ids.to(self.device)
 
 
 def _assemble(root: int, tokens: np.ndarray, parents: np.ndarray, scores: np.ndarray, keep: int) -> DraftTree:
