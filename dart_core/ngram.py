@@ -55,9 +55,11 @@ class NgramStore:
 
     # ----------------------------------------------------------------- creation
     @classmethod
-    def build(cls, sequences: Iterable[Any], order: int = 3, *, progress: bool = False) -> NgramStore:
-        """Count every n-gram (n ≤ order) of the given token sequences; each sequence is counted on its own."""
-        builder = _fill_builder(sequences, order, progress)
+    def build(cls, sequences: Iterable[Any], order: int = 3, *, min_count: int = 1,
+              progress: bool = False) -> NgramStore:
+        """Count every n-gram (n ≤ order) of the given token sequences; each sequence is counted on its own.
+        ``min_count > 1`` drops n-grams of length ≥ 2 seen fewer times (smaller store; they read as unseen)."""
+        builder = _fill_builder(sequences, order, progress, min_count)
         return cls(builder.to_blob())
 
     @classmethod
@@ -187,10 +189,12 @@ class NgramStore:
         return f"NgramStore(order={self.order}, nodes={self.num_nodes}, bytes={self.file_size}, path={self.path})"
 
 
-def _fill_builder(sequences: Iterable[Any], order: int, progress: bool) -> Any:
+def _fill_builder(sequences: Iterable[Any], order: int, progress: bool, min_count: int = 1) -> Any:
     if not isinstance(order, int) or not 1 <= order <= 8:
         raise ValueError(f"order must be an integer in 1..8, got {order!r}")
-    builder = _native.NgramBuilder(order)
+    if not isinstance(min_count, int) or min_count < 1:
+        raise ValueError(f"min_count must be an integer >= 1, got {min_count!r}")
+    builder = _native.NgramBuilder(order, min_count)
     if progress:
         from tqdm.auto import tqdm
 
@@ -201,9 +205,9 @@ def _fill_builder(sequences: Iterable[Any], order: int, progress: bool) -> Any:
 
 
 def build_to_file(sequences: Iterable[Any], path: str | os.PathLike[str], order: int = 3, *,
-                  progress: bool = False) -> Path:
-    """Build a store straight into a file (no second copy in memory)."""
-    builder = _fill_builder(sequences, order, progress)
+                  min_count: int = 1, progress: bool = False) -> Path:
+    """Build a store straight into a file (no second copy in memory); ``min_count`` as in ``build``."""
+    builder = _fill_builder(sequences, order, progress, min_count)
     out = Path(path)
     tmp = out.with_name(out.name + ".tmp")
     builder.write_file(str(tmp))

@@ -54,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("inputs", nargs="+", type=Path, help="JSONL (.jsonl/.jsonl.gz) or .npy files")
     b.add_argument("--out", type=Path, required=True, help="output store path (our format)")
     b.add_argument("--order", type=int, default=3, help="n-gram order, 1..8 (default 3, as published)")
+    b.add_argument("--min-count", type=int, default=1,
+                   help="drop n-grams (length >= 2) seen fewer times: a smaller store (default 1 = keep all)")
     src = b.add_mutually_exclusive_group(required=True)
     src.add_argument("--tokenizer", help="tokenizer name on the Hub or local dir (transformers.AutoTokenizer)")
     src.add_argument("--pretokenized", action="store_true", help="inputs already hold token ids")
@@ -161,7 +163,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             raise ValueError("--append-eos is for --pretokenized input; text input gets the tokenizer's EOS")
         seqs = _tokenized(args.inputs, args.tokenizer, args.text_field, not args.no_eos, args.batch_size)
     t0 = time.perf_counter()
-    build_to_file(seqs, args.out, order=args.order, progress=True)
+    build_to_file(seqs, args.out, order=args.order, min_count=args.min_count, progress=True)
     store = NgramStore.load(args.out)
     print(f"wrote {args.out}: {store.num_tokens:,} tokens, {store.num_nodes:,} nodes, {store.file_size:,} bytes "
           f"({store.file_size / store.num_nodes:.2f} B/node) in {time.perf_counter() - t0:.1f} s")

@@ -75,6 +75,21 @@ def test_save_load_roundtrip_and_verify(tmp_path: Path) -> None:
     loaded.close()
 
 
+def test_min_count_prunes_consistently() -> None:
+    rng = random.Random(9)
+    seqs = H.random_corpus(rng, 60, 40, list(range(25)))
+    full = NgramStore.build(seqs, order=3)
+    pruned = NgramStore.build(seqs, order=3, min_count=3)
+    pruned.verify()  # count(p) >= sum(children) and root = sum(unigrams) still hold
+    assert pruned.num_nodes < full.num_nodes and pruned.level_sizes[0] == full.level_sizes[0]
+    ref = H.RefCounts(seqs, 3)
+    for gram, c in ref.counts.items():
+        want = c if (len(gram) == 1 or c >= 3) else 0
+        assert pruned.count(list(gram)) == want, gram
+    with pytest.raises(ValueError, match="min_count"):
+        NgramStore.build(seqs, min_count=0)
+
+
 def test_empty_store() -> None:
     store = NgramStore.build([], order=3)
     assert store.num_nodes == 1 and store.num_tokens == 0

@@ -69,3 +69,31 @@ class RegexTokenizer:
         if eos:
             ids.append(self.eos_id)
         return np.asarray(ids, dtype=np.int32)
+
+
+HELDOUT_PERCENT = 5
+
+
+def module_key(path: Path, root: Path | None = None) -> str:
+    """The top-level module a stdlib file belongs to (``json/decoder.py`` → ``json``; ``os.py`` → ``os``)."""
+    rel = path.relative_to(root or stdlib_root()).as_posix()
+    top = rel.split("/", 1)[0]
+    return top[:-3] if top.endswith(".py") else top
+
+
+def is_heldout(module: str) -> bool:
+    """Deterministic, interpreter-independent split by top-level module (a stable hash, not Python's ``hash``):
+    about ``HELDOUT_PERCENT`` % of modules are held out, whole packages at a time, so no file of a held-out
+    module is trained on."""
+    import hashlib
+
+    return int(hashlib.sha256(module.encode()).hexdigest()[:8], 16) % 100 < HELDOUT_PERCENT
+
+
+def split_stdlib(root: Path | None = None) -> tuple[list[Path], list[Path]]:
+    """(train files, held-out files) of the standard library, each sorted by relative path."""
+    root = root or stdlib_root()
+    train, heldout = [], []
+    for p in stdlib_files(root):
+        (heldout if is_heldout(module_key(p, root)) else train).append(p)
+    return train, heldout

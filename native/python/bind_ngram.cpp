@@ -132,7 +132,7 @@ void register_ngram(py::module_& m) {
   });
 
   py::class_<dart::NgramBuilder>(m, "NgramBuilder")
-      .def(py::init<uint32_t>(), py::arg("order"))
+      .def(py::init<uint32_t, uint64_t>(), py::arg("order"), py::arg("min_count") = 1)
       .def(
           "add", [](dart::NgramBuilder& b, const I32Array& seq) { b.add(seq.data(), static_cast<size_t>(seq.size())); },
           py::arg("tokens"))

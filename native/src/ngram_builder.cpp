@@ -57,7 +57,7 @@ void sort_keys(std::vector<uint64_t>& keys, unsigned key_bits) { radix_sort(keys
 void sort_keys(std::vector<U128>& keys, unsigned) { std::sort(keys.begin(), keys.end()); }
 
 template <class Key>
-void count_levels(uint32_t order, unsigned bits, const std::vector<uint32_t>& ranks,
+void count_levels(uint32_t order, uint64_t min_count, unsigned bits, const std::vector<uint32_t>& ranks,
                   const std::vector<uint64_t>& seq_ends, std::vector<std::vector<LevelRecord>>& levels) {
   const uint64_t mask = (uint64_t{1} << bits) - 1;
   std::vector<Key> pos_key(ranks.size());  // key of the d-gram starting at each position
@@ -81,6 +81,10 @@ void count_levels(uint32_t order, unsigned bits, const std::vector<uint32_t>& ra
     for (size_t i = 0; i < keys.size();) {
       size_t j = i + 1;
       while (j < keys.size() && keys[j] == keys[i]) ++j;
+      if (d > 1 && j - i < min_count) {  // pruned; its prefix may be kept, its extensions are not
+        i = j;
+        continue;
+      }
       LevelRecord r{};
       r.count = j - i;
       r.rank = static_cast<uint32_t>(low_bits(keys[i], mask));
@@ -99,7 +103,7 @@ void count_levels(uint32_t order, unsigned bits, const std::vector<uint32_t>& ra
 
 }  // namespace
 
-NgramBuilder::NgramBuilder(uint32_t order) : order_(order) {
+NgramBuilder::NgramBuilder(uint32_t order, uint64_t min_count) : order_(order), min_count_(min_count) {
   if (order < 1 || order > kMaxOrder)
     throw std::invalid_argument("n-gram order must be in 1.." + std::to_string(kMaxOrder) + ", got " +
                                 std::to_string(order));
@@ -139,9 +143,9 @@ void NgramBuilder::write(Sink& sink) const {
   const unsigned bits = bits_for(vocab.empty() ? 0 : vocab.size() - 1);
   std::vector<std::vector<LevelRecord>> levels(order_);
   if (order_ * bits <= 64) {
-    count_levels<uint64_t>(order_, bits, ranks, seq_ends_, levels);
+    count_levels<uint64_t>(order_, min_count_, bits, ranks, seq_ends_, levels);
   } else if (order_ * bits <= 128) {
-    count_levels<U128>(order_, bits, ranks, seq_ends_, levels);
+    count_levels<U128>(order_, min_count_, bits, ranks, seq_ends_, levels);
   } else {
     throw std::invalid_argument("order " + std::to_string(order_) + " with a vocabulary of " +
                                 std::to_string(vocab.size()) + " tokens needs keys wider than 128 bits");

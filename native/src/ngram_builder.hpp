@@ -12,7 +12,10 @@ namespace dart {
 
 class NgramBuilder {
  public:
-  explicit NgramBuilder(uint32_t order);
+  // min_count > 1 prunes n-grams of length >= 2 counted fewer times (their
+  // extensions go too, as they count no more); unigrams are always kept, so
+  // the root still counts every token and count(p) >= sum of children holds.
+  explicit NgramBuilder(uint32_t order, uint64_t min_count = 1);
   // Appends one sequence ("conversation"); empty sequences add nothing.
   void add(const int32_t* tokens, size_t n);
   uint64_t num_tokens() const { return tokens_.size(); }
@@ -21,6 +24,7 @@ class NgramBuilder {
 
  private:
   uint32_t order_;
+  uint64_t min_count_;
   std::vector<int32_t> tokens_;
   std::vector<uint64_t> seq_ends_;  // exclusive end of each sequence in tokens_
 };
