@@ -1,0 +1,296 @@
+"""``python -m dart_core.train {tokenizer,target,ngram,all} --out DIR [--quick]``: rebuild the embedded bundle.
+
+Layout written under DIR: ``target/`` (HF model + tokenizer), ``ngram/small.ngram``, ``prompts.jsonl`` (held-out
+benchmark prompts), ``recipe.json`` (Python version, split, seeds, hyperparameters, timings, sizes); ``all`` adds
+``dart/``, ``eagle3/`` (when ``dart_core.train.dart`` / ``.eagle3`` are present) and a ``README.md`` model card.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from dart_core.bench.corpus import python_version
+
+# Full-scale defaults (measured on the 2-core CPU floor machine; see README "Training the bundle").
+FULL = {
+    "vocab_size": 5120,
+    "target_steps": 1600,
+    "batch_size": 16,
+    "seq_len": 256,
+    "lr": 3e-3,
+    "warmup": 60,
+    "ngram_min_count": 4,
+    "prompts": 64,
+    "prompt_tokens": 128,
+    "config": {},
+}
+# --quick: every stage in seconds, for tests and smoke runs (a subset of files, a tiny model).
+QUICK = {
+    "vocab_size": 512,
+    "target_steps": 12,
+    "batch_size": 4,
+    "seq_len": 64,
+    "lr": 3e-3,
+    "warmup": 2,
+    "ngram_min_count": 1,
+    "prompts": 8,
+    "prompt_tokens": 64,
+    "config": {"hidden_size": 64, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
+               "intermediate_size": 128, "max_position_embeddings": 256},
+    "file_stride": 40,
+    "drafter_steps": 3,
+}
+
+
+def _dir_bytes(p: Path) -> int:
+    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.exists() else 0
+
+
+class Recipe:
+    """``recipe.json``: each stage merges its record, so stages can run separately and still leave one file."""
+
+    def __init__(self, out: Path, args: argparse.Namespace, hp: dict[str, Any]) -> None:
+        self.path = out / "recipe.json"
+        self.data: dict[str, Any] = json.loads(self.path.read_text()) if self.path.exists() else {}
+        self.data.update({
+            "python_version": python_version(),
+            "platform": platform.platform(),
+            "quick": bool(args.quick),
+            "seed": args.seed,
+            "command": "python -m dart_core.train " + " ".join(sys.argv[1:]),
+        })
+        self.data.setdefault("stages", {})
+        self.hp = hp
+
+    def stage(self, name: str, record: dict[str, Any]) -> None:
+        self.data["stages"][name] = record
+        self.save()
+
+    def save(self) -> None:
+        import torch
+        import transformers
+
+        self.data["versions"] = {"torch": torch.__version__, "transformers": transformers.__version__}
+        self.path.write_text(json.dumps(self.data, indent=1, sort_keys=False) + "\n")
+
+
+def _texts(hp: dict[str, Any]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    from dart_core.train.data import split_texts
+
+    train, heldout = split_texts()
+    stride = hp.get("file_stride", 1)
+    return train[::stride], heldout
+
+
+def _tokenizer(out: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    if not (out / "target" / "tokenizer.json").exists():
+        raise SystemExit(f"no tokenizer in {out / 'target'}: run `python -m dart_core.train tokenizer --out {out}`")
+    return AutoTokenizer.from_pretrained(out / "target")
+
+
+def _sequences(out: Path, hp: dict[str, Any]) -> list[Any]:
+    from dart_core.train.data import encode_corpus
+
+    tok = _tokenizer(out)
+    train, _ = _texts(hp)
+    return encode_corpus(tok, [t for _, t in train])
+
+
+def stage_tokenizer(out: Path, args: argparse.Namespace, hp: dict[str, Any], recipe: Recipe) -> None:
+    from dart_core.train.data import heldout_prompts, split_summary, train_tokenizer, write_prompts
+
+    t0 = time.perf_counter()
+    train, heldout = _texts(hp)
+    tok = train_tokenizer([t for _, t in train], hp["vocab_size"], seed=args.seed)
+    (out / "target").mkdir(parents=True, exist_ok=True)
+    tok.save_pretrained(out / "target")
+    prompts = heldout_prompts(tok, heldout, n=hp["prompts"], prompt_tokens=hp["prompt_tokens"], seed=args.seed)
+    write_prompts(out / "prompts.jsonl", prompts)
+    dt = time.perf_counter() - t0
+    recipe.data["split"] = {**split_summary(), "train_files_used": len(train)}
+    recipe.stage("tokenizer", {"type": "byte-level BPE (tokenizers)", "vocab_size": len(tok), "eos": tok.eos_token,
+                               "min_frequency": 2, "prompts": len(prompts), "prompt_tokens": hp["prompt_tokens"],
+                               "seconds": round(dt, 2)})
+    print(f"[tokenizer] vocab {len(tok)} from {len(train)} files, {len(prompts)} held-out prompts "
+          f"-> {out / 'target'}, {out / 'prompts.jsonl'} ({dt:.1f} s)")
+
+
+def stage_target(out: Path, args: argparse.Namespace, hp: dict[str, Any], recipe: Recipe) -> None:
+    from dart_core.train.target import train_target
+
+    t0 = time.perf_counter()
+    tok = _tokenizer(out)
+    seqs = _sequences(out, hp)
+    steps = args.steps if args.steps is not None else hp["target_steps"]
+    rec = train_target(seqs, tok, out / "target", steps=steps, batch_size=hp["batch_size"], seq_len=hp["seq_len"],
+                       lr=hp["lr"], warmup=min(hp["warmup"], steps), seed=args.seed, threads=args.threads,
+                       config_overrides=hp["config"], progress=not args.no_progress)
+    rec["corpus_tokens"] = int(sum(len(s) for s in seqs))
+    dt = time.perf_counter() - t0
+    rec["stage_seconds"] = round(dt, 2)
+    recipe.stage("target", rec)
+    print(f"[target] {rec['parameters'] / 1e6:.2f} M params, {steps} steps, final loss {rec['final_loss']:.3f}, "
+          f"{rec['tokens_per_s']:,.0f} tok/s, {rec['bytes'] / 1e6:.1f} MB -> {out / 'target'} ({dt:.1f} s)")
+
+
+def stage_ngram(out: Path, args: argparse.Namespace, hp: dict[str, Any], recipe: Recipe) -> None:
+    from dart_core.ngram import NgramStore, build_to_file
+
+    t0 = time.perf_counter()
+    seqs = _sequences(out, hp)
+    path = out / "ngram" / "small.ngram"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    min_count = args.min_count if args.min_count is not None else hp["ngram_min_count"]
+    build_to_file(seqs, path, order=3, min_count=min_count, progress=not args.no_progress)
+    store = NgramStore.load(path, progress=False)
+    store.verify()
+    info = {"order": store.order, "num_nodes": store.num_nodes, "level_sizes": store.level_sizes}
+    store.close()
+    dt = time.perf_counter() - t0
+    recipe.stage("ngram", {**info, "min_count": min_count, "sequences": "encoded training split",
+                           "bytes": path.stat().st_size, "seconds": round(dt, 2)})
+    print(f"[ngram] order 3, min_count {min_count}, {info['num_nodes']:,} nodes, "
+          f"{path.stat().st_size / 1e6:.2f} MB -> {path} ({dt:.1f} s)")
+
+
+def _drafter_trainer(name: str) -> Any:
+    """The other recipe modules are optional here, so the tokenizer/target/ngram stages stay testable alone."""
+    import importlib
+
+    try:
+        mod = importlib.import_module(f"dart_core.train.{name}")
+    except ModuleNotFoundError as e:
+        if e.name != f"dart_core.train.{name}":
+            raise
+        return None
+    return getattr(mod, f"train_{name}")
+
+
+def stage_drafters(out: Path, args: argparse.Namespace, hp: dict[str, Any], recipe: Recipe) -> None:
+    seqs = None
+    for name in ("dart", "eagle3"):
+        fn = _drafter_trainer(name)
+        if fn is None:
+            print(f"[{name}] skipped: dart_core/train/{name}.py is not present (install the recipe module to train it)")
+            recipe.stage(name, {"skipped": f"dart_core.train.{name} not present"})
+            continue
+        if seqs is None:
+            seqs = _sequences(out, hp)
+        kwargs: dict[str, Any] = {"seed": args.seed}
+        steps = args.drafter_steps if args.drafter_steps is not None else hp.get("drafter_steps")
+        if steps is not None:
+            kwargs["steps"] = steps
+        t0 = time.perf_counter()
+        rec = fn(out / "target", seqs, out / name, **kwargs)
+        dt = time.perf_counter() - t0
+        record = dict(rec) if isinstance(rec, dict) else {}
+        record.update({"stage_seconds": round(dt, 2), "bytes": _dir_bytes(out / name), **kwargs})
+        recipe.stage(name, record)
+        print(f"[{name}] -> {out / name}, {record['bytes'] / 1e6:.1f} MB ({dt:.1f} s)")
+
+
+def write_model_card(out: Path, recipe: Recipe) -> Path:
+    """A README skeleton from ``recipe.json``; the benchmark fills the "Measured figures" section."""
+    d = recipe.data
+    st = d.get("stages", {})
+    tgt = st.get("target", {})
+    cfg = tgt.get("config", {})
+    lines = [
+        "# DART Arena embedded bundle" + (" (quick smoke build)" if d.get("quick") else ""),
+        "",
+        "A small Qwen3 target with a DART drafter, an EAGLE-3 head and an order-3 N-gram store, trained for it on",
+        "the Python standard library sources (PSF licence), in the same formats as the published checkpoints.",
+        f"Rebuild: `{d.get('command', 'python -m dart_core.train all --out assets/tiny')}`.",
+        "",
+        "## Data",
+        f"- Python {d.get('python_version')} standard library; split by top-level module "
+        f"(`dart_core.bench.corpus.split_stdlib`): {d.get('split', {}).get('train_files_used')} training files, "
+        f"{d.get('split', {}).get('heldout_files')} held-out files.",
+        "- Held-out modules (benchmark prompts in `prompts.jsonl`): "
+        f"{', '.join(d.get('split', {}).get('heldout_modules', []))}.",
+        f"- Tokenizer: byte-level BPE, vocab {st.get('tokenizer', {}).get('vocab_size')}, EOS `<|endoftext|>`.",
+        "",
+        "## Recipe",
+        f"- Target: `Qwen3ForCausalLM`, {cfg.get('num_hidden_layers')} layers, hidden {cfg.get('hidden_size')}, "
+        f"{cfg.get('num_attention_heads')}×{cfg.get('head_dim')} heads ({cfg.get('num_key_value_heads')} KV), "
+        f"MLP {cfg.get('intermediate_size')}, tied embeddings, {tgt.get('parameters', 0) / 1e6:.2f} M parameters, "
+        "stored fp16.",
+        f"- Training: {tgt.get('steps')} steps × {tgt.get('batch_size')} × {tgt.get('seq_len')} tokens, "
+        f"{tgt.get('optimizer')}, lr {tgt.get('lr')} ({tgt.get('schedule')}, warmup {tgt.get('warmup')}), "
+        f"clip {tgt.get('grad_clip')}, seed {tgt.get('seed')}; final training loss {tgt.get('final_loss', 0):.3f}.",
+        f"- N-gram: order {st.get('ngram', {}).get('order')}, min_count {st.get('ngram', {}).get('min_count')}, "
+        f"{st.get('ngram', {}).get('bytes', 0) / 1e6:.2f} MB.",
+    ]
+    for name in ("dart", "eagle3"):
+        r = st.get(name, {})
+        lines.append(f"- {name}: " + (r["skipped"] if "skipped" in r else
+                                      f"steps {r.get('steps', 'default')}, {r.get('bytes', 0) / 1e6:.1f} MB"))
+    lines += ["", "## Training time", "", "| stage | seconds |", "|---|---|"]
+    for name, r in st.items():
+        secs = r.get("stage_seconds", r.get("seconds"))
+        if secs is not None:
+            lines.append(f"| {name} | {secs:.0f} |")
+    lines += ["", f"Machine: {d.get('platform')}, {tgt.get('threads')} threads; "
+              f"target {tgt.get('tokens_per_s', 0) or 0:,.0f} tokens/s.", "",
+              "## Measured figures", "", "_To be filled by the benchmark (acceptance length, speed-up per drafter)._",
+              ""]
+    path = out / "README.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+STAGES = {"tokenizer": [stage_tokenizer], "target": [stage_target], "ngram": [stage_ngram],
+          "all": [stage_tokenizer, stage_target, stage_ngram, stage_drafters]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m dart_core.train", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("stage", choices=list(STAGES),
+                   help="tokenizer: BPE + held-out prompts; target: train the Qwen3 target (needs the tokenizer); "
+                        "ngram: order-3 store over the training split (needs the tokenizer); all: every stage, then "
+                        "the DART drafter and EAGLE-3 head and the model card")
+    p.add_argument("--out", required=True, type=Path, help="bundle directory (e.g. assets/tiny)")
+    p.add_argument("--quick", action="store_true",
+                   help="tiny, fast variant of every stage (a file subset, a tiny model, a few steps): seconds")
+    p.add_argument("--seed", type=int, default=0, help="seed of every stage (default 0)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--steps", type=int, default=None,
+                   help=f"target training steps (default {FULL['target_steps']}, --quick {QUICK['target_steps']})")
+    p.add_argument("--min-count", type=int, default=None,
+                   help=f"N-gram pruning: drop n-grams (n >= 2) seen fewer times (default {FULL['ngram_min_count']})")
+    p.add_argument("--drafter-steps", type=int, default=None,
+                   help="steps for the DART and EAGLE-3 trainers (default: their own; --quick "
+                        f"{QUICK['drafter_steps']})")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    args = p.parse_args(argv)
+
+    hp = dict(QUICK if args.quick else FULL)
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    recipe = Recipe(out, args, hp)
+    recipe.data["hyperparameters"] = {**hp, **{k: v for k, v in vars(args).items()
+                                              if k in ("steps", "min_count", "drafter_steps", "threads")}}
+    t0 = time.perf_counter()
+    for fn in STAGES[args.stage]:
+        fn(out, args, hp, recipe)
+    if args.stage == "all":
+        recipe.data["total_seconds"] = round(time.perf_counter() - t0, 2)
+        recipe.data["bundle_bytes"] = _dir_bytes(out)
+        recipe.save()
+        card = write_model_card(out, recipe)
+        print(f"[all] {recipe.data['bundle_bytes'] / 1e6:.1f} MB in {out}, model card {card} "
+              f"({recipe.data['total_seconds']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
