@@ -28,10 +28,17 @@ def python_version() -> str:
 
 
 def stdlib_files(root: Path | None = None) -> list[Path]:
-    """Every ``.py`` file of the standard library (not site-packages), sorted by relative path."""
+    """Every ``.py`` file of the standard library (not site-packages, not the platform-generated sysconfig
+    data), sorted by relative path."""
     root = root or stdlib_root()
     return sorted(
-        (p for p in root.rglob("*.py") if "site-packages" not in p.parts and "__pycache__" not in p.parts),
+        (
+            p
+            for p in root.rglob("*.py")
+            if "site-packages" not in p.parts
+            and "__pycache__" not in p.parts
+            and not p.name.startswith("_sysconfigdata")  # generated per platform: not the same everywhere
+        ),
         key=lambda p: p.relative_to(root).as_posix(),
     )
 
