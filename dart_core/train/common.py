@@ -252,7 +252,7 @@ def train_loop(kind: str, model: DrafterLayer, target: TargetModel, windows: tor
                 "kl": [round(float(x), 5) for x in kl], "top1": [round(float(x), 4) for x in top1]}
         if (step + 1) % max(1, log_every) == 0 or step + 1 == steps:
             log.write(last)
-        bar.set_postfix(loss=f"{float(loss):.3f}", top1="/".join(f"{float(x):.2f}" for x in top1[:4]))
+        bar.set_postfix(loss=f"{float(loss.detach()):.3f}", top1="/".join(f"{float(x):.2f}" for x in top1[:4]))
     log.close()
     model.eval()
     n_seen = steps * batch_windows
