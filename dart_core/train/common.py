@@ -1,0 +1,284 @@
+"""Shared training utilities of the DART and EAGLE-3 trainers: target loading, draft vocabulary, windows, target
+features and teacher distributions, batched (non-cached) attention of the drafter layer, the KL loss, the optimizer
+schedule, logging and saving in the published checkpoint format. Both trainers use the same knobs so a comparison
+between them is fair."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+from torch import nn
+
+from dart_core.drafters.base import DrafterLayer
+from dart_core.drafters.layers import Attention, apply_rotary
+from dart_core.target import TargetModel
+
+
+def seed_everything(seed: int) -> None:
+    """Fixed seeds: runs with the same inputs give the same checkpoint."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def load_frozen_target(target_dir: str | os.PathLike[str]) -> TargetModel:
+    """The target in float32 on CPU, frozen (only its features and logits are used)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(os.fspath(target_dir), dtype=torch.float32)
+    return TargetModel(model.eval().requires_grad_(False))
+
+
+def _rope_theta(cfg: Any) -> float:
+    theta = getattr(cfg, "rope_theta", None)
+    if theta is None:
+        theta = (getattr(cfg, "rope_parameters", None) or {}).get("rope_theta", 10000.0)
+    return float(theta)
+
+
+def drafter_config_dict(target: TargetModel, kind: str, draft_vocab_size: int, draft_length: int | None = None,
+                        overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A Llama-style drafter config shaped like the target's layers (hidden = the target's, since the embedding
+    is shared), in the published format of ``kind`` ("dart" or "eagle3")."""
+    t = target.text_config
+    heads = int(t.num_attention_heads)
+    cfg: dict[str, Any] = {
+        "architectures": ["LlamaForCausalLMDart" if kind == "dart" else "LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": int(t.hidden_size),
+        "intermediate_size": int(t.intermediate_size),
+        "num_attention_heads": heads,
+        "num_key_value_heads": int(getattr(t, "num_key_value_heads", None) or heads),
+        "head_dim": int(getattr(t, "head_dim", None) or t.hidden_size // heads),
+        "rms_norm_eps": float(getattr(t, "rms_norm_eps", 1e-6)),
+        "rope_theta": _rope_theta(t),
+        "rope_scaling": None,
+        "max_position_embeddings": int(t.max_position_embeddings),
+        "hidden_act": "silu",
+        "vocab_size": int(target.vocab_size),
+        "draft_vocab_size": int(draft_vocab_size),
+        "target_hidden_size": int(t.hidden_size),
+        "num_hidden_layers": 1,
+        "torch_dtype": "float16",
+    }
+    if kind == "dart":
+        cfg["draft_length"] = int(draft_length or 8)
+    cfg.update(overrides or {})
+    return cfg
+
+
+def build_draft_vocab(sequences: Sequence[Sequence[int]], vocab_size: int, draft_vocab_size: int,
+                      eos_token_id: int | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The ``draft_vocab_size`` most frequent target tokens of the training data (EOS always in; ties and any
+    shortfall filled by lowest id), sorted by target id. Returns (draft→target ids, d2t = target − draft index,
+    t2d bool mask)."""
+    if not 0 < draft_vocab_size <= vocab_size:
+        raise ValueError(f"draft_vocab_size must be in [1, {vocab_size}], got {draft_vocab_size}")
+    counts = Counter(int(t) for seq in sequences for t in seq)
+    ranked = sorted(counts, key=lambda t: (-counts[t], t))
+    chosen: list[int] = [] if eos_token_id is None else [int(eos_token_id)]
+    for t in ranked:
+        if len(chosen) >= draft_vocab_size:
+            break
+        if t not in chosen:
+            chosen.append(t)
+    fill = 0
+    while len(chosen) < draft_vocab_size:
+        if fill not in chosen:
+            chosen.append(fill)
+        fill += 1
+    ids = torch.tensor(sorted(chosen), dtype=torch.long)
+    t2d = torch.zeros(vocab_size, dtype=torch.bool)
+    t2d[ids] = True
+    return ids, ids - torch.arange(draft_vocab_size), t2d
+
+
+def make_windows(sequences: Sequence[Sequence[int]], window: int, min_len: int) -> torch.Tensor:
+    """Non-overlapping windows of exactly ``window`` tokens (a sequence shorter than that but at least
+    ``min_len`` long is skipped too: batches need equal lengths). Returns [N, window]."""
+    out = [list(seq[i : i + window]) for seq in sequences for i in range(0, len(seq) - window + 1, window)]
+    if not out:
+        raise ValueError(f"no training window of {window} tokens: sequences are too short (need >= {min_len})")
+    return torch.tensor(out, dtype=torch.long)
+
+
+@torch.no_grad()
+def target_batch(target: TargetModel, windows: torch.Tensor, draft_ids: torch.Tensor,
+                 chunk: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+    """Frozen-target features [B, n, 3H] (rows of the tokens) and teacher log-probs [B, n, Vd] (position p =
+    the target's distribution of token p+1, restricted to the draft vocab and renormalised), in chunks."""
+    feats, teach = [], []
+    for i in range(0, windows.shape[0], chunk):
+        ids = windows[i : i + chunk].to(target.device)
+        out = target.model(input_ids=ids, output_hidden_states=True, use_cache=False, return_dict=True)
+        hs = out.hidden_states
+        feats.append(torch.cat([hs[j] for j in target.feature_layers], dim=-1).float())
+        teach.append(torch.log_softmax(out.logits[..., draft_ids.to(out.logits.device)].float(), dim=-1))
+    return torch.cat(feats), torch.cat(teach)
+
+
+def batched_attention(attn: Attention, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                      past_k: torch.Tensor | None, past_v: torch.Tensor | None,
+                      mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The drafter attention of ``layers.Attention.forward`` with a batch dim and no cache object, for training:
+    x [B, T, 2H], cos/sin [T, hd], past K/V [B, kv, P, hd] or None, mask bool [T, P+T] (True = may attend).
+    Returns (out [B, T, H], k, v [B, kv, T, hd] after RoPE)."""
+    b, t, _ = x.shape
+    q = apply_rotary(attn.q_proj(x).view(b, t, attn.heads, attn.hd).transpose(1, 2), cos, sin)
+    k = apply_rotary(attn.k_proj(x).view(b, t, attn.kv_heads, attn.hd).transpose(1, 2), cos, sin)
+    v = attn.v_proj(x).view(b, t, attn.kv_heads, attn.hd).transpose(1, 2)
+    keys = k if past_k is None else torch.cat([past_k, k], dim=2)
+    values = v if past_v is None else torch.cat([past_v, v], dim=2)
+    rep = attn.heads // attn.kv_heads
+    keys_r, values_r = keys.repeat_interleave(rep, dim=1), values.repeat_interleave(rep, dim=1)
+    out = nn.functional.scaled_dot_product_attention(q.float(), keys_r.float(), values_r.float(),
+                                                     attn_mask=mask[None, None]).to(x.dtype)
+    return attn.o_proj(out.transpose(1, 2).reshape(b, t, attn.heads * attn.hd)), k, v
+
+
+def kl_and_top1(teacher_logp: torch.Tensor, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """KL(teacher ‖ drafter) and top-1 agreement (drafter argmax == teacher argmax), both per row [...]."""
+    logq = torch.log_softmax(logits.float(), dim=-1)
+    kl = (teacher_logp.exp() * (teacher_logp - logq)).sum(-1)
+    return kl, (logq.argmax(-1) == teacher_logp.argmax(-1)).float()
+
+
+def init_from_target(model: DrafterLayer, target: TargetModel, draft_ids: torch.Tensor, *, mask_std: float = 0.5,
+                     seed: int = 0) -> None:
+    """Warm start: lm_head = the target's output rows of the draft vocab and ``norm`` = the target's final norm
+    (both live in the same hidden space as the drafter output); ``mask_rep`` (DART) random, seeded."""
+    with torch.no_grad():
+        head = target.model.get_output_embeddings()
+        if head is not None and tuple(head.weight.shape[1:]) == tuple(model.lm_head.weight.shape[1:]):
+            model.lm_head.weight.copy_(head.weight[draft_ids.to(head.weight.device)].float())
+        final_norm = getattr(getattr(target.model, "model", None), "norm", None)
+        weight = getattr(final_norm, "weight", None)
+        if weight is not None and weight.shape == model.norm.weight.shape:
+            model.norm.weight.copy_(weight.float())
+        if hasattr(model.midlayer, "mask_rep"):
+            g = torch.Generator().manual_seed(seed + 1)
+            model.midlayer.mask_rep.copy_(torch.randn(model.midlayer.mask_rep.shape, generator=g) * mask_std)
+
+
+def make_optimizer(model: nn.Module, lr: float, steps: int, warmup: int,
+                   weight_decay: float) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW with linear warmup then cosine decay to 10% of ``lr``."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        frac = (step - warmup) / max(1, steps - warmup)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
+
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
+
+
+def save_checkpoint(model: DrafterLayer, cfg: dict[str, Any], t2d: torch.Tensor, out_dir: str | os.PathLike[str],
+                    *, dtype: torch.dtype = torch.float16) -> Path:
+    """``config.json`` + ``model.safetensors`` with exactly the published keys (float weights in ``dtype``,
+    ``d2t`` int64, ``t2d`` bool); the shared embedding is not saved."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    state = {k: (v.detach().to(dtype) if v.is_floating_point() else v.detach().long()).contiguous().cpu()
+             for k, v in model.state_dict().items()}
+    state["t2d"] = t2d.to(torch.bool).contiguous()
+    save_file(state, str(out / "model.safetensors"))
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    return out
+
+
+class JsonlLog:
+    """Append-only JSON-lines log (one object per logged step) in the output directory."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.f = path.open("w")
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.f.write(json.dumps(record) + "\n")
+        self.f.flush()
+
+    def close(self) -> None:
+        self.f.close()
+
+
+def train_loop(kind: str, model: DrafterLayer, target: TargetModel, windows: torch.Tensor, draft_ids: torch.Tensor,
+               loss_fn: Any, *, steps: int, batch_windows: int, lr: float, warmup: int | None, weight_decay: float,
+               clip: float, seed: int, out_dir: Path, log_every: int, eval_windows: torch.Tensor | None,
+               eval_fn: Any, progress: bool) -> dict[str, Any]:
+    """The loop both trainers share: sample windows (seeded), target features + teacher under no_grad, the
+    drafter loss, AdamW + warmup/cosine, grad clipping, tqdm postfix and a JSONL log. ``loss_fn(model, feats,
+    teach, windows, generator) -> (loss, kl per depth, top1 per depth)``."""
+    import time
+
+    from tqdm.auto import tqdm
+
+    g = torch.Generator().manual_seed(seed)
+    opt, sched = make_optimizer(model, lr, steps, warmup if warmup is not None else max(1, steps // 20),
+                                weight_decay)
+    log = JsonlLog(out_dir / "train_log.jsonl")
+    stats: dict[str, Any] = {"kind": kind, "windows": int(windows.shape[0]), "steps": steps}
+    if eval_windows is not None:
+        stats["eval_before"] = eval_fn(model, eval_windows)
+    model.train()
+    t_target = t_train = 0.0
+    bar = tqdm(range(steps), desc=f"train {kind}", disable=not progress)
+    last: dict[str, Any] = {}
+    for step in bar:
+        idx = torch.randint(0, windows.shape[0], (batch_windows,), generator=g)
+        batch = windows[idx]
+        t0 = time.perf_counter()
+        feats, teach = target_batch(target, batch, draft_ids)
+        t1 = time.perf_counter()
+        loss, kl, top1 = loss_fn(model, feats, teach, batch, g)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        gnorm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip))
+        opt.step()
+        sched.step()
+        t2 = time.perf_counter()
+        t_target, t_train = t_target + (t1 - t0), t_train + (t2 - t1)
+        last = {"step": step + 1, "loss": float(loss.detach()), "lr": sched.get_last_lr()[0], "grad_norm": gnorm,
+                "kl": [round(float(x), 5) for x in kl], "top1": [round(float(x), 4) for x in top1]}
+        if (step + 1) % max(1, log_every) == 0 or step + 1 == steps:
+            log.write(last)
+        bar.set_postfix(loss=f"{float(loss.detach()):.3f}", top1="/".join(f"{float(x):.2f}" for x in top1[:4]))
+    log.close()
+    model.eval()
+    n_seen = steps * batch_windows
+    stats.update(last=last, target_s=t_target, train_s=t_train,
+                 windows_per_s=n_seen / max(1e-9, t_target + t_train),
+                 train_windows_per_s=n_seen / max(1e-9, t_train))
+    if eval_windows is not None:
+        stats["eval_after"] = eval_fn(model, eval_windows)
+    return stats
+
+
+@torch.no_grad()
+def evaluate(model: DrafterLayer, target: TargetModel, windows: torch.Tensor, draft_ids: torch.Tensor,
+             loss_fn: Any, batch_windows: int, seed: int = 1234) -> dict[str, Any]:
+    """Held-out loss / per-depth KL / per-depth top-1 agreement with fixed sampling (same anchors every call)."""
+    was = model.training
+    model.eval()
+    g = torch.Generator().manual_seed(seed)
+    losses, kls, tops = [], [], []
+    for i in range(0, windows.shape[0], batch_windows):
+        batch = windows[i : i + batch_windows]
+        feats, teach = target_batch(target, batch, draft_ids)
+        loss, kl, top1 = loss_fn(model, feats, teach, batch, g)
+        losses.append(float(loss))
+        kls.append(kl)
+        tops.append(top1)
+    model.train(was)
+    return {"loss": sum(losses) / len(losses), "kl": torch.stack(kls).mean(0).tolist(),
+            "top1": torch.stack(tops).mean(0).tolist()}

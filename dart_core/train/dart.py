@@ -1,0 +1,156 @@
+"""DART drafter training (paper: shifted logits, d mask rows, annealed KL with γ = 0.6) on a frozen target.
+
+One forward per batch covers every anchor of every window: the real rows run causally, and each anchor's d mask
+rows see the real rows up to the anchor plus the earlier mask rows of their own block, at positions a+1 … a+d —
+exactly what ``DartDrafter.draft_logits`` computes for a prefix ending at that anchor (tested)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dart_core.drafters.config import DrafterConfig
+from dart_core.drafters.dart import DartDrafter
+from dart_core.train.common import (
+    batched_attention,
+    build_draft_vocab,
+    drafter_config_dict,
+    evaluate,
+    init_from_target,
+    kl_and_top1,
+    load_frozen_target,
+    make_windows,
+    save_checkpoint,
+    seed_everything,
+    train_loop,
+)
+
+
+def block_mask(n_real: int, anchors: torch.Tensor, d: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention mask [T, T] (True = may attend) and positions [T] for ``n_real`` real rows followed by one block
+    of ``d`` mask rows per anchor: real rows causal; block k sees real rows ≤ anchors[k] and its own mask rows up
+    to itself; block k's rows sit at positions anchors[k]+1 … anchors[k]+d."""
+    a = anchors.long()
+    n_blocks = a.shape[0]
+    total = n_real + n_blocks * d
+    mask = torch.zeros(total, total, dtype=torch.bool)
+    mask[:n_real, :n_real] = torch.ones(n_real, n_real, dtype=torch.bool).tril()
+    cols = torch.arange(n_real)
+    within = torch.ones(d, d, dtype=torch.bool).tril()
+    for k in range(n_blocks):
+        r0 = n_real + k * d
+        mask[r0 : r0 + d, :n_real] = (cols <= a[k])[None]
+        mask[r0 : r0 + d, r0 : r0 + d] = within
+    positions = torch.cat([torch.arange(n_real), (a[:, None] + torch.arange(1, d + 1)[None]).reshape(-1)])
+    return mask, positions
+
+
+def dart_train_forward(model: DartDrafter, features: torch.Tensor, shifted_ids: torch.Tensor,
+                       anchors: torch.Tensor) -> torch.Tensor:
+    """Training forward (with grad, no cache): features [B, R, 3·H_t] and following ids [B, R] of R real rows;
+    anchors [A] (each ≤ R−1). Returns logits [B, A, d+1, Vd]: for anchor a, row 0 = the real row a (ranks the
+    token after the root shifted_ids[a]), rows 1..d = its mask rows."""
+    cfg, d, mid = model.config, model.draft_length, model.midlayer
+    b, r, _ = features.shape
+    hidden = cfg.hidden_size
+    x = model.fc(features.to(model.dtype))
+    e = model.embed_weight[shifted_ids]
+    real_in = torch.cat([mid.input_layernorm(e), mid.hidden_norm(x)], dim=-1)
+    n_masks = anchors.shape[0] * d
+    attn_in = torch.cat([real_in, mid.mask_rep.expand(b, n_masks, 2 * hidden)], dim=1)
+    residual = torch.cat([x, mid.mask_rep[:hidden].expand(b, n_masks, hidden)], dim=1)
+    mask, positions = block_mask(r, anchors, d)
+    cos, sin = model.rotary.cos_sin(positions.to(model.device), model.dtype)
+    out, _, _ = batched_attention(mid.self_attn, attn_in, cos, sin, None, None, mask.to(model.device))
+    h = residual + out
+    keep = torch.cat([anchors.long()[:, None], r + torch.arange(n_masks).view(-1, d)], dim=1)  # [A, d+1]
+    h = h[:, keep.to(model.device)]  # [B, A, d+1, H]
+    h = h + mid.mlp(mid.post_attention_layernorm(h))
+    return model.lm_head(model.norm(model.norm(h)))
+
+
+def dart_loss(model: DartDrafter, feats: torch.Tensor, teach: torch.Tensor, windows: torch.Tensor,
+              g: torch.Generator, *, anchors_per_window: int, gamma: float
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Σ_j γ^(j−1)·KL(teacher ‖ drafter) over the d+1 predicted positions, averaged over anchors and windows.
+    Window tokens t[0..n): real row i has features of t[i] and carries t[i+1]; anchor a's depth-j output
+    (j = 0..d) predicts t[a+2+j], whose teacher is the target's distribution at position a+1+j."""
+    d = model.draft_length
+    n = windows.shape[1]
+    r = n - 1
+    last = r - 1 - d  # largest anchor whose deepest prediction is still inside the window
+    if last < 0:
+        raise ValueError(f"window of {n} tokens is too short for draft_length {d} (need >= {d + 3})")
+    n_anchors = min(anchors_per_window, last + 1)
+    anchors = torch.randperm(last + 1, generator=g)[:n_anchors].sort().values
+    logits = dart_train_forward(model, feats[:, :r], windows[:, 1:].to(model.device), anchors)
+    pos = anchors[:, None] + 1 + torch.arange(d + 1)[None]  # [A, d+1]
+    kl, top1 = kl_and_top1(teach[:, pos.to(teach.device)], logits)
+    weights = gamma ** torch.arange(d + 1, dtype=kl.dtype, device=kl.device)
+    loss = (kl * weights).sum(-1).mean()
+    return loss, kl.detach().mean((0, 1)), top1.mean((0, 1))
+
+
+def train_dart(
+    target_dir: str | os.PathLike[str],
+    sequences: Sequence[Sequence[int]],
+    out_dir: str | os.PathLike[str],
+    *,
+    draft_length: int = 8,
+    draft_vocab_size: int = 4096,
+    steps: int = 2000,
+    batch_windows: int = 8,
+    window: int = 256,
+    anchors_per_window: int = 16,
+    lr: float = 1e-3,
+    gamma: float = 0.6,
+    warmup: int | None = None,
+    weight_decay: float = 0.0,
+    clip: float = 1.0,
+    seed: int = 0,
+    threads: int = 2,
+    log_every: int = 10,
+    eval_sequences: Sequence[Sequence[int]] | None = None,
+    eos_token_id: int | None = None,
+    config_overrides: dict[str, Any] | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Train a DART drafter (the inference ``DartDrafter`` module itself, embedding shared and frozen) on the frozen
+    target at ``target_dir`` over token ``sequences``; save ``config.json`` + fp16 ``model.safetensors`` and
+    ``train_log.jsonl`` in ``out_dir``. Returns stats (throughput, last losses, held-out eval before/after)."""
+    torch.set_num_threads(threads)
+    seed_everything(seed)
+    out = Path(out_dir)
+    target = load_frozen_target(target_dir)
+    eos = eos_token_id if eos_token_id is not None else _eos(target)
+    draft_ids, d2t, t2d = build_draft_vocab(sequences, target.vocab_size, draft_vocab_size, eos)
+    cfg_dict = drafter_config_dict(target, "dart", draft_vocab_size, draft_length, config_overrides)
+    model = DartDrafter(DrafterConfig.from_dict(cfg_dict), target.embed_tokens.weight.detach().float())
+    model.d2t.copy_(d2t)
+    init_from_target(model, target, draft_ids, seed=seed)
+    windows = make_windows(sequences, window, draft_length + 3)
+    evw = make_windows(eval_sequences, window, draft_length + 3) if eval_sequences else None
+
+    def loss_fn(m: Any, f: torch.Tensor, t: torch.Tensor, w: torch.Tensor, g: torch.Generator) -> Any:
+        return dart_loss(m, f, t, w, g, anchors_per_window=anchors_per_window, gamma=gamma)
+
+    def eval_fn(m: Any, w: torch.Tensor) -> dict[str, Any]:
+        return evaluate(m, target, w, draft_ids, loss_fn, batch_windows)
+
+    stats = train_loop("dart", model, target, windows, draft_ids, loss_fn, steps=steps, batch_windows=batch_windows,
+                       lr=lr, warmup=warmup, weight_decay=weight_decay, clip=clip, seed=seed, out_dir=out,
+                       log_every=log_every, eval_windows=evw, eval_fn=eval_fn, progress=progress)
+    save_checkpoint(model, cfg_dict, t2d, out)
+    stats["draft_vocab_size"] = draft_vocab_size
+    return stats
+
+
+def _eos(target: Any) -> int | None:
+    eos = getattr(target.config, "eos_token_id", None)
+    if isinstance(eos, (list, tuple)):
+        eos = eos[0] if eos else None
+    return None if eos is None else int(eos)

@@ -1,0 +1,143 @@
+"""EAGLE-3 head training with training-time test (TTT) on a frozen target, same data/features/budget knobs as the
+DART trainer.
+
+Step 0 feeds fc(features) of every real row causally (= ``Eagle3Drafter.context_pass``). Step s ≥ 1 feeds, at row
+i (position i, token = the true following id), the model's own step-(s−1) output of row i−1, attending to step 0's
+K/V of rows ≤ i−s and to its own earlier-step rows on the diagonal (step j, row i−s+j) plus itself — exactly what
+``draft_tree`` does for a node s levels below the context (tested). Every step's row i predicts t[i+2]. Loss =
+Σ_s 0.8^s · KL(teacher ‖ head) over the draft vocab (SpecForge's EAGLE-3 weighting)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dart_core.drafters.config import DrafterConfig
+from dart_core.drafters.eagle3 import Eagle3Drafter
+from dart_core.train.common import (
+    batched_attention,
+    build_draft_vocab,
+    drafter_config_dict,
+    evaluate,
+    init_from_target,
+    kl_and_top1,
+    load_frozen_target,
+    make_windows,
+    save_checkpoint,
+    seed_everything,
+    train_loop,
+)
+from dart_core.train.dart import _eos
+
+STEP_DECAY = 0.8
+
+
+def ttt_mask(n: int, step: int) -> torch.Tensor:
+    """Mask [n, (step+1)·n] for TTT step ``step``: block 0 (step-0 rows) causal up to i−step; block j (1..step)
+    only the diagonal row i−step+j (the row's own earlier-step ancestors, and itself for j = step)."""
+    i = torch.arange(n)
+    blocks = [i[None, :] <= (i[:, None] - step)]
+    for j in range(1, step + 1):
+        blocks.append(i[None, :] == (i[:, None] - step + j))
+    return torch.cat(blocks, dim=1)
+
+
+def eagle3_train_forward(model: Eagle3Drafter, features: torch.Tensor, shifted_ids: torch.Tensor,
+                         ttt_steps: int) -> list[torch.Tensor]:
+    """Training forward (with grad, no cache) over R real rows: features [B, R, 3·H_t], following ids [B, R].
+    Returns the un-normed outputs [B, R, H] of steps 0..ttt_steps; row i of step s is valid for i ≥ s."""
+    mid = model.midlayer
+    r = features.shape[1]
+    e = model.embed_weight[shifted_ids]
+    e_normed = mid.input_layernorm(e)
+    cos, sin = model.rotary.cos_sin(torch.arange(r, device=model.device), model.dtype)
+    h_in = model.fc(features.to(model.dtype))
+    keys: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+    outs = []
+    for s in range(ttt_steps + 1):
+        a = torch.cat([e_normed, mid.hidden_norm(h_in)], dim=-1)
+        out, k, v = batched_attention(mid.self_attn, a, cos, sin, keys, values, ttt_mask(r, s).to(model.device))
+        h = h_in + out
+        h = h + mid.mlp(mid.post_attention_layernorm(h))
+        outs.append(h)
+        keys = k if keys is None else torch.cat([keys, k], dim=2)
+        values = v if values is None else torch.cat([values, v], dim=2)
+        h_in = torch.cat([h[:, :1], h[:, :-1]], dim=1)  # row i gets row i−1's output (row 0: never used)
+    return outs
+
+
+def eagle3_loss(model: Eagle3Drafter, feats: torch.Tensor, teach: torch.Tensor, windows: torch.Tensor,
+                g: torch.Generator, *, ttt_steps: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Σ_s 0.8^s · mean-over-valid-rows KL(teacher ‖ head); row i predicts t[i+2] (teacher: target at i+1)."""
+    del g  # every row is used; nothing to sample
+    r = windows.shape[1] - 1
+    outs = eagle3_train_forward(model, feats[:, :r], windows[:, 1:].to(model.device), ttt_steps)
+    teacher = teach[:, 1 : r + 1]
+    loss = torch.zeros((), device=model.device)
+    kls, tops = [], []
+    for s, h in enumerate(outs):
+        kl, top1 = kl_and_top1(teacher[:, s:], model.lm_head(model.norm(h[:, s:])))
+        loss = loss + STEP_DECAY**s * kl.mean()
+        kls.append(kl.detach().mean())
+        tops.append(top1.mean())
+    return loss, torch.stack(kls), torch.stack(tops)
+
+
+def train_eagle3(
+    target_dir: str | os.PathLike[str],
+    sequences: Sequence[Sequence[int]],
+    out_dir: str | os.PathLike[str],
+    *,
+    ttt_steps: int = 3,
+    draft_vocab_size: int = 4096,
+    steps: int = 2000,
+    batch_windows: int = 8,
+    window: int = 256,
+    lr: float = 1e-3,
+    warmup: int | None = None,
+    weight_decay: float = 0.0,
+    clip: float = 1.0,
+    seed: int = 0,
+    threads: int = 2,
+    log_every: int = 10,
+    eval_sequences: Sequence[Sequence[int]] | None = None,
+    eos_token_id: int | None = None,
+    config_overrides: dict[str, Any] | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Train an EAGLE-3 head (the inference ``Eagle3Drafter`` module, target embedding shared and frozen) with
+    training-time test unrolled ``ttt_steps`` (≥ 3 recommended) steps; same data, draft vocab rule and budget knobs
+    as :func:`dart_core.train.dart.train_dart`. Saves the published format (fp16) + ``train_log.jsonl``."""
+    if ttt_steps < 1:
+        raise ValueError(f"ttt_steps must be >= 1, got {ttt_steps}")
+    torch.set_num_threads(threads)
+    seed_everything(seed)
+    out = Path(out_dir)
+    target = load_frozen_target(target_dir)
+    eos = eos_token_id if eos_token_id is not None else _eos(target)
+    draft_ids, d2t, t2d = build_draft_vocab(sequences, target.vocab_size, draft_vocab_size, eos)
+    cfg_dict = drafter_config_dict(target, "eagle3", draft_vocab_size, None, config_overrides)
+    model = Eagle3Drafter(DrafterConfig.from_dict(cfg_dict), target.embed_tokens.weight.detach().float())
+    model.d2t.copy_(d2t)
+    init_from_target(model, target, draft_ids, seed=seed)
+    windows = make_windows(sequences, window, ttt_steps + 3)
+    evw = make_windows(eval_sequences, window, ttt_steps + 3) if eval_sequences else None
+
+    def loss_fn(m: Any, f: torch.Tensor, t: torch.Tensor, w: torch.Tensor, g: torch.Generator) -> Any:
+        return eagle3_loss(m, f, t, w, g, ttt_steps=ttt_steps)
+
+    def eval_fn(m: Any, w: torch.Tensor) -> dict[str, Any]:
+        return evaluate(m, target, w, draft_ids, loss_fn, batch_windows)
+
+    stats = train_loop("eagle3", model, target, windows, draft_ids, loss_fn, steps=steps,
+                       batch_windows=batch_windows, lr=lr, warmup=warmup, weight_decay=weight_decay, clip=clip,
+                       seed=seed, out_dir=out, log_every=log_every, eval_windows=evw, eval_fn=eval_fn,
+                       progress=progress)
+    save_checkpoint(model, cfg_dict, t2d, out)
+    stats["draft_vocab_size"] = draft_vocab_size
+    return stats

@@ -1,0 +1,157 @@
+"""Drafter trainers: the training forwards equal the inference forwards, a short run on a tiny target trained on a
+repetitive synthetic corpus learns (held-out loss down, top-1 agreement up), and the fp16 checkpoints load through
+the inference loaders as fp32, decode losslessly and accept more than untrained ones."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import tests.helpers_ckpt as C
+from dart_core.drafters.dart import DartDrafter
+from dart_core.drafters.eagle3 import Eagle3Drafter
+from dart_core.generate import generate, summarize
+from dart_core.target import TargetModel
+from dart_core.train.common import build_draft_vocab, load_frozen_target
+from dart_core.train.dart import block_mask, dart_train_forward, train_dart
+from dart_core.train.eagle3 import eagle3_train_forward, train_eagle3, ttt_mask
+
+V, H, EOS = 97, 32, 0
+
+
+def corpus(n: int, length: int, seed: int) -> list[list[int]]:
+    """Arithmetic progressions over tokens 3..50 (step 1 or 2 per sequence): predictable once two tokens are seen;
+    ids 1 and 2 never occur, so the draft vocab (EOS 0 + 3..50) is not a prefix of the target's and d2t != 0."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        start, step = rng.randrange(48), rng.choice([1, 2])
+        out.append([3 + (start + step * k) % 48 for k in range(length)])
+    return out
+
+
+@pytest.fixture(scope="module")
+def target_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Qwen3 (8 layers, hidden 32) trained briefly on the synthetic corpus, saved with save_pretrained."""
+    torch.manual_seed(0)
+    model = C.tiny_qwen3(vocab=V, hidden=H, seed=0).train()
+    data = torch.tensor(corpus(256, 32, seed=1))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(50):
+        batch = data[torch.randint(0, len(data), (16,), generator=g)]
+        loss = model(input_ids=batch, labels=batch).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert float(loss.detach()) < 1.0, "tiny target did not learn the corpus"
+    path = tmp_path_factory.mktemp("target")
+    model.eval().save_pretrained(path)
+    return path
+
+
+def random_drafter(tmp_path: Path, kind: str) -> DartDrafter | Eagle3Drafter:
+    cfg = C.drafter_config(kind, vocab=V, hidden=H, draft_vocab=48, draft_length=4)
+    path = C.write_drafter(tmp_path / kind, cfg, C.random_drafter_state(cfg, kind=kind, seed=3))
+    cls = DartDrafter if kind == "dart" else Eagle3Drafter
+    return cls.from_pretrained(path, target=torch.randn(V, H) * 0.5)
+
+
+def test_block_and_ttt_masks() -> None:
+    mask, pos = block_mask(5, torch.tensor([1, 3]), 2)
+    assert pos.tolist() == [0, 1, 2, 3, 4, 2, 3, 4, 5]
+    assert mask[5].tolist() == [True, True, False, False, False, True, False, False, False]
+    assert mask[8].tolist() == [True, True, True, True, False, False, False, True, True]
+    m = ttt_mask(4, 2)  # row 3: step-0 rows <= 1, step-1 row 2, step-2 row 3 (itself)
+    assert m[3].tolist() == [True, True, False, False, False, False, True, False, False, False, False, True]
+
+
+def test_dart_train_forward_equals_draft_logits(tmp_path: Path) -> None:
+    model = random_drafter(tmp_path, "dart")
+    g = torch.Generator().manual_seed(0)
+    feats, ids = torch.randn(2, 20, 3 * H, generator=g), torch.randint(0, V, (2, 20), generator=g)
+    anchors = torch.tensor([0, 3, 7, 12, 19])
+    logits = dart_train_forward(model, feats, ids, anchors)
+    assert logits.shape == (2, 5, 5, 48)
+    for b in range(2):
+        for k, a in enumerate(anchors.tolist()):
+            ref = model.draft_logits(feats[b, : a + 1], ids[b, : a + 1], model.new_state())[0]
+            torch.testing.assert_close(logits[b, k], ref, atol=1e-4, rtol=1e-4)
+
+
+def test_eagle3_ttt_forward_equals_context_pass_and_rollout(tmp_path: Path) -> None:
+    model = random_drafter(tmp_path, "eagle3")
+    g = torch.Generator().manual_seed(1)
+    feats, ids = torch.randn(2, 12, 3 * H, generator=g), torch.randint(0, V, (2, 12), generator=g)
+    outs = eagle3_train_forward(model, feats, ids, ttt_steps=3)
+    for b in range(2):
+        torch.testing.assert_close(outs[0][b], model.context_pass(feats[b], ids[b], model.new_state()),
+                                   atol=1e-4, rtol=1e-4)
+        for s in (1, 2, 3):
+            for i in (s, 6, 11):
+                n = i - s + 1  # context rows 0..i-s, then s sequential steps on its own outputs
+                state = model.new_state()
+                h = model.context_pass(feats[b, :n], ids[b, :n], state)[-1:]
+                keys, values = state.cache.keys, state.cache.values
+                for j in range(1, s + 1):
+                    h, k, v = model._layer(ids[b, n - 1 + j : n + j], h, torch.tensor([n - 1 + j]), keys, values,
+                                           torch.ones(1, keys.shape[1] + 1, dtype=torch.bool))
+                    keys, values = torch.cat([keys, k], 1), torch.cat([values, v], 1)
+                torch.testing.assert_close(outs[s][b, i], h[0], atol=1e-4, rtol=1e-4)
+
+
+def test_draft_vocab_keeps_eos_and_frequent_tokens() -> None:
+    ids, d2t, t2d = build_draft_vocab([[5, 5, 5, 7, 7, 9]], 20, 3, eos_token_id=19)
+    assert ids.tolist() == [5, 7, 19] and d2t.tolist() == [5, 6, 17] and int(t2d.sum()) == 3 and t2d[19]
+
+
+def _tau(target: TargetModel, drafter: object, prompts: list[list[int]], ar: list[list[int]]) -> float:
+    taus = []
+    for prompt, ref in zip(prompts, ar, strict=True):
+        out, steps = generate(target, prompt, drafter, max_new_tokens=20)
+        assert out == ref  # lossless: greedy speculative output equals plain AR
+        taus.append(summarize(steps).tau)
+    return sum(taus) / len(taus)
+
+
+@pytest.mark.parametrize("kind", ["dart", "eagle3"])
+def test_short_training_learns_and_round_trips(tmp_path: Path, target_dir: Path, kind: str) -> None:
+    train, held = corpus(96, 64, seed=2), corpus(8, 64, seed=3)
+    common = dict(draft_vocab_size=49, batch_windows=6, window=32, lr=5e-3, seed=0, threads=2, log_every=5,
+                  eval_sequences=held, eos_token_id=EOS, progress=False)
+    if kind == "dart":
+        def run(out: Path, steps: int) -> dict:
+            return train_dart(target_dir, train, out, draft_length=4, anchors_per_window=8, steps=steps, **common)
+        cls = DartDrafter
+    else:
+        def run(out: Path, steps: int) -> dict:
+            return train_eagle3(target_dir, train, out, ttt_steps=3, steps=steps, **common)
+        cls = Eagle3Drafter
+    stats = run(tmp_path / "trained", 50)
+    before, after = stats["eval_before"], stats["eval_after"]
+    assert after["loss"] < 0.5 * before["loss"]
+    assert after["top1"][0] > before["top1"][0] + 0.2
+    assert sum(after["top1"]) > sum(before["top1"])
+    log = [json.loads(line) for line in (tmp_path / "trained" / "train_log.jsonl").read_text().splitlines()]
+    assert len(log) == 10 and log[-1]["step"] == 50
+
+    raw = load_file(str(tmp_path / "trained" / "model.safetensors"))
+    assert raw["fc.weight"].dtype == torch.float16 and raw["d2t"].dtype == torch.int64
+    assert raw["t2d"].dtype == torch.bool
+    assert tuple(raw["t2d"].shape) == (V,) and bool(raw["t2d"][EOS]) and int(raw["t2d"].sum()) == 49
+    assert (raw["d2t"] != 0).any()  # draft vocab is not a prefix of the target's: d2t is exercised
+    trained = cls.from_pretrained(tmp_path / "trained", target=target_dir)
+    assert trained.dtype == torch.float32
+
+    run(tmp_path / "untrained", 0)
+    untrained = cls.from_pretrained(tmp_path / "untrained", target=target_dir)
+    target = load_frozen_target(target_dir)
+    prompts = [seq[:6] for seq in held[:3]]
+    ar = [generate(target, p, None, max_new_tokens=20)[0] for p in prompts]
+    tau_trained, tau_untrained = _tau(target, trained, prompts, ar), _tau(target, untrained, prompts, ar)
+    assert tau_trained > tau_untrained + 0.5, (tau_trained, tau_untrained)
