@@ -1,0 +1,439 @@
+"""End-to-end benchmark: AR vs DART vs EAGLE-3 on one shared target over a prompt set.
+
+Default: the embedded bundle (``assets/tiny/``: target, DART, EAGLE-3, N-gram store, held-out ``prompts.jsonl``),
+greedy, 128 new tokens, one warm-up prompt per method not counted, fixed seeds. For each prompt the methods run
+one after another on the same loaded target with the same seed; each method's clock counts only its own steps.
+Prints one row per method (τ, tokens/s, speedup vs AR, mean draft / tree-search / verify ms per step), checks on
+the fly that every method's greedy output equals AR's, and writes ``e2e.json`` + a self-contained ``e2e.html``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import dart_core
+from dart_core.generate import DartSettings, Eagle3Settings, Step
+from dart_core.hub import HubFileError
+from dart_core.ngram import NgramFormatError
+from dart_core.verify import SamplingConfig
+
+TRAIN_COMMAND = "python -m dart_core.train all --out assets/tiny"
+FIGURE_TITLES = (
+    "τ per verify step (tokens per step, running mean)",
+    "Latency split per step (mean ms)",
+    "Tokens/s per prompt",
+    "Accepted length per verify step (histogram)",
+)
+COLORS = {"dart": "#d62728", "eagle3": "#1f77b4", "ar": "#7f7f7f"}
+SPLIT_COLORS = {"draft": "#ff7f0e", "search": "#2ca02c", "verify": "#9467bd"}
+
+
+class BenchError(Exception):
+    """A user-facing setup problem (missing bundle, bad prompt file): printed, exit code 2."""
+
+
+def default_bundle() -> Path:
+    """``assets/tiny`` next to the installed package (the repo root in an editable install)."""
+    return Path(dart_core.__file__).resolve().parent.parent / "assets" / "tiny"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    m = p.add_argument_group("models (local directories or Hub ids)")
+    m.add_argument("--bundle", type=Path, default=None,
+                   help=f"bundle dir with target/, dart/, eagle3/, ngram/small.ngram, prompts.jsonl "
+                        f"(default: {default_bundle()}; used unless --base is given)")
+    m.add_argument("--base", help="target model (overrides the bundle's target/)")
+    m.add_argument("--dart", help="DART drafter (overrides the bundle's dart/)")
+    m.add_argument("--eagle3", help="EAGLE-3 head (overrides the bundle's eagle3/)")
+    m.add_argument("--ngram", help="N-gram store: a file, or a dir / Hub repo with small.trie / full.trie")
+    m.add_argument("--small-ngram", action="store_true", help="use small.trie instead of full.trie with --ngram")
+    m.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto; default: cuda if available")
+    m.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU), float32, float16, bfloat16")
+    g = p.add_argument_group("run")
+    g.add_argument("--prompts", type=Path, default=None,
+                   help="JSONL prompt file (fields: prompt, optional id); default: the bundle's prompts.jsonl")
+    g.add_argument("--limit", type=int, default=0, help="use only the first N prompts (0 = all)")
+    g.add_argument("--methods", default=None, help="comma-separated subset of dart,eagle3,ar (default: all loaded)")
+    g.add_argument("--warmup", type=int, default=1, help="warm-up prompt runs per method, not counted (default 1)")
+    g.add_argument("--max-new-tokens", type=int, default=128)
+    g.add_argument("--max-length", type=int, default=None, help="limit on prompt + output tokens")
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--top-k", type=int, default=0)
+    g.add_argument("--seed", type=int, default=0)
+    mode = g.add_mutually_exclusive_group()
+    mode.add_argument("--raw", dest="chat", action="store_false", default=None,
+                      help="completion mode, no chat template (default for the bundle)")
+    mode.add_argument("--chat", dest="chat", action="store_true",
+                      help="chat template when the tokenizer has one (default with --base)")
+    g.add_argument("--system", default=None, help="system prompt (chat mode)")
+    g.add_argument("--out", type=Path, default=None, help="output dir for e2e.json / e2e.html "
+                   "(default .bench/e2e-<timestamp>/)")
+    g.add_argument("--no-html", action="store_true", help="skip the plotly HTML report")
+    g.add_argument("--no-progress", action="store_true", help="no progress bars")
+    t = p.add_argument_group("draft trees")
+    t.add_argument("--dart-top-k", type=int, default=25)
+    t.add_argument("--dart-beam", type=int, default=20)
+    t.add_argument("--dart-nodes", type=int, default=60, help="nodes below the root")
+    t.add_argument("--ngram-weight", type=float, default=0.5)
+    t.add_argument("--eagle3-total", type=int, default=60, help="nodes including the root")
+    t.add_argument("--eagle3-depth", type=int, default=7)
+    t.add_argument("--eagle3-top-k", type=int, default=10)
+
+
+@dataclass
+class Sources:
+    base: str
+    dart: str | None
+    eagle3: str | None
+    ngram: str | None
+    small_ngram: bool
+    prompts: Path
+    chat: bool
+    bundle: Path | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def resolve_sources(args: argparse.Namespace) -> Sources:
+    """Bundle parts, overridden by explicit --base/--dart/...; a missing bundle is a clear error."""
+    use_bundle = args.bundle is not None or args.base is None
+    bundle = (args.bundle or default_bundle()) if use_bundle else None
+    notes: list[str] = []
+    parts: dict[str, str | None] = {"dart": args.dart, "eagle3": args.eagle3, "ngram": args.ngram}
+    small = bool(args.small_ngram)
+    if bundle is not None:
+        bundle = bundle.expanduser()
+        missing = bundle / "target" if args.base is None else None
+        if not bundle.is_dir() or (missing is not None and not (missing / "config.json").is_file()):
+            raise BenchError(f"model bundle not found: {missing if bundle.is_dir() else bundle} does not exist.\n"
+                             f"Build it with `{TRAIN_COMMAND}`, or pass --bundle DIR / --base MODEL.")
+        for name, sub in (("dart", "dart"), ("eagle3", "eagle3"), ("ngram", "ngram/small.ngram")):
+            if parts[name] is None:
+                if (bundle / sub).exists():
+                    parts[name] = str(bundle / sub)
+                else:
+                    notes.append(f"bundle has no {sub}: {name} skipped")
+    base = args.base or str(bundle / "target")  # type: ignore[operator]
+    prompts = args.prompts or (bundle / "prompts.jsonl" if bundle is not None else None)
+    if prompts is None:
+        raise BenchError("no prompt set: pass --prompts FILE.jsonl (fields: prompt, optional id)")
+    if not Path(prompts).is_file():
+        hint = f" Build the bundle with `{TRAIN_COMMAND}`." if args.prompts is None else ""
+        raise BenchError(f"prompt file not found: {prompts}.{hint}")
+    chat = args.chat if args.chat is not None else args.base is not None
+    return Sources(base, parts["dart"], parts["eagle3"], parts["ngram"], small, Path(prompts), chat, bundle, notes)
+
+
+def read_prompts(path: Path, limit: int = 0) -> list[dict[str, str]]:
+    """JSONL lines with ``prompt`` (text) and an optional ``id`` (default: the line number)."""
+    out = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            text = rec["prompt"]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise BenchError(f"{path}:{n}: expected a JSON object with a 'prompt' field") from None
+        out.append({"id": str(rec.get("id", n)), "prompt": str(text)})
+    if limit:
+        out = out[:limit]
+    if not out:
+        raise BenchError(f"{path} holds no prompts")
+    return out
+
+
+def step_record(s: Step) -> dict[str, Any]:
+    return {"tokens": list(s.tokens), "accepted": s.accepted, "tree_size": s.tree_size, "prefill": s.prefill,
+            "draft_ms": round(s.draft_ms, 4), "search_ms": round(s.search_ms, 4), "verify_ms": round(s.verify_ms, 4),
+            "stop_reason": s.stop_reason}
+
+
+def method_figures(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """τ, tokens/s (prefill included) and the per-step split over a list of step records."""
+    body = [s for s in steps if not s["prefill"]]
+    tokens = sum(len(s["tokens"]) for s in steps)
+    body_tokens = sum(len(s["tokens"]) for s in body)
+    total_ms = sum(s["draft_ms"] + s["search_ms"] + s["verify_ms"] for s in steps)
+    per = max(len(body), 1)
+    hist = Counter(len(s["tokens"]) for s in body)
+    return {
+        "tokens": tokens,
+        "verify_steps": len(body),
+        "tau": body_tokens / len(body) if body else 0.0,
+        "tokens_per_s": tokens / (total_ms / 1e3) if total_ms > 0 else 0.0,
+        "total_ms": total_ms,
+        "prefill_ms": sum(s["verify_ms"] for s in steps if s["prefill"]),
+        "draft_ms_per_step": sum(s["draft_ms"] for s in body) / per,
+        "search_ms_per_step": sum(s["search_ms"] for s in body) / per,
+        "verify_ms_per_step": sum(s["verify_ms"] for s in body) / per,
+        "accept_hist": {str(k): hist[k] for k in sorted(hist)},
+    }
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """Index of the first differing token (or the shorter length), None when equal."""
+    for i, (x, y) in enumerate(zip(a, b)):  # noqa: B905 - lengths may differ on purpose
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def environment(arena: Any) -> dict[str, Any]:
+    import transformers
+
+    dev = arena.target.device
+    env = {"python": platform.python_version(), "platform": platform.platform(), "torch": torch.__version__,
+           "transformers": transformers.__version__, "device": str(dev),
+           "dtype": str(arena.target.embed_tokens.weight.dtype), "torch_threads": torch.get_num_threads()}
+    if torch.device(dev).type == "cuda":
+        env["gpu"] = torch.cuda.get_device_name(dev)
+    return env
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except BenchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except (HubFileError, NgramFormatError, ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    from tqdm.auto import tqdm
+
+    from dart_core.generate_cli import encode_prompt
+    from dart_core.models import load_arena
+
+    src = resolve_sources(args)
+    prompts = read_prompts(src.prompts, args.limit)
+    for note in src.notes:
+        print(f"note: {note}")
+    torch.manual_seed(args.seed)
+    arena = load_arena(src.base, dart=src.dart, eagle3=src.eagle3, ngram=src.ngram, small_ngram=src.small_ngram,
+                       device=args.device, dtype=args.dtype, progress=not args.no_progress)
+    methods = args.methods.split(",") if args.methods else arena.methods
+    for m in methods:
+        arena.drafter(m)  # a clear error for a method that is not loaded
+    # AR runs first on each prompt so the other methods are checked against it as soon as they finish.
+    order = (["ar"] if "ar" in methods else []) + [m for m in methods if m != "ar"]
+    sampling = SamplingConfig(args.temperature, args.top_p, args.top_k)
+    chat = src.chat and bool(getattr(arena.tokenizer, "chat_template", None))
+    kwargs = {"sampling": sampling, "max_new_tokens": args.max_new_tokens, "max_length": args.max_length,
+              "dart": DartSettings(args.dart_top_k, args.dart_beam, args.dart_nodes, args.ngram_weight),
+              "eagle3": Eagle3Settings(args.eagle3_total, args.eagle3_depth, args.eagle3_top_k)}
+    encoded = [encode_prompt(arena.tokenizer, p["prompt"], raw=not chat, system=args.system) for p in prompts]
+    gen_device = arena.target.feature_device
+
+    def generate(method: str, ids: list[int], seed: int) -> list[Step]:
+        generator = torch.Generator(device=gen_device).manual_seed(seed)
+        return list(arena.stream(method, ids, generator=generator, **kwargs))
+
+    for i in range(min(args.warmup, len(encoded))):
+        for m in tqdm(order, desc=f"warm-up {i + 1}", unit="method", disable=args.no_progress, leave=False):
+            generate(m, encoded[i], args.seed + i)
+
+    per_prompt: list[dict[str, Any]] = []
+    mismatches: list[dict[str, Any]] = []
+    bar = tqdm(list(zip(prompts, encoded, strict=True)), desc="e2e", unit="prompt", disable=args.no_progress)
+    for i, (p, ids) in enumerate(bar):
+        entry: dict[str, Any] = {"id": p["id"], "prompt_tokens": len(ids), "methods": {}}
+        outputs: dict[str, list[int]] = {}
+        for m in order:
+            steps = [step_record(s) for s in generate(m, ids, args.seed + i)]
+            outputs[m] = [t for s in steps for t in s["tokens"]]
+            figures = method_figures(steps)
+            figures.pop("accept_hist")
+            entry["methods"][m] = {**figures, "stop_reason": steps[-1].get("stop_reason"), "steps": steps}
+            if sampling.greedy and m != "ar" and "ar" in outputs:
+                pos = first_difference(outputs[m], outputs["ar"])
+                if pos is not None:
+                    mm = {"prompt_id": p["id"], "method": m, "position": pos,
+                          "method_tokens": len(outputs[m]), "ar_tokens": len(outputs["ar"])}
+                    mismatches.append(mm)
+                    tqdm.write(f"MISMATCH: {m} differs from AR on prompt {p['id']} at token {pos}")
+        per_prompt.append(entry)
+        bar.set_postfix_str(" ".join(f"{m}:{entry['methods'][m]['tau']:.2f}" for m in methods))
+
+    summary = summarize_methods(per_prompt, methods)
+    checked = sampling.greedy and "ar" in methods and len(methods) > 1
+    report = {
+        "config": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+                   "resolved": {"base": src.base, "dart": src.dart, "eagle3": src.eagle3, "ngram": src.ngram,
+                                "prompts": str(src.prompts), "chat": chat}, "methods": methods,
+                   "n_prompts": len(prompts)},
+        "environment": environment(arena),
+        "notes": {"tokens_per_s": "all emitted tokens over all measured time of that method, prefill included",
+                  "tau": "tokens of verify steps / verify steps (bonus token included; 1 for AR)",
+                  "accept_hist": "tokens emitted per verify step (accepted drafts + bonus)"},
+        "summary": summary,
+        "mismatches": mismatches if checked else None,
+        "prompts": per_prompt,
+    }
+    out = args.out or Path(".bench") / f"e2e-{time.strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "e2e.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
+    print_table(summary, methods, len(prompts), sampling)
+    if not checked:
+        print("mismatches: not checked (needs greedy and AR plus another method)")
+    elif mismatches:
+        print(f"mismatches: {len(mismatches)}")
+        for mm in mismatches:
+            print(f"  {mm['method']} on prompt {mm['prompt_id']}: first difference at token {mm['position']}")
+    else:
+        print("mismatches: 0")
+    print(f"wrote {out / 'e2e.json'}")
+    if not args.no_html:
+        write_html(report, out / "e2e.html")
+        print(f"wrote {out / 'e2e.html'}")
+    return 0
+
+
+def summarize_methods(per_prompt: list[dict[str, Any]], methods: list[str]) -> dict[str, dict[str, Any]]:
+    """Overall figures per method over every counted prompt (pooled steps) + speedup vs AR."""
+    summary = {}
+    for m in methods:
+        steps = [s for e in per_prompt for s in e["methods"][m]["steps"]]
+        summary[m] = method_figures(steps)
+    ar = summary.get("ar", {}).get("tokens_per_s")
+    for s in summary.values():
+        s["speedup_vs_ar"] = s["tokens_per_s"] / ar if ar else None
+    return summary
+
+
+def print_table(summary: dict[str, dict[str, Any]], methods: list[str], n: int, sampling: SamplingConfig) -> None:
+    mode = "greedy" if sampling.greedy else f"T={sampling.temperature} top-p={sampling.top_p} top-k={sampling.top_k}"
+    print(f"\n{n} prompts, {mode}; tokens/s include the prefill; ms are means per verify step")
+    print(f"{'method':<8} {'tokens':>7} {'steps':>6} {'tau':>6} {'tok/s':>9} {'vs AR':>6} "
+          f"{'draft ms':>9} {'search ms':>10} {'verify ms':>10}")
+    for m in methods:
+        s = summary[m]
+        speed = f"{s['speedup_vs_ar']:.2f}x" if s["speedup_vs_ar"] else "-"
+        print(f"{m:<8} {s['tokens']:>7} {s['verify_steps']:>6} {s['tau']:>6.2f} {s['tokens_per_s']:>9.1f} "
+              f"{speed:>6} {s['draft_ms_per_step']:>9.2f} {s['search_ms_per_step']:>10.2f} "
+              f"{s['verify_ms_per_step']:>10.2f}")
+
+
+def build_figures(report: dict[str, Any]) -> list[Any]:
+    """The four plotly figures of the report, with an explicit light template so they read on any page."""
+    import plotly.graph_objects as go
+
+    methods = report["config"]["methods"]
+    prompts = report["prompts"]
+    summary = report["summary"]
+    layout = {"template": "plotly_white", "paper_bgcolor": "#ffffff", "plot_bgcolor": "#ffffff",
+              "font": {"color": "#222222"}, "height": 420, "margin": {"l": 60, "r": 20, "t": 60, "b": 50},
+              "legend": {"bgcolor": "rgba(255,255,255,0.8)"}}
+    axis = {"showgrid": True, "gridcolor": "#d0d0d0", "linecolor": "#888888", "zerolinecolor": "#bbbbbb"}
+
+    def color(m: str) -> str:
+        return COLORS.get(m, "#17becf")
+
+    f1 = go.Figure()
+    for m in methods:
+        ys = [len(s["tokens"]) for e in prompts for s in e["methods"][m]["steps"] if not s["prefill"]]
+        xs = list(range(1, len(ys) + 1))
+        mean, acc = [], 0
+        for k, y in enumerate(ys, 1):
+            acc += y
+            mean.append(acc / k)
+        f1.add_scatter(x=xs, y=ys, mode="markers", name=f"{m} per step", marker={"color": color(m), "size": 4},
+                       opacity=0.35, legendgroup=m)
+        f1.add_scatter(x=xs, y=mean, mode="lines", name=f"{m} running mean", line={"color": color(m), "width": 2.5},
+                       legendgroup=m)
+    f1.update_layout(title=FIGURE_TITLES[0], xaxis_title="verify step (all prompts in order)",
+                     yaxis_title="tokens per step", **layout)
+
+    f2 = go.Figure()
+    for part in ("draft", "search", "verify"):
+        f2.add_bar(x=methods, y=[summary[m][f"{part}_ms_per_step"] for m in methods], name=f"{part} ms",
+                   marker_color=SPLIT_COLORS[part])
+    f2.update_layout(title=FIGURE_TITLES[1], barmode="stack", yaxis_title="ms per verify step", **layout)
+
+    f3 = go.Figure()
+    ids = [e["id"] for e in prompts]
+    for m in methods:
+        f3.add_bar(x=ids, y=[e["methods"][m]["tokens_per_s"] for e in prompts], name=m, marker_color=color(m))
+    f3.update_layout(title=FIGURE_TITLES[2], barmode="group", xaxis_title="prompt id", xaxis_type="category",
+                     yaxis_title="tokens/s (prefill included)", **layout)
+
+    f4 = go.Figure()
+    for m in methods:
+        hist = summary[m]["accept_hist"]
+        total = max(sum(hist.values()), 1)
+        f4.add_bar(x=[int(k) for k in hist], y=[v / total for v in hist.values()], name=m, marker_color=color(m))
+    f4.update_layout(title=FIGURE_TITLES[3], barmode="group", xaxis_title="tokens per verify step (accepted + bonus)",
+                     yaxis_title="fraction of steps", **layout)
+    for f in (f1, f2, f3, f4):
+        f.update_xaxes(**axis)
+        f.update_yaxes(**axis)
+    return [f1, f2, f3, f4]
+
+
+def _speed(x: float | None) -> str:
+    return f"{x:.2f}x" if x else "-"
+
+
+def write_html(report: dict[str, Any], path: Path) -> None:
+    """One self-contained page (plotly.js inlined, works offline): summary table + the four figures."""
+    import html
+
+    figs = build_figures(report)
+    parts = [f.to_html(full_html=False, include_plotlyjs=(i == 0)) for i, f in enumerate(figs)]
+    summary = report["summary"]
+    rows = "".join(
+        f"<tr><td>{html.escape(m)}</td><td>{s['tokens']}</td><td>{s['verify_steps']}</td><td>{s['tau']:.2f}</td>"
+        f"<td>{s['tokens_per_s']:.1f}</td><td>{_speed(s['speedup_vs_ar'])}</td>"
+        f"<td>{s['draft_ms_per_step']:.2f}</td><td>{s['search_ms_per_step']:.2f}</td>"
+        f"<td>{s['verify_ms_per_step']:.2f}</td></tr>"
+        for m, s in summary.items())
+    mm = report["mismatches"]
+    mm_text = ("not checked" if mm is None else "0" if not mm else
+               "; ".join(f"{x['method']} on prompt {html.escape(x['prompt_id'])} at token {x['position']}"
+                         for x in mm))
+    env = report["environment"]
+    page = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>DART Arena: end-to-end benchmark</title>
+<style>
+:root {{ color-scheme: light dark; }}
+body {{ font-family: system-ui, sans-serif; margin: 24px; background: Canvas; color: CanvasText; }}
+.card {{ background: #ffffff; color: #222222; border: 1px solid #999999; border-radius: 6px; padding: 8px;
+         margin: 16px 0; }}
+table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #999999; padding: 4px 10px; text-align: right; }}
+</style></head><body>
+<h1>End-to-end benchmark</h1>
+<p>{report['config']['n_prompts']} prompts, max {report['config']['max_new_tokens']} new tokens,
+temperature {report['config']['temperature']}; torch {html.escape(env['torch'])} on {html.escape(env['device'])}
+({env['torch_threads']} threads). Tokens/s include the prefill; ms are means per verify step.</p>
+<div class="card"><table><tr><th>method</th><th>tokens</th><th>steps</th><th>τ</th><th>tok/s</th><th>vs AR</th>
+<th>draft ms</th><th>search ms</th><th>verify ms</th></tr>{rows}</table>
+<p>mismatches vs AR: {mm_text}</p></div>
+{''.join(f'<div class="card"><h2>{html.escape(t)}</h2>{p}</div>' for t, p in zip(FIGURE_TITLES, parts, strict=True))}
+</body></html>
+"""
+    path.write_text(page, encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Standalone entry (also ``python -m dart_core.bench e2e``)."""
+    p = argparse.ArgumentParser(prog="python -m dart_core.bench e2e", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(p)
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
