@@ -130,6 +130,12 @@ def test_all_quick_layout(tmp_path: Path) -> None:
     for name, cls in (("dart", DartDrafter), ("eagle3", Eagle3Drafter)):
         drafter = cls.from_pretrained(out / name, target=out / "target", dtype=torch.float32)
         assert drafter.config.vocab_size == json.loads((out / "target" / "config.json").read_text())["vocab_size"]
+    # the drafters alone, again, on the existing target: recipe.json keeps the other stages
+    r = subprocess.run([sys.executable, "-m", "dart_core.train", "drafters", "--quick", "--no-progress", "--threads",
+                        "1", "--drafter-steps", "2", "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    stages = json.loads((out / "recipe.json").read_text())["stages"]
+    assert stages["dart"]["steps"] == 2 and stages["eagle3"]["steps"] == 2 and "target" in stages
 
 
 def test_help_lists_stages() -> None:

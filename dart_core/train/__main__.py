@@ -242,7 +242,7 @@ def write_model_card(out: Path, recipe: Recipe) -> Path:
 
 
 STAGES = {"tokenizer": [stage_tokenizer], "target": [stage_target], "ngram": [stage_ngram],
-          "all": [stage_tokenizer, stage_target, stage_ngram, stage_drafters]}
+          "drafters": [stage_drafters], "all": [stage_tokenizer, stage_target, stage_ngram, stage_drafters]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -250,8 +250,9 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("stage", choices=list(STAGES),
                    help="tokenizer: BPE + held-out prompts; target: train the Qwen3 target (needs the tokenizer); "
-                        "ngram: order-3 store over the training split (needs the tokenizer); all: every stage, then "
-                        "the DART drafter and EAGLE-3 head and the model card")
+                        "ngram: order-3 store over the training split (needs the tokenizer); drafters: the DART "
+                        "drafter and EAGLE-3 head on the existing target (same data and budget), then the model card; "
+                        "all: every stage in that order")
     p.add_argument("--out", required=True, type=Path, help="bundle directory (e.g. assets/tiny)")
     p.add_argument("--quick", action="store_true",
                    help="tiny, fast variant of every stage (a file subset, a tiny model, a few steps): seconds")
@@ -262,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--min-count", type=int, default=None,
                    help=f"N-gram pruning: drop n-grams (n >= 2) seen fewer times (default {FULL['ngram_min_count']})")
     p.add_argument("--drafter-steps", type=int, default=None,
-                   help="steps for the DART and EAGLE-3 trainers (default: their own; --quick "
+                   help=f"steps for the DART and EAGLE-3 trainers (default {FULL['drafter_steps']} × "
+                        f"{FULL['drafter_batch_windows']} windows of {FULL['drafter_window']} tokens; --quick "
                         f"{QUICK['drafter_steps']})")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = p.parse_args(argv)
@@ -276,13 +278,14 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     for fn in STAGES[args.stage]:
         fn(out, args, hp, recipe)
-    if args.stage == "all":
-        recipe.data["total_seconds"] = round(time.perf_counter() - t0, 2)
+    if args.stage in ("all", "drafters"):
+        if args.stage == "all":
+            recipe.data["total_seconds"] = round(time.perf_counter() - t0, 2)
         recipe.data["bundle_bytes"] = _dir_bytes(out)
         recipe.save()
         card = write_model_card(out, recipe)
-        print(f"[all] {recipe.data['bundle_bytes'] / 1e6:.1f} MB in {out}, model card {card} "
-              f"({recipe.data['total_seconds']:.0f} s)")
+        print(f"[{args.stage}] {recipe.data['bundle_bytes'] / 1e6:.1f} MB in {out}, model card {card} "
+              f"({time.perf_counter() - t0:.0f} s)")
     return 0
 
 
