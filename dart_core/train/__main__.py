@@ -31,7 +31,7 @@ FULL = {
     "config": {},
     # Drafters: same data, features and budget for DART and EAGLE-3 (a fair head-to-head).
     "draft_vocab": 2048,
-    "drafter_steps": 400,
+    "drafter_steps": 1200,
     "drafter_batch_windows": 8,
     "drafter_window": 256,
 }
