@@ -282,3 +282,30 @@ def evaluate(model: DrafterLayer, target: TargetModel, windows: torch.Tensor, dr
     model.train(was)
     return {"loss": sum(losses) / len(losses), "kl": torch.stack(kls).mean(0).tolist(),
             "top1": torch.stack(tops).mean(0).tolist()}
+
+
+def eos_id(target: TargetModel) -> int | None:
+    eos = getattr(target.config, "eos_token_id", None)
+    if isinstance(eos, (list, tuple)):
+        eos = eos[0] if eos else None
+    return None if eos is None else int(eos)
+
+
+def prepare_drafter(cls: type, kind: str, target_dir: str | os.PathLike[str], sequences: Sequence[Sequence[int]], *,
+                    draft_vocab_size: int, draft_length: int | None, config_overrides: dict[str, Any] | None,
+                    eos_token_id: int | None, seed: int, threads: int) -> tuple[Any, ...]:
+    """The set-up both trainers share: threads and seeds, the frozen target, the frequency-ranked draft vocab,
+    the inference module itself (embedding shared and frozen) warm-started from the target.
+    Returns (target, model, config dict, draft ids, t2d)."""
+    torch.set_num_threads(threads)
+    seed_everything(seed)
+    target = load_frozen_target(target_dir)
+    eos = eos_token_id if eos_token_id is not None else eos_id(target)
+    draft_ids, d2t, t2d = build_draft_vocab(sequences, target.vocab_size, draft_vocab_size, eos)
+    from dart_core.drafters.config import DrafterConfig
+
+    cfg_dict = drafter_config_dict(target, kind, draft_vocab_size, draft_length, config_overrides)
+    model = cls(DrafterConfig.from_dict(cfg_dict), target.embed_tokens.weight.detach().float())
+    model.d2t.copy_(d2t)
+    init_from_target(model, target, draft_ids, seed=seed)
+    return target, model, cfg_dict, draft_ids, t2d

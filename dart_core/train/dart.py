@@ -13,19 +13,14 @@ from typing import Any
 
 import torch
 
-from dart_core.drafters.config import DrafterConfig
 from dart_core.drafters.dart import DartDrafter
 from dart_core.train.common import (
     batched_attention,
-    build_draft_vocab,
-    drafter_config_dict,
     evaluate,
-    init_from_target,
     kl_and_top1,
-    load_frozen_target,
     make_windows,
+    prepare_drafter,
     save_checkpoint,
-    seed_everything,
     train_loop,
 )
 
@@ -122,16 +117,10 @@ def train_dart(
     """Train a DART drafter (the inference ``DartDrafter`` module itself, embedding shared and frozen) on the frozen
     target at ``target_dir`` over token ``sequences``; save ``config.json`` + fp16 ``model.safetensors`` and
     ``train_log.jsonl`` in ``out_dir``. Returns stats (throughput, last losses, held-out eval before/after)."""
-    torch.set_num_threads(threads)
-    seed_everything(seed)
     out = Path(out_dir)
-    target = load_frozen_target(target_dir)
-    eos = eos_token_id if eos_token_id is not None else _eos(target)
-    draft_ids, d2t, t2d = build_draft_vocab(sequences, target.vocab_size, draft_vocab_size, eos)
-    cfg_dict = drafter_config_dict(target, "dart", draft_vocab_size, draft_length, config_overrides)
-    model = DartDrafter(DrafterConfig.from_dict(cfg_dict), target.embed_tokens.weight.detach().float())
-    model.d2t.copy_(d2t)
-    init_from_target(model, target, draft_ids, seed=seed)
+    target, model, cfg_dict, draft_ids, t2d = prepare_drafter(
+        DartDrafter, "dart", target_dir, sequences, draft_vocab_size=draft_vocab_size, draft_length=draft_length,
+        config_overrides=config_overrides, eos_token_id=eos_token_id, seed=seed, threads=threads)
     windows = make_windows(sequences, window, draft_length + 3)
     evw = make_windows(eval_sequences, window, draft_length + 3) if eval_sequences else None
 
@@ -148,9 +137,3 @@ def train_dart(
     stats["draft_vocab_size"] = draft_vocab_size
     return stats
 
-
-def _eos(target: Any) -> int | None:
-    eos = getattr(target.config, "eos_token_id", None)
-    if isinstance(eos, (list, tuple)):
-        eos = eos[0] if eos else None
-    return None if eos is None else int(eos)

@@ -16,22 +16,16 @@ from typing import Any
 
 import torch
 
-from dart_core.drafters.config import DrafterConfig
 from dart_core.drafters.eagle3 import Eagle3Drafter
 from dart_core.train.common import (
     batched_attention,
-    build_draft_vocab,
-    drafter_config_dict,
     evaluate,
-    init_from_target,
     kl_and_top1,
-    load_frozen_target,
     make_windows,
+    prepare_drafter,
     save_checkpoint,
-    seed_everything,
     train_loop,
 )
-from dart_core.train.dart import _eos
 
 STEP_DECAY = 0.8
 
@@ -115,16 +109,10 @@ def train_eagle3(
     as :func:`dart_core.train.dart.train_dart`. Saves the published format (fp16) + ``train_log.jsonl``."""
     if ttt_steps < 1:
         raise ValueError(f"ttt_steps must be >= 1, got {ttt_steps}")
-    torch.set_num_threads(threads)
-    seed_everything(seed)
     out = Path(out_dir)
-    target = load_frozen_target(target_dir)
-    eos = eos_token_id if eos_token_id is not None else _eos(target)
-    draft_ids, d2t, t2d = build_draft_vocab(sequences, target.vocab_size, draft_vocab_size, eos)
-    cfg_dict = drafter_config_dict(target, "eagle3", draft_vocab_size, None, config_overrides)
-    model = Eagle3Drafter(DrafterConfig.from_dict(cfg_dict), target.embed_tokens.weight.detach().float())
-    model.d2t.copy_(d2t)
-    init_from_target(model, target, draft_ids, seed=seed)
+    target, model, cfg_dict, draft_ids, t2d = prepare_drafter(
+        Eagle3Drafter, "eagle3", target_dir, sequences, draft_vocab_size=draft_vocab_size, draft_length=None,
+        config_overrides=config_overrides, eos_token_id=eos_token_id, seed=seed, threads=threads)
     windows = make_windows(sequences, window, ttt_steps + 3)
     evw = make_windows(eval_sequences, window, ttt_steps + 3) if eval_sequences else None
 
