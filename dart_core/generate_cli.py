@@ -53,6 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--no-stream", action="store_true", help="print only the summary")
     g.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_tree_arguments(p)
+    return p
+
+
+def add_tree_arguments(p: argparse.ArgumentParser) -> None:
+    """The draft-tree knobs shared by this CLI and the benchmark (reference defaults)."""
     t = p.add_argument_group("draft trees")
     t.add_argument("--dart-top-k", type=int, default=25)
     t.add_argument("--dart-beam", type=int, default=20)
@@ -61,7 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--eagle3-total", type=int, default=60, help="nodes including the root")
     t.add_argument("--eagle3-depth", type=int, default=7)
     t.add_argument("--eagle3-top-k", type=int, default=10)
-    return p
+
+
+def tree_settings(args: argparse.Namespace) -> tuple[DartSettings, Eagle3Settings]:
+    return (DartSettings(args.dart_top_k, args.dart_beam, args.dart_nodes, args.ngram_weight),
+            Eagle3Settings(args.eagle3_total, args.eagle3_depth, args.eagle3_top_k))
 
 
 def encode_prompt(tokenizer: Any, text: str, *, raw: bool, system: str | None) -> list[int]:
@@ -83,8 +93,7 @@ def run(args: argparse.Namespace) -> int:
     text = args.prompt if args.prompt is not None else Path(args.prompt_file).read_text(encoding="utf-8")
     ids = encode_prompt(arena.tokenizer, text, raw=args.raw, system=args.system)
     sampling = SamplingConfig(args.temperature, args.top_p, args.top_k)
-    dart = DartSettings(args.dart_top_k, args.dart_beam, args.dart_nodes, args.ngram_weight)
-    eagle3 = Eagle3Settings(args.eagle3_total, args.eagle3_depth, args.eagle3_top_k)
+    dart, eagle3 = tree_settings(args)
     results: dict[str, tuple[list[int], list[Step]]] = {}
     for method in methods:
         generator = torch.Generator(device=arena.target.feature_device).manual_seed(args.seed)

@@ -22,7 +22,8 @@ from typing import Any
 import torch
 
 import dart_core
-from dart_core.generate import DartSettings, Eagle3Settings, Step
+from dart_core.generate import Step
+from dart_core.generate_cli import add_tree_arguments, encode_prompt, tree_settings
 from dart_core.hub import HubFileError
 from dart_core.ngram import NgramFormatError
 from dart_core.verify import SamplingConfig
@@ -81,14 +82,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(default .bench/e2e-<timestamp>/)")
     g.add_argument("--no-html", action="store_true", help="skip the plotly HTML report")
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
-    t = p.add_argument_group("draft trees")
-    t.add_argument("--dart-top-k", type=int, default=25)
-    t.add_argument("--dart-beam", type=int, default=20)
-    t.add_argument("--dart-nodes", type=int, default=60, help="nodes below the root")
-    t.add_argument("--ngram-weight", type=float, default=0.5)
-    t.add_argument("--eagle3-total", type=int, default=60, help="nodes including the root")
-    t.add_argument("--eagle3-depth", type=int, default=7)
-    t.add_argument("--eagle3-top-k", type=int, default=10)
+    add_tree_arguments(p)
 
 
 @dataclass
@@ -215,7 +209,6 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
-    from dart_core.generate_cli import encode_prompt
     from dart_core.models import load_arena
 
     src = resolve_sources(args)
@@ -233,8 +226,7 @@ def _run(args: argparse.Namespace) -> int:
     sampling = SamplingConfig(args.temperature, args.top_p, args.top_k)
     chat = src.chat and bool(getattr(arena.tokenizer, "chat_template", None))
     kwargs = {"sampling": sampling, "max_new_tokens": args.max_new_tokens, "max_length": args.max_length,
-              "dart": DartSettings(args.dart_top_k, args.dart_beam, args.dart_nodes, args.ngram_weight),
-              "eagle3": Eagle3Settings(args.eagle3_total, args.eagle3_depth, args.eagle3_top_k)}
+              **dict(zip(("dart", "eagle3"), tree_settings(args), strict=True))}
     encoded = [encode_prompt(arena.tokenizer, p["prompt"], raw=not chat, system=args.system) for p in prompts]
     gen_device = arena.target.feature_device
 
