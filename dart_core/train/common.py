@@ -309,3 +309,22 @@ def prepare_drafter(cls: type, kind: str, target_dir: str | os.PathLike[str], se
     model.d2t.copy_(d2t)
     init_from_target(model, target, draft_ids, seed=seed)
     return target, model, cfg_dict, draft_ids, t2d
+
+
+def fit_drafter(kind: str, prepared: tuple[Any, ...], loss_fn: Any, sequences: Sequence[Sequence[int]],
+                eval_sequences: Sequence[Sequence[int]] | None, *, min_len: int, window: int, batch_windows: int,
+                out_dir: str | os.PathLike[str], **loop: Any) -> dict[str, Any]:
+    """The rest both trainers share: windows, the training loop with held-out eval, the published-format save."""
+    target, model, cfg_dict, draft_ids, t2d = prepared
+    out = Path(out_dir)
+    windows = make_windows(sequences, window, min_len)
+    evw = make_windows(eval_sequences, window, min_len) if eval_sequences else None
+
+    def eval_fn(m: Any, w: torch.Tensor) -> dict[str, Any]:
+        return evaluate(m, target, w, draft_ids, loss_fn, batch_windows)
+
+    stats = train_loop(kind, model, target, windows, draft_ids, loss_fn, batch_windows=batch_windows, out_dir=out,
+                       eval_windows=evw, eval_fn=eval_fn, **loop)
+    save_checkpoint(model, cfg_dict, t2d, out)
+    stats["draft_vocab_size"] = int(cfg_dict["draft_vocab_size"])
+    return stats

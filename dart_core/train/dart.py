@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -16,12 +15,9 @@ import torch
 from dart_core.drafters.dart import DartDrafter
 from dart_core.train.common import (
     batched_attention,
-    evaluate,
+    fit_drafter,
     kl_and_top1,
-    make_windows,
     prepare_drafter,
-    save_checkpoint,
-    train_loop,
 )
 
 
@@ -117,23 +113,14 @@ def train_dart(
     """Train a DART drafter (the inference ``DartDrafter`` module itself, embedding shared and frozen) on the frozen
     target at ``target_dir`` over token ``sequences``; save ``config.json`` + fp16 ``model.safetensors`` and
     ``train_log.jsonl`` in ``out_dir``. Returns stats (throughput, last losses, held-out eval before/after)."""
-    out = Path(out_dir)
-    target, model, cfg_dict, draft_ids, t2d = prepare_drafter(
+    prepared = prepare_drafter(
         DartDrafter, "dart", target_dir, sequences, draft_vocab_size=draft_vocab_size, draft_length=draft_length,
         config_overrides=config_overrides, eos_token_id=eos_token_id, seed=seed, threads=threads)
-    windows = make_windows(sequences, window, draft_length + 3)
-    evw = make_windows(eval_sequences, window, draft_length + 3) if eval_sequences else None
 
     def loss_fn(m: Any, f: torch.Tensor, t: torch.Tensor, w: torch.Tensor, g: torch.Generator) -> Any:
         return dart_loss(m, f, t, w, g, anchors_per_window=anchors_per_window, gamma=gamma)
 
-    def eval_fn(m: Any, w: torch.Tensor) -> dict[str, Any]:
-        return evaluate(m, target, w, draft_ids, loss_fn, batch_windows)
-
-    stats = train_loop("dart", model, target, windows, draft_ids, loss_fn, steps=steps, batch_windows=batch_windows,
-                       lr=lr, warmup=warmup, weight_decay=weight_decay, clip=clip, seed=seed, out_dir=out,
-                       log_every=log_every, eval_windows=evw, eval_fn=eval_fn, progress=progress)
-    save_checkpoint(model, cfg_dict, t2d, out)
-    stats["draft_vocab_size"] = draft_vocab_size
-    return stats
+    return fit_drafter("dart", prepared, loss_fn, sequences, eval_sequences, min_len=draft_length + 3, window=window,
+                       batch_windows=batch_windows, out_dir=out_dir, steps=steps, lr=lr, warmup=warmup,
+                       weight_decay=weight_decay, clip=clip, seed=seed, log_every=log_every, progress=progress)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -19,12 +18,9 @@ import torch
 from dart_core.drafters.eagle3 import Eagle3Drafter
 from dart_core.train.common import (
     batched_attention,
-    evaluate,
+    fit_drafter,
     kl_and_top1,
-    make_windows,
     prepare_drafter,
-    save_checkpoint,
-    train_loop,
 )
 
 STEP_DECAY = 0.8
@@ -109,23 +105,13 @@ def train_eagle3(
     as :func:`dart_core.train.dart.train_dart`. Saves the published format (fp16) + ``train_log.jsonl``."""
     if ttt_steps < 1:
         raise ValueError(f"ttt_steps must be >= 1, got {ttt_steps}")
-    out = Path(out_dir)
-    target, model, cfg_dict, draft_ids, t2d = prepare_drafter(
+    prepared = prepare_drafter(
         Eagle3Drafter, "eagle3", target_dir, sequences, draft_vocab_size=draft_vocab_size, draft_length=None,
         config_overrides=config_overrides, eos_token_id=eos_token_id, seed=seed, threads=threads)
-    windows = make_windows(sequences, window, ttt_steps + 3)
-    evw = make_windows(eval_sequences, window, ttt_steps + 3) if eval_sequences else None
 
     def loss_fn(m: Any, f: torch.Tensor, t: torch.Tensor, w: torch.Tensor, g: torch.Generator) -> Any:
         return eagle3_loss(m, f, t, w, g, ttt_steps=ttt_steps)
 
-    def eval_fn(m: Any, w: torch.Tensor) -> dict[str, Any]:
-        return evaluate(m, target, w, draft_ids, loss_fn, batch_windows)
-
-    stats = train_loop("eagle3", model, target, windows, draft_ids, loss_fn, steps=steps,
-                       batch_windows=batch_windows, lr=lr, warmup=warmup, weight_decay=weight_decay, clip=clip,
-                       seed=seed, out_dir=out, log_every=log_every, eval_windows=evw, eval_fn=eval_fn,
-                       progress=progress)
-    save_checkpoint(model, cfg_dict, t2d, out)
-    stats["draft_vocab_size"] = draft_vocab_size
-    return stats
+    return fit_drafter("eagle3", prepared, loss_fn, sequences, eval_sequences, min_len=ttt_steps + 3, window=window,
+                       batch_windows=batch_windows, out_dir=out_dir, steps=steps, lr=lr, warmup=warmup,
+                       weight_decay=weight_decay, clip=clip, seed=seed, log_every=log_every, progress=progress)
