@@ -40,6 +40,16 @@ class Eagle3Settings:
     top_k: int = 10
 
 
+def tree_defaults(device: str | torch.device) -> tuple[DartSettings, Eagle3Settings]:
+    """Tree sizes for a device. On accelerators, the reference's (a 60-node verify costs about what a 1-node one
+    does). On CPU a verify forward costs time in proportion to its nodes, so smaller trees win: DART 20 nodes,
+    EAGLE-3 21 nodes / depth 6 / top-k 4, the fastest settings measured on the bundle (README, "End-to-end
+    benchmark")."""
+    if torch.device(device).type == "cpu":
+        return DartSettings(max_nodes=20), Eagle3Settings(total_tokens=21, depth=6, top_k=4)
+    return DartSettings(), Eagle3Settings()
+
+
 @dataclass(frozen=True)
 class Step:
     """One target forward's worth of output."""
@@ -178,7 +188,7 @@ def stream(
     if drafter is None:
         while True:
             with Stopwatch(target.device) as sw:
-                logits, _ = target.forward_tokens(state, [x])
+                logits, _ = target.forward_tokens(state, [x], features=False)
                 x = choose_token(logits, sampling, generator)
             context.append(x)
             emitted += 1

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from dart_core.generate import DartSettings, Eagle3Settings, Step, summarize
+from dart_core.generate import DartSettings, Eagle3Settings, Step, summarize, tree_defaults
 from dart_core.hub import HubFileError
 from dart_core.models import load_arena
 from dart_core.ngram import NgramFormatError
@@ -58,20 +58,34 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_tree_arguments(p: argparse.ArgumentParser) -> None:
-    """The draft-tree knobs shared by this CLI and the benchmark (reference defaults)."""
-    t = p.add_argument_group("draft trees")
-    t.add_argument("--dart-top-k", type=int, default=25)
-    t.add_argument("--dart-beam", type=int, default=20)
-    t.add_argument("--dart-nodes", type=int, default=60, help="nodes below the root")
-    t.add_argument("--ngram-weight", type=float, default=0.5)
-    t.add_argument("--eagle3-total", type=int, default=60, help="nodes including the root")
-    t.add_argument("--eagle3-depth", type=int, default=7)
-    t.add_argument("--eagle3-top-k", type=int, default=10)
+    """The draft-tree knobs shared by this CLI and the benchmark (unset = ``tree_defaults`` of the device)."""
+    d, e = DartSettings(), Eagle3Settings()
+    dc, ec = tree_defaults("cpu")
+    t = p.add_argument_group("draft trees (defaults: the reference's on GPUs; smaller on CPU, where a verify "
+                             "forward costs time in proportion to its nodes)")
+    t.add_argument("--dart-top-k", type=int, default=None, help=f"candidates per tree level (default {d.top_k})")
+    t.add_argument("--dart-beam", type=int, default=None, help=f"beam width (default {d.beam_width})")
+    t.add_argument("--dart-nodes", type=int, default=None,
+                   help=f"nodes below the root (default {d.max_nodes}; CPU {dc.max_nodes})")
+    t.add_argument("--ngram-weight", type=float, default=None, help=f"N-gram term weight (default {d.ngram_weight})")
+    t.add_argument("--eagle3-total", type=int, default=None,
+                   help=f"nodes including the root (default {e.total_tokens}; CPU {ec.total_tokens})")
+    t.add_argument("--eagle3-depth", type=int, default=None,
+                   help=f"expansion depth (default {e.depth}; CPU {ec.depth})")
+    t.add_argument("--eagle3-top-k", type=int, default=None, help=f"top-k per node (default {e.top_k}; CPU {ec.top_k})")
 
 
-def tree_settings(args: argparse.Namespace) -> tuple[DartSettings, Eagle3Settings]:
-    return (DartSettings(args.dart_top_k, args.dart_beam, args.dart_nodes, args.ngram_weight),
-            Eagle3Settings(args.eagle3_total, args.eagle3_depth, args.eagle3_top_k))
+def tree_settings(args: argparse.Namespace, device: str | torch.device) -> tuple[DartSettings, Eagle3Settings]:
+    """The device's ``tree_defaults`` with every option the user set applied on top."""
+    d, e = tree_defaults(device)
+
+    def pick(value: Any, default: Any) -> Any:
+        return default if value is None else value
+
+    return (DartSettings(pick(args.dart_top_k, d.top_k), pick(args.dart_beam, d.beam_width),
+                         pick(args.dart_nodes, d.max_nodes), pick(args.ngram_weight, d.ngram_weight)),
+            Eagle3Settings(pick(args.eagle3_total, e.total_tokens), pick(args.eagle3_depth, e.depth),
+                           pick(args.eagle3_top_k, e.top_k)))
 
 
 def encode_prompt(tokenizer: Any, text: str, *, raw: bool, system: str | None) -> list[int]:
@@ -93,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     text = args.prompt if args.prompt is not None else Path(args.prompt_file).read_text(encoding="utf-8")
     ids = encode_prompt(arena.tokenizer, text, raw=args.raw, system=args.system)
     sampling = SamplingConfig(args.temperature, args.top_p, args.top_k)
-    dart, eagle3 = tree_settings(args)
+    dart, eagle3 = tree_settings(args, arena.target.device)
     results: dict[str, tuple[list[int], list[Step]]] = {}
     for method in methods:
         generator = torch.Generator(device=arena.target.feature_device).manual_seed(args.seed)

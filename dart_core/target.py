@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
@@ -190,13 +191,14 @@ class TargetModel:
         positions: torch.Tensor,
         mask: torch.Tensor | None,
         last_only: bool,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        features: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         kwargs: dict[str, Any] = {
             "input_ids": ids,
             "position_ids": positions,
             "past_key_values": state.cache,
             "use_cache": True,
-            "output_hidden_states": True,
+            "output_hidden_states": features,
             "return_dict": True,
         }
         if mask is not None:
@@ -205,9 +207,8 @@ class TargetModel:
             kwargs["logits_to_keep"] = 1
         with torch.no_grad():
             out = self.model(**kwargs)
-        hs = out.hidden_states
         dev = self.feature_device
-        feats = torch.cat([hs[i][0].to(dev) for i in self.feature_layers], dim=-1)
+        feats = torch.cat([out.hidden_states[i][0].to(dev) for i in self.feature_layers], dim=-1) if features else None
         logits = out.logits[0].to(device=dev, dtype=torch.float32)
         if last_only:
             logits = logits[-1]
@@ -241,12 +242,13 @@ class TargetModel:
         return logits, feats
 
     def forward_tokens(
-        self, state: TargetState, input_ids: torch.Tensor | Sequence[int]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self, state: TargetState, input_ids: torch.Tensor | Sequence[int], *, features: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Append one or more tokens and commit them (plain AR step, or feeding a bonus token).
 
         Any uncommitted tree rows are discarded first. Returns the last position's float32 logits ``[V]`` and
-        the features of the new tokens ``[n, 3H]``.
+        the features of the new tokens ``[n, 3H]`` (None with ``features=False``: plain decoding needs no
+        hidden states, and the AR baseline should not pay for them).
         """
         ids = self._as_ids(input_ids, "forward_tokens")
         n = ids.shape[1]
@@ -259,7 +261,7 @@ class TargetModel:
                 f"of {self.max_context}"
             )
         positions = torch.arange(state.length, state.length + n, device=self.device)[None]
-        logits, feats = self._run(state, ids, positions, None, last_only=True)
+        logits, feats = self._run(state, ids, positions, None, last_only=True, features=features)
         state.length += n
         return logits, feats
 
@@ -291,13 +293,12 @@ class TargetModel:
             )
         n = tree.size
         dev = self.device
-        allowed = torch.ones(n, prefix + n, dtype=torch.bool, device=dev)
-        allowed[:, prefix:] = torch.from_numpy(tree.ancestor_mask()).to(dev)
-        mask = torch.zeros(n, prefix + n, dtype=self.dtype, device=dev)
-        mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
-        ids = torch.tensor(tree.tokens, dtype=torch.long, device=dev)[None]
-        positions = torch.tensor(tree.position_ids(prefix), dtype=torch.long, device=dev)[None]
-        logits, feats = self._run(state, ids, positions, mask[None, None], last_only=False)
+        hidden = torch.from_numpy(~tree.ancestor_mask()).to(dev)  # tree rows a node may not see
+        mask = torch.zeros(1, 1, n, prefix + n, dtype=self.dtype, device=dev)
+        mask[0, 0, :, prefix:].masked_fill_(hidden, torch.finfo(self.dtype).min)
+        ids = torch.from_numpy(tree.tokens.astype(np.int64)).to(dev)[None]
+        positions = torch.from_numpy(tree.position_ids(prefix).astype(np.int64)).to(dev)[None]
+        logits, feats = self._run(state, ids, positions, mask, last_only=False)
         state.tree = tree
         return logits, feats
 

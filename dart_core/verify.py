@@ -139,25 +139,22 @@ def accept_greedy(tree: DraftTree, logits: torch.Tensor) -> Acceptance:
     leaf (in index order = ``DraftTree.paths()`` order) comes first, which is exactly "first path on ties".
     """
     _check_logits(tree, logits)
-    top = logits.argmax(dim=-1).cpu().numpy()
-    tokens, parents, n = tree.tokens, tree.parents, tree.size
-    matched = np.zeros(n, dtype=bool)
-    matched[0] = True
+    top = logits.argmax(dim=-1).tolist()
+    tokens, parents, depths, n = tree.tokens.tolist(), tree.parents.tolist(), tree.depths.tolist(), tree.size
+    matched = [True] + [False] * (n - 1)
     for i in range(1, n):
         p = parents[i]
         matched[i] = matched[p] and tokens[i] == top[p]
     # first leaf (lowest leaf index) below every node; parents precede children, so one reverse pass suffices
-    first_leaf = np.full(n, n, dtype=np.int64)
+    first_leaf = [n] * n
     for i in range(n - 1, -1, -1):
         if first_leaf[i] == n:  # no child has reported: i is a leaf
             first_leaf[i] = i
         if i > 0:
             p = parents[i]
             first_leaf[p] = min(first_leaf[p], first_leaf[i])
-    depths = tree.depths
-    best_depth = int(depths[matched].max())
-    cand = np.flatnonzero(matched & (depths == best_depth))
-    last = int(cand[np.argmin(first_leaf[cand])])
+    # deepest matched node; among equally deep ones, the one whose first leaf comes first
+    last = min((i for i in range(n) if matched[i]), key=lambda i: (-depths[i], first_leaf[i]))
     return _result(tree, last, int(top[last]))
 
 

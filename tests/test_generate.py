@@ -236,3 +236,23 @@ def test_sampling_keeps_target_distribution(tmp_path: Path) -> None:
     if f_exp[-1] == 0:
         f_exp, f_obs = f_exp[:-1], f_obs[:-1]
     assert chisquare(f_obs, f_exp * f_obs.sum() / f_exp.sum()).pvalue > 1e-3
+
+
+def test_tree_defaults_per_device_and_overrides() -> None:
+    import argparse
+
+    from dart_core.generate import tree_defaults
+    from dart_core.generate_cli import add_tree_arguments, tree_settings
+
+    assert tree_defaults("cuda") == (DartSettings(), Eagle3Settings())
+    assert tree_defaults("cuda:1")[0].max_nodes == 60
+    cpu_dart, cpu_eagle = tree_defaults(torch.device("cpu"))
+    assert cpu_dart.max_nodes == 20 and cpu_dart.top_k == DartSettings().top_k
+    assert (cpu_eagle.total_tokens, cpu_eagle.depth, cpu_eagle.top_k) == (21, 6, 4)
+    p = argparse.ArgumentParser()
+    add_tree_arguments(p)
+    assert tree_settings(p.parse_args([]), "cpu") == (cpu_dart, cpu_eagle)
+    d, e = tree_settings(p.parse_args(["--dart-nodes", "33", "--eagle3-depth", "3"]), "cpu")
+    assert d.max_nodes == 33 and d.beam_width == cpu_dart.beam_width and e == Eagle3Settings(21, 3, 4)
+    d, e = tree_settings(p.parse_args(["--dart-nodes", "33"]), "cuda")
+    assert d == DartSettings(max_nodes=33) and e == Eagle3Settings()

@@ -76,12 +76,15 @@ def test_dart_train_forward_equals_draft_logits(tmp_path: Path) -> None:
     g = torch.Generator().manual_seed(0)
     feats, ids = torch.randn(2, 20, 3 * H, generator=g), torch.randint(0, V, (2, 20), generator=g)
     anchors = torch.tensor([0, 3, 7, 12, 19])
-    logits = dart_train_forward(model, feats, ids, anchors)
-    assert logits.shape == (2, 5, 5, 48)
+    logits, real = dart_train_forward(model, feats, ids, anchors)
+    assert logits.shape == (2, 5, 5, 48) and real.shape == (2, 20, 48)
     for b in range(2):
         for k, a in enumerate(anchors.tolist()):
             ref = model.draft_logits(feats[b, : a + 1], ids[b, : a + 1], model.new_state())[0]
             torch.testing.assert_close(logits[b, k], ref, atol=1e-4, rtol=1e-4)
+        for i in (1, 5, 18):  # every real row is the depth-1 prediction of a prefix ending there
+            ref = model.draft_logits(feats[b, : i + 1], ids[b, : i + 1], model.new_state())[0, 0]
+            torch.testing.assert_close(real[b, i], ref, atol=1e-4, rtol=1e-4)
 
 
 def test_eagle3_ttt_forward_equals_context_pass_and_rollout(tmp_path: Path) -> None:

@@ -136,6 +136,16 @@ def test_all_quick_layout(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr[-3000:]
     stages = json.loads((out / "recipe.json").read_text())["stages"]
     assert stages["dart"]["steps"] == 2 and stages["eagle3"]["steps"] == 2 and "target" in stages
+    # --only retrains one head; the other's weights and record stay as they were
+    eagle_bytes = (out / "eagle3" / "model.safetensors").read_bytes()
+    r = subprocess.run([sys.executable, "-m", "dart_core.train", "drafters", "--quick", "--no-progress", "--threads",
+                        "1", "--drafter-steps", "3", "--only", "dart", "--out", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    recipe = json.loads((out / "recipe.json").read_text())
+    assert recipe["stages"]["dart"]["steps"] == 3 and recipe["stages"]["eagle3"]["steps"] == 2
+    assert (out / "eagle3" / "model.safetensors").read_bytes() == eagle_bytes
+    assert recipe["history"][-1].endswith("--only dart --out " + str(out)) and len(recipe["history"]) == 3
 
 
 def test_help_lists_stages() -> None:

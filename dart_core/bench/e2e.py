@@ -10,6 +10,7 @@ the fly that every method's greedy output equals AR's, and writes ``e2e.json`` +
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import sys
@@ -225,8 +226,9 @@ def _run(args: argparse.Namespace) -> int:
     order = (["ar"] if "ar" in methods else []) + [m for m in methods if m != "ar"]
     sampling = SamplingConfig(args.temperature, args.top_p, args.top_k)
     chat = src.chat and bool(getattr(arena.tokenizer, "chat_template", None))
-    kwargs = {"sampling": sampling, "max_new_tokens": args.max_new_tokens, "max_length": args.max_length,
-              **dict(zip(("dart", "eagle3"), tree_settings(args), strict=True))}
+    trees = dict(zip(("dart", "eagle3"), tree_settings(args, arena.target.device), strict=True))
+    print("trees: " + "; ".join(f"{m} {dataclasses.asdict(t)}" for m, t in trees.items() if m in methods))
+    kwargs = {"sampling": sampling, "max_new_tokens": args.max_new_tokens, "max_length": args.max_length, **trees}
     encoded = [encode_prompt(arena.tokenizer, p["prompt"], raw=not chat, system=args.system) for p in prompts]
     gen_device = arena.target.feature_device
 
@@ -265,7 +267,8 @@ def _run(args: argparse.Namespace) -> int:
     report = {
         "config": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
                    "resolved": {"base": src.base, "dart": src.dart, "eagle3": src.eagle3, "ngram": src.ngram,
-                                "prompts": str(src.prompts), "chat": chat}, "methods": methods,
+                                "prompts": str(src.prompts), "chat": chat,
+                                "trees": {m: dataclasses.asdict(t) for m, t in trees.items()}}, "methods": methods,
                    "n_prompts": len(prompts)},
         "environment": environment(arena),
         "notes": {"tokens_per_s": "all emitted tokens over all measured time of that method, prefill included",

@@ -73,6 +73,7 @@ class Recipe:
             "seed": args.seed,
             "command": "python -m dart_core.train " + " ".join(sys.argv[1:]),
         })
+        self.data.setdefault("history", []).append(self.data["command"])  # every run that shaped this bundle
         self.data.setdefault("stages", {})
         self.hp = hp
 
@@ -175,6 +176,8 @@ def stage_drafters(out: Path, args: argparse.Namespace, hp: dict[str, Any], reci
 
     seqs = _sequences(out, hp)
     for name, fn in (("dart", train_dart), ("eagle3", train_eagle3)):
+        if args.only and name != args.only:
+            continue
         kwargs: dict[str, Any] = {
             "seed": args.seed,
             "steps": args.drafter_steps if args.drafter_steps is not None else hp["drafter_steps"],
@@ -266,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"steps for the DART and EAGLE-3 trainers (default {FULL['drafter_steps']} × "
                         f"{FULL['drafter_batch_windows']} windows of {FULL['drafter_window']} tokens; --quick "
                         f"{QUICK['drafter_steps']})")
+    p.add_argument("--only", choices=["dart", "eagle3"], default=None,
+                   help="drafters stage: retrain only this head (the other keeps its weights and recipe record)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = p.parse_args(argv)
 

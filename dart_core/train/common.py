@@ -153,7 +153,7 @@ def kl_and_top1(teacher_logp: torch.Tensor, logits: torch.Tensor) -> tuple[torch
 
 def init_from_target(model: DrafterLayer, target: TargetModel, draft_ids: torch.Tensor, *, mask_std: float = 0.5,
                      seed: int = 0) -> None:
-    """Warm start: lm_head = the target's output rows of the draft vocab and ``norm`` = the target's final norm
+    """Warm start: lm_head = the target's output rows of the draft vocab and ``norm`` ≈ the target's final norm
     (both live in the same hidden space as the drafter output); ``mask_rep`` (DART) random, seeded."""
     with torch.no_grad():
         head = target.model.get_output_embeddings()
@@ -162,7 +162,12 @@ def init_from_target(model: DrafterLayer, target: TargetModel, draft_ids: torch.
         final_norm = getattr(getattr(target.model, "model", None), "norm", None)
         weight = getattr(final_norm, "weight", None)
         if weight is not None and weight.shape == model.norm.weight.shape:
-            model.norm.weight.copy_(weight.float())
+            w = weight.float()
+            if getattr(model, "kind", None) == "dart":
+                # DART applies ``norm`` twice (published weights): norm(norm(h)) with weight v gives
+                # v²·ĥ / rms(v·ĥ); v = sqrt(|w|)·sqrt(mean|w|) makes that ≈ w·ĥ, the target's own final norm
+                w = w.abs().sqrt() * w.abs().mean().sqrt()
+            model.norm.weight.copy_(w)
         if hasattr(model.midlayer, "mask_rep"):
             g = torch.Generator().manual_seed(seed + 1)
             model.midlayer.mask_rep.copy_(torch.randn(model.midlayer.mask_rep.shape, generator=g) * mask_std)

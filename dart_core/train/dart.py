@@ -41,13 +41,14 @@ def block_mask(n_real: int, anchors: torch.Tensor, d: int) -> tuple[torch.Tensor
 
 
 def dart_train_forward(model: DartDrafter, features: torch.Tensor, shifted_ids: torch.Tensor,
-                       anchors: torch.Tensor) -> torch.Tensor:
+                       anchors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Training forward (with grad, no cache): features [B, R, 3·H_t] and following ids [B, R] of R real rows;
-    anchors [A] (each ≤ R−1). Returns logits [B, A, d+1, Vd]: for anchor a, row 0 = the real row a (ranks the
-    token after the root shifted_ids[a]), rows 1..d = its mask rows."""
-    cfg, d, mid = model.config, model.draft_length, model.midlayer
+    anchors [A] (each ≤ R−1). Returns (blocks [B, A, d+1, Vd], real [B, R, Vd]): for anchor a, block row 0 = the
+    real row a (ranks the token after the root shifted_ids[a]), rows 1..d = its mask rows; ``real`` holds row 0
+    of every real row, i.e. the depth-1 prediction as if each row were an anchor."""
+    d, mid = model.draft_length, model.midlayer
     b, r, _ = features.shape
-    hidden = cfg.hidden_size
+    hidden = model.config.hidden_size
     x = model.fc(features.to(model.dtype))
     e = model.embed_weight[shifted_ids]
     real_in = torch.cat([mid.input_layernorm(e), mid.hidden_norm(x)], dim=-1)
@@ -58,10 +59,12 @@ def dart_train_forward(model: DartDrafter, features: torch.Tensor, shifted_ids: 
     cos, sin = model.rotary.cos_sin(positions.to(model.device), model.dtype)
     out, _, _ = batched_attention(mid.self_attn, attn_in, cos, sin, None, None, mask.to(model.device))
     h = residual + out
-    keep = torch.cat([anchors.long()[:, None], r + torch.arange(n_masks).view(-1, d)], dim=1)  # [A, d+1]
-    h = h[:, keep.to(model.device)]  # [B, A, d+1, H]
     h = h + mid.mlp(mid.post_attention_layernorm(h))
-    return model.lm_head(model.norm(model.norm(h)))
+    logits = model.lm_head(model.norm(model.norm(h)))  # [B, R + A·d, Vd]
+    real = logits[:, :r]
+    blocks = torch.cat([real[:, anchors.long().to(model.device), None], logits[:, r:].view(b, -1, d, real.shape[-1])],
+                       dim=2)
+    return blocks, real
 
 
 def dart_loss(model: DartDrafter, feats: torch.Tensor, teach: torch.Tensor, windows: torch.Tensor,
@@ -69,7 +72,11 @@ def dart_loss(model: DartDrafter, feats: torch.Tensor, teach: torch.Tensor, wind
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Σ_j γ^(j−1)·KL(teacher ‖ drafter) over the d+1 predicted positions, averaged over anchors and windows.
     Window tokens t[0..n): real row i has features of t[i] and carries t[i+1]; anchor a's depth-j output
-    (j = 0..d) predicts t[a+2+j], whose teacher is the target's distribution at position a+1+j."""
+    (j = 0..d) predicts t[a+2+j], whose teacher is the target's distribution at position a+1+j.
+
+    Every real row is an anchor for depth 0 at no extra attention cost, so the j = 0 term averages over all real
+    rows (R predictions per window instead of A) — the same supervision density EAGLE-3's first step gets; the
+    sampled anchors carry the mask-row terms j ≥ 1."""
     d = model.draft_length
     n = windows.shape[1]
     r = n - 1
@@ -78,12 +85,15 @@ def dart_loss(model: DartDrafter, feats: torch.Tensor, teach: torch.Tensor, wind
         raise ValueError(f"window of {n} tokens is too short for draft_length {d} (need >= {d + 3})")
     n_anchors = min(anchors_per_window, last + 1)
     anchors = torch.randperm(last + 1, generator=g)[:n_anchors].sort().values
-    logits = dart_train_forward(model, feats[:, :r], windows[:, 1:].to(model.device), anchors)
+    blocks, real = dart_train_forward(model, feats[:, :r], windows[:, 1:].to(model.device), anchors)
     pos = anchors[:, None] + 1 + torch.arange(d + 1)[None]  # [A, d+1]
-    kl, top1 = kl_and_top1(teach[:, pos.to(teach.device)], logits)
+    kl, top1 = kl_and_top1(teach[:, pos.to(teach.device)], blocks)
+    kl0, top10 = kl_and_top1(teach[:, 1:], real)  # real row i predicts t[i+2]; its teacher sits at i+1
+    kl_d = torch.cat([kl0.mean()[None], kl.mean((0, 1))[1:]])
+    top1_d = torch.cat([top10.mean()[None], top1.mean((0, 1))[1:]])
     weights = gamma ** torch.arange(d + 1, dtype=kl.dtype, device=kl.device)
-    loss = (kl * weights).sum(-1).mean()
-    return loss, kl.detach().mean((0, 1)), top1.mean((0, 1))
+    loss = (kl_d * weights).sum()
+    return loss, kl_d.detach(), top1_d
 
 
 def train_dart(
