@@ -42,11 +42,11 @@ class Eagle3Settings:
 
 def tree_defaults(device: str | torch.device) -> tuple[DartSettings, Eagle3Settings]:
     """Tree sizes for a device. On accelerators, the reference's (a 60-node verify costs about what a 1-node one
-    does). On CPU a verify forward costs time in proportion to its nodes, so smaller trees win: DART 20 nodes,
+    does). On CPU a verify forward costs time in proportion to its nodes, so smaller trees win: DART 16 nodes,
     EAGLE-3 21 nodes / depth 6 / top-k 4, the fastest settings measured on the bundle (README, "End-to-end
     benchmark")."""
     if torch.device(device).type == "cpu":
-        return DartSettings(max_nodes=20), Eagle3Settings(total_tokens=21, depth=6, top_k=4)
+        return DartSettings(max_nodes=16), Eagle3Settings(total_tokens=21, depth=6, top_k=4)
     return DartSettings(), Eagle3Settings()
 
 

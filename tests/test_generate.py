@@ -247,7 +247,7 @@ def test_tree_defaults_per_device_and_overrides() -> None:
     assert tree_defaults("cuda") == (DartSettings(), Eagle3Settings())
     assert tree_defaults("cuda:1")[0].max_nodes == 60
     cpu_dart, cpu_eagle = tree_defaults(torch.device("cpu"))
-    assert cpu_dart.max_nodes == 20 and cpu_dart.top_k == DartSettings().top_k
+    assert cpu_dart.max_nodes == 16 and cpu_dart.top_k == DartSettings().top_k
     assert (cpu_eagle.total_tokens, cpu_eagle.depth, cpu_eagle.top_k) == (21, 6, 4)
     p = argparse.ArgumentParser()
     add_tree_arguments(p)
