@@ -1,0 +1,334 @@
+"""The Gradio Blocks page: one prompt, the methods racing in columns, live plots, a summary row, the last
+DART draft tree, and the controls (sampling, token budget, tree sizes; Send, Stop, Regenerate, Clear).
+
+Every generation event shares one concurrency group with a limit of one: the methods share one target model,
+so requests queue (their place in the queue shows in the status bar) instead of interleaving on it. Stop and a
+closed browser tab cancel the running event; Gradio then closes the generator, which closes the race and every
+method's step generator.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from app import plots, render
+from app.race import PromptError, Race, RaceSettings, check_prompt, context_limit
+from dart_core.generate import DartSettings, Eagle3Settings
+from dart_core.verify import SamplingConfig
+
+log = logging.getLogger("dart_arena.app")
+
+CSS_PATH = Path(__file__).with_name("style.css")
+CONCURRENCY_ID = "target-model"  # every event that runs the shared target
+
+
+@dataclass
+class AppConfig:
+    """What the page shows and the defaults of its controls (set by the CLI from the loaded models)."""
+
+    chat: bool  # chat template (multi-turn) or completion mode
+    max_new_tokens: int = 256
+    max_length: int | None = None
+    dart: DartSettings = field(default_factory=DartSettings)
+    eagle3: Eagle3Settings = field(default_factory=Eagle3Settings)
+    examples: list[tuple[str, str]] = field(default_factory=list)  # (label, prompt)
+    subtitle: str = ""
+    update_every: float = 0.15  # seconds between UI updates while racing (the race itself never waits)
+
+
+def encode(arena: Any, turns: list[dict[str, Any]], method: str, *, chat: bool) -> list[int]:
+    """The prompt ids of ``method``: the chat template over its own conversation (thinking off for Qwen3), or
+    the last prompt as plain text in completion mode."""
+    tok = arena.tokenizer
+    if not chat:
+        return tok(turns[-1]["user"], add_special_tokens=False)["input_ids"]
+    messages: list[dict[str, str]] = []
+    for turn in turns:
+        messages.append({"role": "user", "content": turn["user"]})
+        reply = turn.get("replies", {}).get(method)
+        if reply is not None:
+            messages.append({"role": "assistant", "content": "".join(p for p, _ in reply["pieces"])})
+    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+def new_conversation() -> dict[str, Any]:
+    return {"turns": [], "summary": None, "matches": None}
+
+
+class ArenaUI:
+    """Holds the loaded arena and builds the page; one instance per server."""
+
+    def __init__(self, arena: Any, config: AppConfig) -> None:
+        self.arena = arena
+        self.config = config
+        self.methods = [m for m in ("dart", "eagle3", "ar") if m in arena.methods]
+        self.lock = threading.Lock()  # one target forward at a time, whatever happens to cancelled events
+        self._label_cache: dict[int, str] = {}
+
+    # ------------------------------------------------------------------------------------------- rendering
+    def token_label(self, token: int) -> str:
+        if token not in self._label_cache:
+            self._label_cache[token] = render.token_label(self.arena.tokenizer, token)
+        return self._label_cache[token]
+
+    def lanes_html(self, conv: dict[str, Any]) -> list[str]:
+        figures = conv.get("summary") or {}
+        return [render.lane_html(m, conv["turns"], chat=self.config.chat, figures=figures.get(m))
+                for m in self.methods]
+
+    def empty_plots(self) -> list[Any]:
+        return [plots.tau_figure([]), plots.latency_figure([]), plots.speed_figure([]),
+                plots.tree_figure(None, self.token_label)]
+
+    def race_plots(self, race: Race) -> list[Any]:
+        lanes = list(race.lanes.values())
+        dart = race.lanes.get("dart")
+        tree_lane = dart or race.lanes.get("eagle3")
+        step = tree_lane.last_tree_step if tree_lane is not None else None
+        return [plots.tau_figure(lanes), plots.latency_figure(lanes), plots.speed_figure(lanes),
+                plots.tree_figure(step, self.token_label, method=tree_lane.method if tree_lane else "dart")]
+
+    # ------------------------------------------------------------------------------------------- events
+    def settings(self, temperature: float, top_p: float, top_k: float, max_new_tokens: float, dart_nodes: float,
+                 e3_depth: float, e3_top_k: float, e3_total: float) -> RaceSettings:
+        """The controls' values as race settings (ValueError with a readable message when out of range)."""
+        sampling = SamplingConfig(float(temperature), float(top_p), int(top_k))
+        seed = 0 if sampling.greedy else secrets.randbelow(2**31)
+        return RaceSettings(
+            sampling=sampling, max_new_tokens=int(max_new_tokens), max_length=self.config.max_length,
+            dart=replace(self.config.dart, max_nodes=int(dart_nodes)),
+            eagle3=Eagle3Settings(total_tokens=int(e3_total), depth=int(e3_depth), top_k=int(e3_top_k)),
+            seed=seed)
+
+    def run(self, prompt: str, conv: dict[str, Any], *controls: float, regenerate: bool = False) -> Iterator[tuple]:
+        """The generation event: validate, race, stream updates. Yields the outputs of :meth:`outputs`."""
+        conv = conv or new_conversation()
+        turns = list(conv["turns"])
+        if regenerate:
+            if not turns:
+                yield self._warn("Nothing to regenerate yet: send a prompt first.", prompt, conv)
+                return
+            text = turns.pop()["user"]
+        else:
+            text = (prompt or "").strip("\n") if not self.config.chat else (prompt or "").strip()
+            if not text.strip():
+                yield self._warn("The prompt is empty: type something first.", prompt, conv)
+                return
+        if not self.config.chat:
+            turns = []  # completion mode: every prompt stands alone
+        try:
+            settings = self.settings(*controls)
+            turns.append({"user": text, "replies": {}})
+            limit = context_limit(self.arena, settings.max_length)
+            hint = "shorten it, or press Clear to drop earlier turns" if self.config.chat and len(turns) > 1 \
+                else "shorten it"
+            prompts = {m: encode(self.arena, turns, m, chat=self.config.chat) for m in self.methods}
+            for ids in prompts.values():
+                check_prompt(ids, limit, hint=hint)
+        except (PromptError, ValueError) as e:
+            yield self._warn(str(e), prompt, conv)
+            return
+        yield from self._race(turns, prompts, settings)
+
+    def _warn(self, message: str, prompt: str, conv: dict[str, Any]) -> tuple:
+        gr.Warning(html.escape(message))
+        return (prompt, conv, render.status_html(message, "warn"), *[gr.skip()] * (len(self.methods) + 6))
+
+    def _race(self, turns: list[dict[str, Any]], prompts: dict[str, list[int]],
+              settings: RaceSettings) -> Iterator[tuple]:
+        race = Race(self.arena, prompts, methods=self.methods, settings=settings, lock=self.lock)
+        streams = {m: render.TextStream(self.arena.tokenizer) for m in self.methods}
+        turn = turns[-1]
+        conv = {"turns": turns, "summary": None, "matches": None}
+        started = time.perf_counter()
+        last = 0.0
+        n_prompt = max(len(p) for p in prompts.values())
+        log.info("race: %d prompt tokens, %s, max %d new tokens", n_prompt,
+                 "greedy" if settings.sampling.greedy else f"T={settings.sampling.temperature}",
+                 settings.max_new_tokens)
+
+        def update(final: bool) -> tuple:
+            for m, lane in race.lanes.items():
+                if final:
+                    streams[m].finish()
+                turn["replies"][m] = {"pieces": list(streams[m].pieces), "error": lane.error}
+            summary = race.summary()
+            conv["summary"], conv["matches"] = summary, race.greedy_matches()
+            if final:
+                banner = render.status_html(self._final_message(race), "ok")
+                result = self._result(race, streams, settings)
+            else:
+                counts = " · ".join(f"{lane.label} {len(lane.tokens)}" for lane in race.lanes.values())
+                banner = render.status_html(f"Racing… tokens so far: {counts}", "info")
+                result = gr.skip()
+            return (gr.skip(), conv, banner, *self.lanes_html(conv),
+                    render.summary_html(summary, conv["matches"]), *self.race_plots(race), result)
+
+        # chat: the message moves into the conversation; completion: the prompt stays for editing
+        yield ("" if self.config.chat else gr.skip(), conv, render.status_html("Prefilling…", "info"),
+               *self.lanes_html(conv),
+               gr.skip(), *[gr.skip()] * 4, gr.skip())
+        completed = False
+        try:
+            for lane, step in race.run():
+                streams[lane.method].add_step(step.tokens, step.accepted)
+                now = time.perf_counter()
+                if now - last >= self.config.update_every or lane.finished:
+                    last = now
+                    yield update(final=False)
+            completed = True
+            yield update(final=True)
+        finally:
+            race.close()
+            tokens = {lane.label: len(lane.tokens) for lane in race.lanes.values()}
+            log.info("race %s after %.1f s: %s", "finished" if completed else "cancelled",
+                     time.perf_counter() - started, tokens)
+
+    def _final_message(self, race: Race) -> str:
+        parts = []
+        for m, lane in race.lanes.items():
+            if lane.status == "error":
+                parts.append(f"{lane.label} failed")
+            elif m != "ar" and (s := race.speedup(m)) is not None:
+                parts.append(f"{lane.label} {s:.2f}× vs AR")
+        matches = race.greedy_matches()
+        tail = ""
+        if matches is not None:
+            tail = " — greedy outputs identical to AR" if all(matches.values()) else " — OUTPUT DIFFERS FROM AR"
+        return "Done: " + (", ".join(parts) or "AR only") + tail
+
+    def _result(self, race: Race, streams: dict[str, render.TextStream], settings: RaceSettings) -> dict[str, Any]:
+        """Machine-readable outcome (the API's answer, and the 'Run data' panel)."""
+        summary = race.summary()
+        for m, lane in race.lanes.items():
+            summary[m]["text"] = streams[m].text
+            summary[m]["token_ids"] = list(lane.tokens)
+        s = settings
+        return {"methods": summary, "greedy_matches_ar": race.greedy_matches(),
+                "settings": {"temperature": s.sampling.temperature, "top_p": s.sampling.top_p,
+                             "top_k": s.sampling.top_k, "max_new_tokens": s.max_new_tokens, "seed": s.seed,
+                             "dart_nodes": s.dart.max_nodes, "eagle3_total": s.eagle3.total_tokens,
+                             "eagle3_depth": s.eagle3.depth, "eagle3_top_k": s.eagle3.top_k}}
+
+    def stopped(self, conv: dict[str, Any]) -> tuple:
+        """Stop pressed: the race is cancelled; mark the unfinished columns as stopped."""
+        conv = conv or new_conversation()
+        for f in (conv.get("summary") or {}).values():
+            if f.get("status") in ("running", "waiting"):
+                f["status"] = "stopped"
+        return (conv, render.status_html("Stopped. Send again whenever you like.", "warn"), *self.lanes_html(conv))
+
+    def cleared(self) -> tuple:
+        conv = new_conversation()
+        return ("", conv, render.status_html("", "info"), *self.lanes_html(conv),
+                render.summary_html({}), *self.empty_plots(), None)
+
+    # ------------------------------------------------------------------------------------------- page
+    def build(self) -> gr.Blocks:
+        cfg = self.config
+        limit = context_limit(self.arena, cfg.max_length)
+        with gr.Blocks(title="DART Arena", analytics_enabled=False) as demo:
+            conv = gr.State(new_conversation())
+            gr.HTML(f'<div class="hero"><h1>DART Arena</h1><p>{html.escape(cfg.subtitle)}</p>'
+                    '<p class="legend"><span class="tok-draft tok-dart">DART draft</span> '
+                    + ('<span class="tok-draft tok-eagle3">EAGLE-3 draft</span> ' if "eagle3" in self.methods
+                       else "")
+                    + "tokens came from accepted drafts; plain text is the target's own token. Each method's "
+                    "clock counts only its own steps.</p></div>")
+            status = gr.HTML(render.status_html("", "info"), elem_id="status", min_height=44)
+            with gr.Row(equal_height=True, elem_id="lanes"):
+                lanes = [gr.HTML(render.lane_html(m, [], chat=cfg.chat, figures=None), elem_id=f"lane-{m}",
+                                 max_height=520, autoscroll=True, min_width=260) for m in self.methods]
+            with gr.Row(elem_id="input-row"):
+                prompt = gr.Textbox(
+                    label="Message" if cfg.chat else "Code prompt (the model continues it)", lines=3, max_lines=12,
+                    placeholder="Ask something…" if cfg.chat else "def fibonacci(n):", scale=6,
+                    elem_id="prompt", autofocus=True)
+                with gr.Column(scale=1, min_width=150, elem_id="buttons"):
+                    send = gr.Button("Send", variant="primary", elem_id="send")
+                    stop = gr.Button("Stop", variant="stop", elem_id="stop")
+                    with gr.Row():
+                        regen = gr.Button("Regenerate", size="sm", elem_id="regenerate", min_width=60)
+                        clear = gr.Button("Clear", size="sm", elem_id="clear", min_width=60)
+            with gr.Accordion("Settings", open=False, elem_id="settings"):
+                with gr.Row():
+                    temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature",
+                                            info="0 = greedy: every method must print exactly AR's text")
+                    top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
+                    top_k = gr.Slider(0, 200, value=0, step=1, label="Top-k", info="0 = off")
+                    max_new = gr.Slider(1, max(cfg.max_new_tokens, min(limit - 1, 8192)), value=cfg.max_new_tokens,
+                                        step=1, label="Max new tokens")
+                with gr.Row():
+                    dart_nodes = gr.Slider(1, 128, value=cfg.dart.max_nodes, step=1, label="DART tree size",
+                                           info="nodes below the root", visible="dart" in self.methods)
+                    e3_depth = gr.Slider(1, 12, value=cfg.eagle3.depth, step=1, label="EAGLE-3 depth",
+                                         visible="eagle3" in self.methods)
+                    e3_top_k = gr.Slider(1, 20, value=cfg.eagle3.top_k, step=1, label="EAGLE-3 top-k",
+                                         visible="eagle3" in self.methods)
+                    e3_total = gr.Slider(2, 128, value=cfg.eagle3.total_tokens, step=1, label="EAGLE-3 total",
+                                         info="tree nodes, root included", visible="eagle3" in self.methods)
+            if cfg.examples:
+                gr.Examples([[p] for _, p in cfg.examples], inputs=[prompt], label="Examples",
+                            example_labels=[label for label, _ in cfg.examples])
+            cards = gr.HTML(render.summary_html({}), elem_id="summary")
+            figs = self.empty_plots()
+            with gr.Row(equal_height=True):
+                tau_plot = gr.Plot(figs[0], show_label=False, elem_id="plot-tau", elem_classes="plot-card")
+                lat_plot = gr.Plot(figs[1], show_label=False, elem_id="plot-latency", elem_classes="plot-card")
+            with gr.Row(equal_height=True):
+                speed_plot = gr.Plot(figs[2], show_label=False, elem_id="plot-speed", elem_classes="plot-card")
+                tree_plot = gr.Plot(figs[3], show_label=False, elem_id="plot-tree", elem_classes="plot-card")
+            with gr.Accordion("Run data (JSON)", open=False):
+                result = gr.JSON(label="last race", elem_id="result")
+
+            controls = [temperature, top_p, top_k, max_new, dart_nodes, e3_depth, e3_top_k, e3_total]
+            outputs = [prompt, conv, status, *lanes, cards, tau_plot, lat_plot, speed_plot, tree_plot, result]
+            common = {"outputs": outputs, "concurrency_limit": 1, "concurrency_id": CONCURRENCY_ID,
+                      "show_progress": "full", "show_progress_on": [status]}
+
+            def race(prompt: str, conv: dict[str, Any], *controls: float) -> Iterator[tuple]:
+                """Race the loaded methods on one prompt; the last update carries the figures as JSON."""
+                yield from self.run(prompt, conv, *controls)
+
+            def regenerate(prompt: str, conv: dict[str, Any], *controls: float) -> Iterator[tuple]:
+                """Race again on the last prompt (its answers are replaced)."""
+                yield from self.run(prompt, conv, *controls, regenerate=True)
+
+            inputs = [prompt, conv, *controls]
+            ev_send = send.click(race, inputs, api_name="race", **common)
+            ev_submit = prompt.submit(race, inputs, api_visibility="private", **common)
+            ev_regen = regen.click(regenerate, inputs, api_name="regenerate", **common)
+            running = [ev_send, ev_submit, ev_regen]
+            stop.click(self.stopped, [conv], [conv, status, *lanes], cancels=running, queue=False,
+                       api_name="stop")
+            clear.click(self.cleared, None, outputs, cancels=running, queue=False, api_name="clear")
+        return demo
+
+
+def launch(demo: gr.Blocks, *, listen: bool = False, port: int | None = None, share: bool = False,
+           max_queue: int | None = 64, **kwargs: Any) -> None:
+    """Queue (one generation at a time on the shared model) and serve: 127.0.0.1 unless ``listen``."""
+    demo.queue(default_concurrency_limit=1, max_size=max_queue)
+    demo.launch(server_name="0.0.0.0" if listen else "127.0.0.1", server_port=port, share=share,
+                css=CSS_PATH.read_text(encoding="utf-8"), theme=theme(), ssr_mode=False, show_error=False,
+                **kwargs)
+
+
+def theme() -> gr.themes.Base:
+    """A calm theme with system fonts (no web-font downloads: the page works offline)."""
+    sans = [gr.themes.Font("ui-sans-serif"), gr.themes.Font("system-ui"), gr.themes.Font("Segoe UI"),
+            gr.themes.Font("Helvetica"), gr.themes.Font("Arial"), gr.themes.Font("sans-serif")]
+    mono = [gr.themes.Font("ui-monospace"), gr.themes.Font("SFMono-Regular"), gr.themes.Font("Menlo"),
+            gr.themes.Font("Consolas"), gr.themes.Font("DejaVu Sans Mono"), gr.themes.Font("monospace")]
+    return gr.themes.Soft(primary_hue="orange", secondary_hue="blue", neutral_hue="slate", font=sans, font_mono=mono)
