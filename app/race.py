@@ -89,9 +89,10 @@ class Lane:
 
     @property
     def last_tree_step(self) -> Step | None:
-        """The latest step that verified a real draft tree (more than the root; None for AR). The last steps
-        before the token limit may verify the root alone."""
-        return next((s for s in reversed(self.steps) if s.tree is not None and s.tree.size > 1), None)
+        """The latest step that verified a real draft tree (None for AR). Near the token limit the engine cuts
+        trees down to the room left (often to depth 1 or the root alone), so a recent deeper tree is preferred."""
+        trees = [s for s in reversed(self.steps) if s.tree is not None and s.tree.size > 1]
+        return next((s for s in trees if int(s.tree.depths.max()) >= 2), trees[0] if trees else None)
 
     def stats(self) -> RunStats | None:
         """τ (tokens per verify forward), tokens/s over the own clock (prefill included, as in the benchmark)."""
@@ -202,7 +203,13 @@ class Race:
     # ----------------------------------------------------------------------------------------------- results
     @property
     def finished(self) -> bool:
+        """Every lane is over: done, stopped or failed."""
         return all(lane.finished for lane in self.lanes.values())
+
+    @property
+    def stopped(self) -> bool:
+        """Some lane was cut short by :meth:`stop` / :meth:`close` (not by its own end)."""
+        return any(lane.status == "stopped" for lane in self.lanes.values())
 
     def speedup(self, method: str) -> float | None:
         """tokens/s of ``method`` over AR's, both on their own clocks so far (None without AR figures)."""

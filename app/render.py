@@ -105,7 +105,7 @@ def lane_header(method: str, figures: dict[str, Any] | None) -> str:
              f'<span class="chip"><b>{_fmt(f.get("tokens_per_s"), ".1f")}</b> tok/s</span>')
     if method != "ar":
         chips += f'<span class="chip"><b>{_fmt(f.get("speedup_vs_ar"), ".2f", "×")}</b> vs AR</span>'
-    chips += f'<span class="chip">{f.get("tokens", 0)} tok</span>'
+    chips += f'<span class="chip chip-tokens">{f.get("tokens", 0)} tok</span>'
     return (f'<div class="lane-top"><div class="lane-head"><span class="lane-name lane-{method}">'
             f'{html.escape(LABELS.get(method, method))}</span><span class="lane-state state-{html.escape(status)}">'
             f'{html.escape(state)}</span></div><div class="chips">{chips}</div></div>')

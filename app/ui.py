@@ -10,10 +10,12 @@ method's step generator.
 from __future__ import annotations
 
 import html
+import json
 import logging
 import secrets
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -30,6 +32,7 @@ log = logging.getLogger("dart_arena.app")
 
 CSS_PATH = Path(__file__).with_name("style.css")
 CONCURRENCY_ID = "target-model"  # every event that runs the shared target
+MAX_SESSIONS = 256  # last races remembered for Stop / Clear
 
 
 @dataclass
@@ -43,7 +46,10 @@ class AppConfig:
     eagle3: Eagle3Settings = field(default_factory=Eagle3Settings)
     examples: list[tuple[str, str]] = field(default_factory=list)  # (label, prompt)
     subtitle: str = ""
-    update_every: float = 0.15  # seconds between UI updates while racing (the race itself never waits)
+    # seconds between UI updates while racing (text / plots): the browser must keep up, or input events (Stop!)
+    # starve behind rendering; the race itself never waits for the page
+    update_every: float = 0.2
+    plot_every: float = 0.6
 
 
 def encode(arena: Any, turns: list[dict[str, Any]], method: str, *, chat: bool) -> list[int]:
@@ -75,6 +81,7 @@ class ArenaUI:
         self.methods = [m for m in ("dart", "eagle3", "ar") if m in arena.methods]
         self.lock = threading.Lock()  # one target forward at a time, whatever happens to cancelled events
         self._label_cache: dict[int, str] = {}
+        self.active: OrderedDict[str, LiveRace] = OrderedDict()  # session hash -> its last race (Stop, Clear)
 
     # ------------------------------------------------------------------------------------------- rendering
     def token_label(self, token: int) -> str:
@@ -111,8 +118,9 @@ class ArenaUI:
             eagle3=Eagle3Settings(total_tokens=int(e3_total), depth=int(e3_depth), top_k=int(e3_top_k)),
             seed=seed)
 
-    def run(self, prompt: str, conv: dict[str, Any], *controls: float, regenerate: bool = False) -> Iterator[tuple]:
-        """The generation event: validate, race, stream updates. Yields the outputs of :meth:`outputs`."""
+    def run(self, prompt: str, conv: dict[str, Any], *controls: float, regenerate: bool = False,
+            session: str = "") -> Iterator[tuple]:
+        """The generation event: validate, race, stream updates (tuples in the order of the page's outputs)."""
         conv = conv or new_conversation()
         turns = list(conv["turns"])
         if regenerate:
@@ -139,97 +147,36 @@ class ArenaUI:
         except (PromptError, ValueError) as e:
             yield self._warn(str(e), prompt, conv)
             return
-        yield from self._race(turns, prompts, settings)
+        live = LiveRace(self, turns, prompts, settings)
+        # kept after it ends: a Stop that arrives after Gradio already cancelled the event still finds it
+        self.active[session] = live
+        self.active.move_to_end(session)
+        while len(self.active) > MAX_SESSIONS:
+            self.active.popitem(last=False)
+        yield from live.updates()
 
     def _warn(self, message: str, prompt: str, conv: dict[str, Any]) -> tuple:
         gr.Warning(html.escape(message))
         return (prompt, conv, render.status_html(message, "warn"), *[gr.skip()] * (len(self.methods) + 6))
 
-    def _race(self, turns: list[dict[str, Any]], prompts: dict[str, list[int]],
-              settings: RaceSettings) -> Iterator[tuple]:
-        race = Race(self.arena, prompts, methods=self.methods, settings=settings, lock=self.lock)
-        streams = {m: render.TextStream(self.arena.tokenizer) for m in self.methods}
-        turn = turns[-1]
-        conv = {"turns": turns, "summary": None, "matches": None}
-        started = time.perf_counter()
-        last = 0.0
-        n_prompt = max(len(p) for p in prompts.values())
-        log.info("race: %d prompt tokens, %s, max %d new tokens", n_prompt,
-                 "greedy" if settings.sampling.greedy else f"T={settings.sampling.temperature}",
-                 settings.max_new_tokens)
+    def stop(self, session: str) -> tuple:
+        """Stop pressed: stop this session's race, wait until its generator has closed (so no update of it can
+        arrive after this answer), and show the final, stopped state. A request still waiting in the queue is
+        dropped by the button's ``cancels=``."""
+        live = self.active.get(session)
+        if live is None or (live.race.finished and not live.race.stopped):
+            return tuple(gr.skip() for _ in range(len(self.methods) + 9))  # nothing is running
+        live.race.stop()
+        if not live.closed.wait(timeout=30):
+            log.warning("the stopped race did not close within 30 s")
+        return live.outputs(final=True)
 
-        def update(final: bool) -> tuple:
-            for m, lane in race.lanes.items():
-                if final:
-                    streams[m].finish()
-                turn["replies"][m] = {"pieces": list(streams[m].pieces), "error": lane.error}
-            summary = race.summary()
-            conv["summary"], conv["matches"] = summary, race.greedy_matches()
-            if final:
-                banner = render.status_html(self._final_message(race), "ok")
-                result = self._result(race, streams, settings)
-            else:
-                counts = " · ".join(f"{lane.label} {len(lane.tokens)}" for lane in race.lanes.values())
-                banner = render.status_html(f"Racing… tokens so far: {counts}", "info")
-                result = gr.skip()
-            return (gr.skip(), conv, banner, *self.lanes_html(conv),
-                    render.summary_html(summary, conv["matches"]), *self.race_plots(race), result)
-
-        # chat: the message moves into the conversation; completion: the prompt stays for editing
-        yield ("" if self.config.chat else gr.skip(), conv, render.status_html("Prefilling…", "info"),
-               *self.lanes_html(conv),
-               gr.skip(), *[gr.skip()] * 4, gr.skip())
-        completed = False
-        try:
-            for lane, step in race.run():
-                streams[lane.method].add_step(step.tokens, step.accepted)
-                now = time.perf_counter()
-                if now - last >= self.config.update_every or lane.finished:
-                    last = now
-                    yield update(final=False)
-            completed = True
-            yield update(final=True)
-        finally:
-            race.close()
-            tokens = {lane.label: len(lane.tokens) for lane in race.lanes.values()}
-            log.info("race %s after %.1f s: %s", "finished" if completed else "cancelled",
-                     time.perf_counter() - started, tokens)
-
-    def _final_message(self, race: Race) -> str:
-        parts = []
-        for m, lane in race.lanes.items():
-            if lane.status == "error":
-                parts.append(f"{lane.label} failed")
-            elif m != "ar" and (s := race.speedup(m)) is not None:
-                parts.append(f"{lane.label} {s:.2f}× vs AR")
-        matches = race.greedy_matches()
-        tail = ""
-        if matches is not None:
-            tail = " — greedy outputs identical to AR" if all(matches.values()) else " — OUTPUT DIFFERS FROM AR"
-        return "Done: " + (", ".join(parts) or "AR only") + tail
-
-    def _result(self, race: Race, streams: dict[str, render.TextStream], settings: RaceSettings) -> dict[str, Any]:
-        """Machine-readable outcome (the API's answer, and the 'Run data' panel)."""
-        summary = race.summary()
-        for m, lane in race.lanes.items():
-            summary[m]["text"] = streams[m].text
-            summary[m]["token_ids"] = list(lane.tokens)
-        s = settings
-        return {"methods": summary, "greedy_matches_ar": race.greedy_matches(),
-                "settings": {"temperature": s.sampling.temperature, "top_p": s.sampling.top_p,
-                             "top_k": s.sampling.top_k, "max_new_tokens": s.max_new_tokens, "seed": s.seed,
-                             "dart_nodes": s.dart.max_nodes, "eagle3_total": s.eagle3.total_tokens,
-                             "eagle3_depth": s.eagle3.depth, "eagle3_top_k": s.eagle3.top_k}}
-
-    def stopped(self, conv: dict[str, Any]) -> tuple:
-        """Stop pressed: the race is cancelled; mark the unfinished columns as stopped."""
-        conv = conv or new_conversation()
-        for f in (conv.get("summary") or {}).values():
-            if f.get("status") in ("running", "waiting"):
-                f["status"] = "stopped"
-        return (conv, render.status_html("Stopped. Send again whenever you like.", "warn"), *self.lanes_html(conv))
-
-    def cleared(self) -> tuple:
+    def clear(self, session: str) -> tuple:
+        """Clear: stop a running race like Stop does, then empty the conversation, the plots and the summary."""
+        live = self.active.pop(session, None)
+        if live is not None and not live.race.finished:
+            live.race.stop()
+            live.closed.wait(timeout=30)
         conv = new_conversation()
         return ("", conv, render.status_html("", "info"), *self.lanes_html(conv),
                 render.summary_html({}), *self.empty_plots(), None)
@@ -264,11 +211,12 @@ class ArenaUI:
             with gr.Accordion("Settings", open=False, elem_id="settings"):
                 with gr.Row():
                     temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature",
+                                            elem_id="temperature",
                                             info="0 = greedy: every method must print exactly AR's text")
                     top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
                     top_k = gr.Slider(0, 200, value=0, step=1, label="Top-k", info="0 = off")
                     max_new = gr.Slider(1, max(cfg.max_new_tokens, min(limit - 1, 8192)), value=cfg.max_new_tokens,
-                                        step=1, label="Max new tokens")
+                                        step=1, label="Max new tokens", elem_id="max-new-tokens")
                 with gr.Row():
                     dart_nodes = gr.Slider(1, 128, value=cfg.dart.max_nodes, step=1, label="DART tree size",
                                            info="nodes below the root", visible="dart" in self.methods)
@@ -297,23 +245,130 @@ class ArenaUI:
             common = {"outputs": outputs, "concurrency_limit": 1, "concurrency_id": CONCURRENCY_ID,
                       "show_progress": "full", "show_progress_on": [status]}
 
-            def race(prompt: str, conv: dict[str, Any], *controls: float) -> Iterator[tuple]:
+            def race(prompt: str, conv: dict[str, Any], temperature: float, top_p: float, top_k: float,
+                     max_new_tokens: float, dart_nodes: float, eagle3_depth: float, eagle3_top_k: float,
+                     eagle3_total: float, request: gr.Request) -> Iterator[tuple]:
                 """Race the loaded methods on one prompt; the last update carries the figures as JSON."""
-                yield from self.run(prompt, conv, *controls)
+                yield from self.run(prompt, conv, temperature, top_p, top_k, max_new_tokens, dart_nodes,
+                                    eagle3_depth, eagle3_top_k, eagle3_total, session=request.session_hash)
 
-            def regenerate(prompt: str, conv: dict[str, Any], *controls: float) -> Iterator[tuple]:
+            def regenerate(prompt: str, conv: dict[str, Any], temperature: float, top_p: float, top_k: float,
+                           max_new_tokens: float, dart_nodes: float, eagle3_depth: float, eagle3_top_k: float,
+                           eagle3_total: float, request: gr.Request) -> Iterator[tuple]:
                 """Race again on the last prompt (its answers are replaced)."""
-                yield from self.run(prompt, conv, *controls, regenerate=True)
+                yield from self.run(prompt, conv, temperature, top_p, top_k, max_new_tokens, dart_nodes,
+                                    eagle3_depth, eagle3_top_k, eagle3_total, regenerate=True,
+                                    session=request.session_hash)
+
+            def stop_race(request: gr.Request) -> tuple:
+                """Stop this session's race; answers with its final (stopped) state."""
+                return self.stop(request.session_hash)
+
+            def clear_all(request: gr.Request) -> tuple:
+                """Stop any race and empty the page."""
+                return self.clear(request.session_hash)
 
             inputs = [prompt, conv, *controls]
+            waiting = render.status_html("Waiting for the model (one race at a time on the shared target)…", "info")
+            for trigger in (send.click, prompt.submit, regen.click):  # instant feedback, in the browser only
+                trigger(None, None, status, js=f"() => {json.dumps(waiting)}")
             ev_send = send.click(race, inputs, api_name="race", **common)
             ev_submit = prompt.submit(race, inputs, api_visibility="private", **common)
             ev_regen = regen.click(regenerate, inputs, api_name="regenerate", **common)
             running = [ev_send, ev_submit, ev_regen]
-            stop.click(self.stopped, [conv], [conv, status, *lanes], cancels=running, queue=False,
-                       api_name="stop")
-            clear.click(self.cleared, None, outputs, cancels=running, queue=False, api_name="clear")
+            # queue=False: Stop and Clear must not wait behind the race they stop
+            stop.click(stop_race, None, outputs, cancels=running, queue=False, api_name="stop")
+            clear.click(clear_all, None, outputs, cancels=running, queue=False, api_name="clear")
         return demo
+
+
+class LiveRace:
+    """One race as the page shows it: the race itself, each method's decoded text, the conversation turn it
+    answers; renders the page's outputs. ``closed`` is set once the race and its step generators are closed."""
+
+    def __init__(self, ui: ArenaUI, turns: list[dict[str, Any]], prompts: dict[str, list[int]],
+                 settings: RaceSettings) -> None:
+        self.ui = ui
+        self.settings = settings
+        self.race = Race(ui.arena, prompts, methods=ui.methods, settings=settings, lock=ui.lock)
+        self.streams = {m: render.TextStream(ui.arena.tokenizer) for m in ui.methods}
+        self.conv: dict[str, Any] = {"turns": turns, "summary": None, "matches": None}
+        self.closed = threading.Event()
+        log.info("race: %d prompt tokens, %s, max %d new tokens", max(len(p) for p in prompts.values()),
+                 "greedy" if settings.sampling.greedy else f"T={settings.sampling.temperature}",
+                 settings.max_new_tokens)
+
+    def updates(self) -> Iterator[tuple]:
+        """Step the race, yielding the page's outputs at most every ``update_every`` seconds and at the end."""
+        started, last, last_plot, completed = time.perf_counter(), 0.0, 0.0, False
+        try:
+            # chat: the message moves into the conversation; completion: the prompt stays for editing
+            yield ("" if self.ui.config.chat else gr.skip(), self.conv, render.status_html("Prefilling…", "info"),
+                   *self.ui.lanes_html(self.conv), *[gr.skip()] * 6)
+            for lane, step in self.race.run():
+                self.streams[lane.method].add_step(step.tokens, step.accepted)
+                now = time.perf_counter()
+                if now - last >= self.ui.config.update_every or lane.finished:
+                    plots_too = now - last_plot >= self.ui.config.plot_every
+                    last, last_plot = now, now if plots_too else last_plot
+                    yield self.outputs(final=False, plots=plots_too)
+            completed = True
+            yield self.outputs(final=True)
+        finally:
+            self.race.close()
+            self.closed.set()
+            log.info("race %s after %.1f s: %s", "stopped" if completed and self.race.stopped else
+                     "finished" if completed else "cancelled", time.perf_counter() - started,
+                     {lane.label: len(lane.tokens) for lane in self.race.lanes.values()})
+
+    def outputs(self, *, final: bool, plots: bool = True) -> tuple:
+        race, turn = self.race, self.conv["turns"][-1]
+        for m, lane in race.lanes.items():
+            if final:
+                self.streams[m].finish()
+            turn["replies"][m] = {"pieces": list(self.streams[m].pieces), "error": lane.error}
+        summary = race.summary()
+        self.conv["summary"], self.conv["matches"] = summary, race.greedy_matches()
+        if final:
+            banner = render.status_html(self.final_message(race.stopped), "warn" if race.stopped else "ok")
+            result: Any = self.result()
+        else:
+            counts = " · ".join(f"{lane.label} {len(lane.tokens)}" for lane in race.lanes.values())
+            banner = render.status_html(f"Racing… tokens so far: {counts}", "info")
+            result = gr.skip()
+        figures = self.ui.race_plots(race) if plots or final else [gr.skip()] * 4
+        return (gr.skip(), self.conv, banner, *self.ui.lanes_html(self.conv),
+                render.summary_html(summary, self.conv["matches"]), *figures, result)
+
+    def final_message(self, stopped: bool) -> str:
+        race = self.race
+        parts = []
+        for m, lane in race.lanes.items():
+            if lane.status == "error":
+                parts.append(f"{lane.label} failed")
+            elif m != "ar" and (s := race.speedup(m)) is not None:
+                parts.append(f"{lane.label} {s:.2f}× vs AR")
+        figures = ", ".join(parts) or "AR only"
+        if stopped:
+            return f"Stopped ({figures} so far). Send again whenever you like."
+        matches = race.greedy_matches()
+        tail = ""
+        if matches is not None:
+            tail = " — greedy outputs identical to AR" if all(matches.values()) else " — OUTPUT DIFFERS FROM AR"
+        return f"Done: {figures}{tail}"
+
+    def result(self) -> dict[str, Any]:
+        """Machine-readable outcome (the API's answer, and the 'Run data' panel)."""
+        summary = self.race.summary()
+        for m, lane in self.race.lanes.items():
+            summary[m]["text"] = self.streams[m].text
+            summary[m]["token_ids"] = list(lane.tokens)
+        s = self.settings
+        return {"methods": summary, "greedy_matches_ar": self.race.greedy_matches(),
+                "settings": {"temperature": s.sampling.temperature, "top_p": s.sampling.top_p,
+                             "top_k": s.sampling.top_k, "max_new_tokens": s.max_new_tokens, "seed": s.seed,
+                             "dart_nodes": s.dart.max_nodes, "eagle3_total": s.eagle3.total_tokens,
+                             "eagle3_depth": s.eagle3.depth, "eagle3_top_k": s.eagle3.top_k}}
 
 
 def launch(demo: gr.Blocks, *, listen: bool = False, port: int | None = None, share: bool = False,
