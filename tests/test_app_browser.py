@@ -2,7 +2,8 @@
 is pointed at the system binary; ``.ci/run`` installs the ``chromium`` package when it is missing).
 
 Types a prompt, sees every column fill and the plots render, presses Stop mid-stream, sends again, and saves
-screenshots (light and dark theme) to $DART_ARTIFACTS or tests/artifacts/.
+screenshots (light and dark theme) to $DART_ARTIFACTS or tests/artifacts/. Without a chromium binary the test is
+skipped, unless DART_REQUIRE_BROWSER=1 (as in CI), where it fails.
 """
 
 from __future__ import annotations
@@ -16,7 +17,11 @@ from typing import Any
 import pytest
 from helpers_app import MAX_NEW_TOKENS, Server, artifact_dir, held_out_prompt
 
-sync_api = pytest.importorskip("playwright.sync_api")
+REQUIRED = os.environ.get("DART_REQUIRE_BROWSER") == "1"  # set by .ci/run: no silent skip in CI
+if not REQUIRED:
+    sync_api = pytest.importorskip("playwright.sync_api")
+else:
+    import playwright.sync_api as sync_api
 
 METHODS = ("dart", "eagle3", "ar")
 PLOTS = ("plot-tau", "plot-latency", "plot-speed", "plot-tree")
@@ -77,7 +82,10 @@ def check_finished_page(page: Any, prompt: str) -> None:
 def test_race_in_a_real_browser(app_server: Server) -> None:
     binary = chromium_binary()
     if binary is None:
-        pytest.skip("no chromium binary (install the Debian package: apt-get install -y chromium)")
+        message = "no chromium binary: install the Debian package (apt-get install -y chromium) or set DART_CHROMIUM"
+        if REQUIRED:
+            pytest.fail(message)
+        pytest.skip(message)
     out = artifact_dir()
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=binary, headless=True,
