@@ -129,7 +129,8 @@ class ArenaUI:
                 return
             text = turns.pop()["user"]
         else:
-            text = (prompt or "").strip("\n") if not self.config.chat else (prompt or "").strip()
+            # completion mode keeps the prompt verbatim: a trailing newline or indent steers the continuation
+            text = (prompt or "").strip() if self.config.chat else prompt or ""
             if not text.strip():
                 yield self._warn("The prompt is empty: type something first.", prompt, conv)
                 return
