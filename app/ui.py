@@ -2,9 +2,10 @@
 DART draft tree, and the controls (sampling, token budget, tree sizes; Send, Stop, Regenerate, Clear).
 
 Every generation event shares one concurrency group with a limit of one: the methods share one target model,
-so requests queue (their place in the queue shows in the status bar) instead of interleaving on it. Stop and a
-closed browser tab cancel the running event; Gradio then closes the generator, which closes the race and every
-method's step generator.
+so requests queue (their place in the queue shows in the status bar) instead of interleaving on it. Stop and
+Clear cancel the event (``cancels=``), stop the session's race and answer once it has closed, so no late update
+can overwrite their answer; a closed browser tab makes Gradio close the event's generator. Either way the race
+closes every method's step generator.
 """
 
 from __future__ import annotations
