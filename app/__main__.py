@@ -140,18 +140,22 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     log = setup_logging()
     src = resolve(args)
-    t0 = time.perf_counter()
     log.info("loading target %s%s%s%s", short(src["base"]), f", DART {short(src['dart'])}" if src["dart"] else "",
              f", EAGLE-3 {short(src['eagle3'])}" if src["eagle3"] else "",
              f", N-gram {short(src['ngram'])}" if src["ngram"] else "")
 
+    from app.race import RaceSettings, default_trees, warm_up
+    from app.ui import AppConfig, ArenaUI, launch, model_worker
     from dart_core.hub import HubFileError
     from dart_core.models import load_arena
     from dart_core.ngram import NgramFormatError
 
+    # everything that touches the model, loading included, runs on one thread (see app.ui.ArenaUI)
+    worker = model_worker()
+    t0 = time.perf_counter()
     try:
-        arena = load_arena(src["base"], dart=src["dart"], eagle3=src["eagle3"], ngram=src["ngram"],
-                           small_ngram=args.use_small_ngram, device=args.device, dtype=args.dtype)
+        arena = worker.submit(load_arena, src["base"], dart=src["dart"], eagle3=src["eagle3"], ngram=src["ngram"],
+                              small_ngram=args.use_small_ngram, device=args.device, dtype=args.dtype).result()
     except (HubFileError, NgramFormatError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -177,9 +181,6 @@ def main(argv: list[str] | None = None) -> int:
     else:
         chat = True
 
-    from app.race import RaceSettings, default_trees, warm_up
-    from app.ui import AppConfig, ArenaUI, launch
-
     dart_tree, eagle3_tree = default_trees(device)
     examples = bundle_examples() if src["bundle"] else (CHAT_EXAMPLES if chat else [])
     parts = [f"target {short(src['base'])}"]
@@ -190,11 +191,12 @@ def main(argv: list[str] | None = None) -> int:
     config = AppConfig(chat=chat, max_new_tokens=args.max_new_tokens, max_length=args.max_length, dart=dart_tree,
                        eagle3=eagle3_tree, examples=examples, subtitle=" · ".join(parts))
 
+    ui = ArenaUI(arena, config, worker=worker)
     log.info("warming up (a short race, not shown)")
     text = examples[0][1] if examples and not chat else "def main():\n"
     ids = arena.tokenizer(text, add_special_tokens=False)["input_ids"]
-    warm_up(arena, ids, RaceSettings(max_length=args.max_length, dart=dart_tree, eagle3=eagle3_tree))
-    demo = ArenaUI(arena, config).build()
+    warm_up(arena, ids, RaceSettings(max_length=args.max_length, dart=dart_tree, eagle3=eagle3_tree), worker=ui.worker)
+    demo = ui.build()
     host = "0.0.0.0" if args.listen else "127.0.0.1"
     log.info("serving on http://%s:%d%s", host, args.server_port, " (+ a public share link)" if args.share else "")
     launch(demo, listen=args.listen, port=args.server_port, share=args.share)

@@ -18,6 +18,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,11 @@ def encode(arena: Any, turns: list[dict[str, Any]], method: str, *, chat: bool) 
     return tok(text, add_special_tokens=False)["input_ids"]
 
 
+def model_worker() -> ThreadPoolExecutor:
+    """The one thread that touches the model (see :class:`ArenaUI`)."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="dart-arena-model")
+
+
 def new_conversation() -> dict[str, Any]:
     return {"turns": [], "summary": None, "matches": None}
 
@@ -76,11 +82,14 @@ def new_conversation() -> dict[str, Any]:
 class ArenaUI:
     """Holds the loaded arena and builds the page; one instance per server."""
 
-    def __init__(self, arena: Any, config: AppConfig) -> None:
+    def __init__(self, arena: Any, config: AppConfig, *, worker: ThreadPoolExecutor | None = None) -> None:
+        """``worker``: the single-thread executor that runs every target forward (one race step at a time on
+        the shared model, whatever happens to cancelled events). Best the one that also loaded the model: on
+        CPU, PyTorch work split over two threads (two OpenMP teams) ran every step 2-3× slower."""
         self.arena = arena
         self.config = config
         self.methods = [m for m in ("dart", "eagle3", "ar") if m in arena.methods]
-        self.lock = threading.Lock()  # one target forward at a time, whatever happens to cancelled events
+        self.worker = worker or model_worker()
         self._label_cache: dict[int, str] = {}
         self.active: OrderedDict[str, LiveRace] = OrderedDict()  # session hash -> its last race (Stop, Clear)
 
@@ -292,7 +301,7 @@ class LiveRace:
                  settings: RaceSettings) -> None:
         self.ui = ui
         self.settings = settings
-        self.race = Race(ui.arena, prompts, methods=ui.methods, settings=settings, lock=ui.lock)
+        self.race = Race(ui.arena, prompts, methods=ui.methods, settings=settings, worker=ui.worker)
         self.streams = {m: render.TextStream(ui.arena.tokenizer) for m in ui.methods}
         self.conv: dict[str, Any] = {"turns": turns, "summary": None, "matches": None}
         self.closed = threading.Event()

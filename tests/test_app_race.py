@@ -3,8 +3,10 @@ step-by-step alternation, per-method clocks, stop / cancel closing every step ge
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +33,7 @@ class ScriptedArena:
     fail_at: dict[str, int] = field(default_factory=dict)
     closed: list[str] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)
+    threads: set[str] = field(default_factory=set)  # where the steps and closes ran
 
     class target:  # mimics arena.target
         feature_device = torch.device("cpu")
@@ -48,6 +51,7 @@ class ScriptedArena:
     def stream(self, method: str, input_ids: Any, **kwargs: Any) -> Iterator[Step]:
         try:
             self.calls.append(method)
+            self.threads.add(threading.current_thread().name)
             yield Step(method, [1], 0, 0, 0.0, 0.0, 5.0, prefill=True)
             steps = self.plan[method]
             for i, (n, acc, ms) in enumerate(steps):
@@ -55,11 +59,13 @@ class ScriptedArena:
                     raise RuntimeError("CUDA out of memory (scripted)")
                 time.sleep(self.sleep_s.get(method, 0.0))
                 self.calls.append(method)
+                self.threads.add(threading.current_thread().name)
                 last = i == len(steps) - 1
                 yield Step(method, [7] * n, acc, n + 3, 0.5, 0.25, ms,
                            stop_reason="max_new_tokens" if last else None)
         finally:
             self.closed.append(method)
+            self.threads.add(threading.current_thread().name)
 
 
 def test_methods_alternate_step_by_step_and_each_clock_counts_only_its_own_steps() -> None:
@@ -102,6 +108,19 @@ def test_stop_and_cancel_close_every_step_generator() -> None:
     assert sorted(arena.closed) == ["ar", "dart"]
     assert not race._gens
     assert {lane.status for lane in race.lanes.values()} == {"stopped"}
+
+
+def test_a_worker_runs_every_step_and_close_on_its_one_thread() -> None:
+    """The app hands the race one model thread: steps issued from a web server's changing threads made CPU
+    forwards 2-3x slower (one OpenMP team per thread), and one thread also serializes races on one model."""
+    arena = ScriptedArena({"dart": [(2, 1, 1.0)] * 5, "ar": [(1, 0, 1.0)] * 5})
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="model") as worker:
+        race = Race(arena, [1, 2], worker=worker)
+        it = race.run()
+        steps = [next(it) for _ in range(4)]
+        it.close()  # closing (a cancelled request) also happens on the model thread
+    assert len(steps) == 4 and sorted(arena.closed) == ["ar", "dart"]
+    assert arena.threads == {"model_0"}
 
 
 def test_a_failing_method_is_reported_and_the_others_finish() -> None:
