@@ -6,7 +6,7 @@ run_app() {
   bash scripts/dev.sh setup
   local share=()
   if [ "${DART_SHARE:-0}" = 1 ]; then share=(--share); fi
-  exec .venv/bin/python -m app "$@" "${share[@]}"
+  exec "${VENV:-.venv}/bin/python" -m app "$@" "${share[@]}"
 }
 
 # One published Qwen3 size: its target, DART drafter and EAGLE-3 head (../shared/specs/README.md), the small
