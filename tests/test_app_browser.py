@@ -42,10 +42,20 @@ def wait_status(page: Any, text: str, timeout: int = RACE_TIMEOUT_MS) -> None:
 
 
 def set_max_new_tokens(page: Any, n: int) -> None:
+    """Type into the slider's number box (the Settings accordion must be open); retried, since a busy page can
+    drop the first edit."""
     box = page.locator("#max-new-tokens input[type=number]")
-    box.fill(str(n))
-    box.press("Enter")
-    page.wait_for_function("n => document.querySelector('#max-new-tokens input[type=range]').value == n", arg=n)
+    box.wait_for(state="visible", timeout=30_000)
+    for _ in range(3):
+        box.fill(str(n))
+        box.blur()  # Gradio commits the number box on input and on blur
+        try:
+            page.wait_for_function("n => document.querySelector('#max-new-tokens input[type=range]').value == n",
+                                   arg=n, timeout=10_000)
+            return
+        except sync_api.TimeoutError:
+            continue
+    raise AssertionError(f"could not set 'Max new tokens' to {n}")
 
 
 def lane_tokens(page: Any, method: str) -> int:
