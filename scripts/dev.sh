@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One entry point for developers and CI: sets up .venv (idempotent), builds the native core, runs things.
 #   bash scripts/dev.sh setup   create/refresh .venv and (re)build the package when sources changed
-#   bash scripts/dev.sh demo    the project's main job (for now: the native N-gram / tree-search benchmark)
+#   bash scripts/dev.sh demo    the project's main job: the comparison app on the embedded bundle (args go to python -m app)
 #   bash scripts/dev.sh test    lint + the whole test suite
 # Needs only Python >= 3.10 and a C++20 compiler; cmake/ninja come from PyPI when the system has none.
 set -euo pipefail
@@ -40,7 +40,7 @@ setup() {
 
 case "${1:-}" in
   setup) setup ;;
-  demo) setup; shift; "$PY" -m dart_core.bench native "$@" ;;
+  demo) setup; shift; "$PY" -m app "$@" ;;
   test)
     setup
     "$PY" -m ruff check .

@@ -1,0 +1,45 @@
+"""Hugging Face Spaces entry point (Gradio SDK: the Space runs ``python app.py``; see README "App" → Spaces).
+
+The models come from the Space variable ``DART_APP_ARGS``, the flags of ``python -m app``, e.g. on a GPU Space:
+
+    DART_APP_ARGS="--base-model-name-or-path Qwen/Qwen3-8B --dart-model-name-or-path fvliang/qwen8b-dart
+                   --ngram-model-name-or-path fvliang/dart-qwen3-ngram --use-small-ngram --compare-eagle3
+                   --eagle3-model-name-or-path AngelSlim/Qwen3-8B_eagle3 --template-name qwen --device cuda"
+
+Without it, the embedded bundle. Serves on all interfaces at $PORT (default 7860). The Space's build installs
+``requirements.txt`` before the repository is copied in, so the native core is compiled here on first start.
+(``import app`` below finds the ``app/`` package, which Python prefers over this file.)
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+
+
+def ensure_native_core() -> None:
+    """Build and install dart_core (editable) once, then restart so the new install is picked up."""
+    try:
+        import dart_core._native  # noqa: F401
+    except ImportError:
+        if os.environ.get("DART_APP_BUILT") == "1":
+            raise
+        print("[dart-arena] compiling the native core (first start only)", flush=True)
+        subprocess.check_call([sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-deps",
+                               "-e", str(ROOT)])
+        os.environ["DART_APP_BUILT"] = "1"
+        os.execv(sys.executable, [sys.executable, *sys.argv])
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    ensure_native_core()
+    from app.__main__ import main
+
+    args = shlex.split(os.environ.get("DART_APP_ARGS", ""))
+    sys.exit(main([*args, "--listen", "--server-port", os.environ.get("PORT", "7860")]))

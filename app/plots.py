@@ -1,0 +1,196 @@
+"""The race's live plotly figures: τ per step, drafting latency per step, tokens/s over each method's own clock,
+and the last DART draft tree with its accepted path.
+
+Figures have transparent backgrounds, mid-grey grid lines and method colours that read on white and on near-black;
+``app/style.css`` recolours the axis text in the dark theme, so the plots follow the page's theme.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import plotly.graph_objects as go
+
+from app.race import LABELS, Lane
+
+COLORS = {"dart": "#f97316", "eagle3": "#3b82f6", "ar": "#94a3b8"}
+TEXT = "#374151"  # light theme; style.css overrides it under .dark
+GRID = "rgba(128, 128, 128, 0.22)"
+HEIGHT = 300
+TREE_MAX_NODES = 80  # beyond this the labels would overlap: show the accepted path and the top of the tree
+
+
+def color(method: str) -> str:
+    return COLORS.get(method, "#14b8a6")
+
+
+def _figure(traces: list[dict[str, Any]], title: str, x: str, y: str, *, height: int = HEIGHT,
+            empty: str | None = None, xaxis: dict[str, Any] | None = None,
+            yaxis: dict[str, Any] | None = None) -> go.Figure:
+    """One validated construction from plain dicts (several times faster than ``update_*`` calls, which
+    matters at a few UI updates per second)."""
+    axis = {"showgrid": True, "gridcolor": GRID, "zerolinecolor": GRID, "linecolor": GRID}
+    layout: dict[str, Any] = {
+        "title": {"text": title, "x": 0.01, "xanchor": "left", "font": {"size": 14}},
+        "height": height, "margin": {"l": 52, "r": 12, "t": 64, "b": 42},
+        "paper_bgcolor": "rgba(0,0,0,0)", "plot_bgcolor": "rgba(0,0,0,0)", "font": {"color": TEXT, "size": 12},
+        "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0,
+                   "bgcolor": "rgba(0,0,0,0)", "font": {"size": 11}},
+        "hovermode": "closest", "uirevision": "race",
+        "xaxis": {**axis, "title": {"text": x, "standoff": 6}, **(xaxis or {})},
+        "yaxis": {**axis, "title": {"text": y, "standoff": 6}, "rangemode": "tozero", **(yaxis or {})},
+    }
+    if empty is not None:
+        layout["annotations"] = [{"text": empty, "showarrow": False, "x": 0.5, "y": 0.5, "xref": "paper",
+                                  "yref": "paper", "font": {"size": 13, "color": "#9ca3af"}}]
+        layout["xaxis"]["visible"] = layout["yaxis"]["visible"] = False
+    return go.Figure(data=traces, layout=layout)
+
+
+def _verify_steps(lane: Lane) -> list[Any]:
+    return [s for s in lane.steps if not s.prefill]
+
+
+def tau_figure(lanes: Iterable[Lane]) -> go.Figure:
+    """Tokens per verify step (accepted drafts + bonus) as dots, the running mean τ as a line."""
+    traces: list[dict[str, Any]] = []
+    lanes = [lane for lane in lanes if _verify_steps(lane)]
+    longest = max((len(_verify_steps(lane)) for lane in lanes if lane.method != "ar"), default=0)
+    for lane in lanes:
+        steps = _verify_steps(lane)
+        if lane.method == "ar" and longest:  # τ = 1 by definition: a reference line over the drafters' steps
+            traces.append({"type": "scatter", "x": [1, longest], "y": [1, 1], "mode": "lines", "name": "AR (τ = 1)",
+                           "line": {"color": color("ar"), "width": 2, "dash": "dot"}, "hoverinfo": "skip"})
+            continue
+        ys = [len(s.tokens) for s in steps]
+        xs = list(range(1, len(ys) + 1))
+        mean, total = [], 0
+        for k, y in enumerate(ys, 1):
+            total += y
+            mean.append(total / k)
+        c, name = color(lane.method), lane.label
+        if lane.method != "ar":
+            traces.append({"type": "scatter", "x": xs, "y": ys, "mode": "markers", "name": f"{name} per step",
+                           "legendgroup": lane.method, "showlegend": False,
+                           "marker": {"color": c, "size": 5, "opacity": 0.45},
+                           "hovertemplate": f"{name} step %{{x}}: %{{y}} tokens<extra></extra>"})
+        traces.append({"type": "scatter", "x": xs, "y": mean, "mode": "lines", "name": name,
+                       "legendgroup": lane.method,
+                       "line": {"color": c, "width": 2.5, "dash": "dot" if lane.method == "ar" else "solid"},
+                       "hovertemplate": f"{name} running τ after %{{x}} steps: %{{y:.2f}}<extra></extra>"})
+    return _figure(traces, "τ per step (dots) and running mean (line)", "verify step", "tokens per step",
+                   empty=None if traces else "waiting for a prompt")
+
+
+def latency_figure(lanes: Iterable[Lane]) -> go.Figure:
+    """Drafting latency per step: draft forward(s) + tree search, per drafting method (AR drafts nothing)."""
+    traces: list[dict[str, Any]] = []
+    for lane in lanes:
+        steps = _verify_steps(lane)
+        if lane.method == "ar" or not steps:
+            continue
+        traces.append({
+            "type": "scatter", "x": list(range(1, len(steps) + 1)), "y": [s.draft_ms + s.search_ms for s in steps],
+            "customdata": [[s.draft_ms, s.search_ms, s.verify_ms] for s in steps], "mode": "lines",
+            "name": f"{lane.label} draft + search", "line": {"color": color(lane.method), "width": 2, "shape": "hv"},
+            "hovertemplate": (f"{lane.label} step %{{x}}: %{{y:.2f}} ms<br>draft %{{customdata[0]:.2f}} · "
+                              "search %{customdata[1]:.2f} · verify %{customdata[2]:.2f} ms<extra></extra>")})
+    return _figure(traces, "Drafting latency per step (draft + tree search)", "verify step", "ms",
+                   empty=None if traces else "waiting for a prompt")
+
+
+def speed_figure(lanes: Iterable[Lane]) -> go.Figure:
+    """Tokens/s so far against each method's own clock (prefill included, like the summary)."""
+    traces: list[dict[str, Any]] = []
+    for lane in lanes:
+        if not lane.steps:
+            continue
+        xs, ys, ms, toks = [], [], 0.0, 0
+        for s in lane.steps:
+            ms += s.total_ms
+            toks += len(s.tokens)
+            xs.append(ms / 1e3)
+            ys.append(toks / (ms / 1e3) if ms > 0 else 0.0)
+        traces.append({"type": "scatter", "x": xs, "y": ys, "mode": "lines", "name": lane.label,
+                       "line": {"color": color(lane.method), "width": 2.5,
+                                "dash": "dot" if lane.method == "ar" else "solid"},
+                       "hovertemplate": f"{lane.label} at %{{x:.3f}} s: %{{y:.1f}} tok/s<extra></extra>"})
+    return _figure(traces, "Tokens/s over time (each method's own clock)", "own time (s)", "tokens/s",
+                   empty=None if traces else "waiting for a prompt")
+
+
+def _tree_layout(parents: list[int]) -> tuple[list[float], list[int]]:
+    """y of each node: leaves on consecutive rows in depth-first order, parents centred over their children."""
+    n = len(parents)
+    kids: list[list[int]] = [[] for _ in range(n)]
+    for i in range(1, n):
+        kids[parents[i]].append(i)
+    depth = [0] * n
+    for i in range(1, n):
+        depth[i] = depth[parents[i]] + 1
+    y = [0.0] * n
+    row = 0
+    stack: list[tuple[int, bool]] = [(0, False)]
+    while stack:  # iterative post-order, so deep trees cannot hit the recursion limit
+        node, done = stack.pop()
+        if done:
+            y[node] = sum(y[c] for c in kids[node]) / len(kids[node])
+            continue
+        if not kids[node]:
+            y[node] = float(row)
+            row += 1
+            continue
+        stack.append((node, True))
+        stack.extend((c, False) for c in reversed(kids[node]))
+    return y, depth
+
+
+def tree_figure(step: Any | None, label: Callable[[int], str], *, method: str = "dart") -> go.Figure:
+    """The draft tree verified by ``step`` (its ``tree`` and ``accepted_nodes``): depth left to right, the
+    accepted path drawn thick in the method's colour, the other nodes grey."""
+    tree = getattr(step, "tree", None)
+    title = f"Last {LABELS.get(method, method)} draft tree"
+    if tree is None:
+        return _figure([], title, "depth", "", empty="no draft tree yet")
+    parents = [int(p) for p in tree.parents]
+    tokens = [int(t) for t in tree.tokens]
+    accepted = {int(i) for i in step.accepted_nodes}
+    keep = list(range(len(parents)))
+    if len(parents) > TREE_MAX_NODES:  # the accepted path, then the first nodes (best-first order of the search)
+        chosen = accepted | set(range(TREE_MAX_NODES - len(accepted)))
+        for i in list(chosen):  # keep every ancestor so the kept nodes still form a tree
+            while parents[i] >= 0 and parents[i] not in chosen:
+                i = parents[i]
+                chosen.add(i)
+        keep = sorted(chosen)
+    index = {old: new for new, old in enumerate(keep)}
+    sub_parents = [index[parents[i]] if parents[i] >= 0 else -1 for i in keep]
+    y, depth = _tree_layout(sub_parents)
+    c = color(method)
+    edges: dict[bool, tuple[list[Any], list[Any]]] = {False: ([], []), True: ([], [])}
+    for new, old in enumerate(keep):
+        p = sub_parents[new]
+        if p < 0:
+            continue
+        xs, ys = edges[old in accepted and keep[p] in accepted]
+        xs.extend([depth[p], depth[new], None])
+        ys.extend([y[p], y[new], None])
+    on = [old in accepted for old in keep]
+    traces = [
+        {"type": "scatter", "x": edges[False][0], "y": edges[False][1], "mode": "lines",
+         "line": {"color": GRID, "width": 1.2}, "hoverinfo": "skip", "showlegend": False},
+        {"type": "scatter", "x": edges[True][0], "y": edges[True][1], "mode": "lines",
+         "line": {"color": c, "width": 3.5}, "hoverinfo": "skip", "showlegend": False},
+        {"type": "scatter", "x": depth, "y": y, "mode": "markers+text", "text": [label(tokens[o]) for o in keep],
+         "textposition": "middle right", "textfont": {"size": 10},
+         "marker": {"size": [11 if a else 7 for a in on], "color": [c if a else "#9ca3af" for a in on]},
+         "customdata": [[o, "accepted" if a else "rejected"] for o, a in zip(keep, on, strict=True)],
+         "hovertemplate": "node %{customdata[0]} · depth %{x} · %{customdata[1]}<br>%{text}<extra></extra>",
+         "showlegend": False},
+    ]
+    shown = f" (showing {len(keep)})" if len(keep) < len(parents) else ""
+    return _figure(traces, f"{title}: {len(parents)} nodes{shown}, {len(accepted) - 1} accepted",
+                   "depth (root = last accepted token)", "", height=max(HEIGHT, 14 * int(max(y) + 1) + 110),
+                   xaxis={"dtick": 1, "range": [-0.3, max(depth) + 1.2]},
+                   yaxis={"visible": False, "autorange": "reversed", "rangemode": "normal"})

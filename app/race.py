@@ -1,0 +1,271 @@
+"""The race: DART, EAGLE-3 and plain AR decoding the same prompt on one shared target, one step at a time.
+
+The methods take turns — one target forward (one :class:`~dart_core.generate.Step`) each per round — so they
+run side by side on one device. Each method's clock adds up only its own steps' measured draft / tree-search /
+verify milliseconds (synchronized on CUDA by the engine), never the other methods' turns nor the UI's work, so
+τ, tokens/s and speedups are fair. No Gradio here: the UI, the tests and scripts drive :class:`Race` alike.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from dart_core.generate import DartSettings, Eagle3Settings, RunStats, Step, summarize
+from dart_core.verify import SamplingConfig
+
+log = logging.getLogger("dart_arena.app")
+
+METHOD_ORDER = ("dart", "eagle3", "ar")
+LABELS = {"dart": "DART", "eagle3": "EAGLE-3", "ar": "AR"}
+# CPU-sized trees (fastest for the bundle on a 2-core CPU) and the reference's GPU defaults.
+CPU_TREES = (DartSettings(max_nodes=20), Eagle3Settings(total_tokens=21, depth=6, top_k=4))
+GPU_TREES = (DartSettings(), Eagle3Settings())
+
+
+class PromptError(ValueError):
+    """A problem with the user's input (empty, or longer than the context): shown to the user as is."""
+
+
+@dataclass(frozen=True)
+class RaceSettings:
+    """Everything a race needs besides the prompt; the same for every method."""
+
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    max_new_tokens: int = 256
+    max_length: int | None = None
+    dart: DartSettings = field(default_factory=DartSettings)
+    eagle3: Eagle3Settings = field(default_factory=Eagle3Settings)
+    seed: int = 0
+
+
+def default_trees(device: str | torch.device) -> tuple[DartSettings, Eagle3Settings]:
+    """Small trees on CPU (a 60-node verify costs ~3 AR steps there), the reference's sizes on GPUs."""
+    return GPU_TREES if torch.device(device).type == "cuda" else CPU_TREES
+
+
+def context_limit(arena: Any, max_length: int | None) -> int:
+    """Prompt + output may not exceed this: the target's context, or ``max_length`` when smaller."""
+    limit = int(arena.target.max_context)
+    return limit if max_length is None else min(int(max_length), limit)
+
+
+def check_prompt(ids: Sequence[int], limit: int, *, hint: str = "shorten it") -> None:
+    """Raise :class:`PromptError` with a readable message for an empty prompt or one that leaves no room."""
+    if not ids:
+        raise PromptError("The prompt is empty: type something first.")
+    if len(ids) >= limit:
+        raise PromptError(f"The prompt is {len(ids):,} tokens long but the context holds {limit:,} tokens "
+                          f"(prompt + answer), so there is no room to generate: {hint}.")
+
+
+@dataclass
+class Lane:
+    """One method's progress in a race: its steps, tokens, own clock and state."""
+
+    method: str
+    steps: list[Step] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    own_ms: float = 0.0  # sum of this method's own step times
+    status: str = "waiting"  # waiting | running | done | stopped | error
+    error: str | None = None
+
+    @property
+    def label(self) -> str:
+        return LABELS.get(self.method, self.method)
+
+    @property
+    def finished(self) -> bool:
+        return self.status in ("done", "stopped", "error")
+
+    @property
+    def stop_reason(self) -> str | None:
+        return self.steps[-1].stop_reason if self.steps else None
+
+    @property
+    def last_tree_step(self) -> Step | None:
+        """The latest step that verified a real draft tree (None for AR). Near the token limit the engine cuts
+        trees down to the room left (often to depth 1 or the root alone), so a recent deeper tree is preferred."""
+        trees = [s for s in reversed(self.steps) if s.tree is not None and s.tree.size > 1]
+        return next((s for s in trees if int(s.tree.depths.max()) >= 2), trees[0] if trees else None)
+
+    def stats(self) -> RunStats | None:
+        """τ (tokens per verify forward), tokens/s over the own clock (prefill included, as in the benchmark)."""
+        return summarize(self.steps) if self.steps else None
+
+    def add(self, step: Step) -> None:
+        self.steps.append(step)
+        self.tokens.extend(step.tokens)
+        self.own_ms += step.total_ms
+
+
+class Race:
+    """Run ``methods`` on one arena, alternating step by step. Iterate :meth:`run` for ``(lane, step)`` pairs.
+
+    ``input_ids`` is one prompt for all methods, or a mapping method → prompt (multi-turn chat, where each method
+    continues its own conversation). ``worker``, a single-thread executor shared by every race on one model, runs
+    every step: races then never interleave target forwards (a cancelled race's last step finishes before the
+    next race's first), and all of PyTorch's CPU work stays on one thread. Steps issued from changing threads (as
+    a web server's thread pool does) each spin up their own OpenMP team, which made CPU steps 2-3× slower. Without
+    a worker, steps run on the iterating thread.
+    """
+
+    def __init__(
+        self,
+        arena: Any,
+        input_ids: Sequence[int] | Mapping[str, Sequence[int]],
+        *,
+        methods: Sequence[str] | None = None,
+        settings: RaceSettings | None = None,
+        worker: Executor | None = None,
+    ) -> None:
+        self.arena = arena
+        self.settings = settings or RaceSettings()
+        self.methods = list(methods) if methods is not None else list(arena.methods)
+        for m in self.methods:
+            arena.drafter(m)  # ValueError naming the loaded methods
+        if isinstance(input_ids, Mapping):
+            self.prompts = {m: [int(t) for t in input_ids[m]] for m in self.methods}
+        else:
+            ids = [int(t) for t in input_ids]
+            self.prompts = dict.fromkeys(self.methods, ids)
+        self.lanes = {m: Lane(m) for m in self.methods}
+        self._worker = worker
+        self._gens: dict[str, Iterator[Step]] = {}
+        self._stop = threading.Event()
+
+    # ----------------------------------------------------------------------------------------------- running
+    def run(self) -> Iterator[tuple[Lane, Step]]:
+        """Round-robin over the unfinished methods, one step each, until all finish or :meth:`stop`.
+
+        Closing this iterator (a cancelled request) closes every method's step generator."""
+        s = self.settings
+        device = self.arena.target.feature_device
+        try:
+            for m in self.methods:
+                gen = torch.Generator(device=device).manual_seed(s.seed)
+                self._gens[m] = self.arena.stream(
+                    m, self.prompts[m], sampling=s.sampling, max_new_tokens=s.max_new_tokens,
+                    max_length=s.max_length, generator=gen, dart=s.dart, eagle3=s.eagle3)
+                self.lanes[m].status = "running"
+            while not self._stop.is_set():
+                active = [lane for lane in self.lanes.values() if lane.status == "running"]
+                if not active:
+                    break
+                for lane in active:
+                    if self._stop.is_set():
+                        break
+                    step = self._advance(lane)
+                    if step is not None:
+                        yield lane, step
+        finally:
+            self.close()
+
+    def _advance(self, lane: Lane) -> Step | None:
+        gen = self._gens[lane.method]
+        try:
+            step = self._call(next, gen)
+        except StopIteration:
+            lane.status = "done"
+            return None
+        except Exception as e:  # one method failing (e.g. out of memory) must not take the others down
+            log.exception("%s failed", lane.label)
+            lane.status, lane.error = "error", f"{type(e).__name__}: {e}"
+            self._close(lane.method)
+            return None
+        lane.add(step)
+        if step.stop_reason is not None:
+            lane.status = "done"
+            self._close(lane.method)
+        return step
+
+    def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return fn(*args) if self._worker is None else self._worker.submit(fn, *args).result()
+
+    def stop(self) -> None:
+        """Ask the race to stop after the current step (safe from another thread)."""
+        self._stop.set()
+
+    def _close(self, method: str) -> None:
+        gen = self._gens.pop(method, None)
+        if gen is not None:
+            self._call(gen.close)  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        """Close every step generator (their per-generation state is dropped); unfinished lanes become stopped."""
+        self._stop.set()
+        for m in list(self._gens):
+            self._close(m)
+        for lane in self.lanes.values():
+            if not lane.finished:
+                lane.status = "stopped"
+
+    # ----------------------------------------------------------------------------------------------- results
+    @property
+    def finished(self) -> bool:
+        """Every lane is over: done, stopped or failed."""
+        return all(lane.finished for lane in self.lanes.values())
+
+    @property
+    def stopped(self) -> bool:
+        """Some lane was cut short by :meth:`stop` / :meth:`close` (not by its own end)."""
+        return any(lane.status == "stopped" for lane in self.lanes.values())
+
+    def speedup(self, method: str) -> float | None:
+        """tokens/s of ``method`` over AR's, both on their own clocks so far (None without AR figures)."""
+        ar = self.lanes.get("ar")
+        ar_stats = ar.stats() if ar is not None else None
+        mine = self.lanes[method].stats()
+        if ar_stats is None or mine is None or ar_stats.tokens_per_s <= 0:
+            return None
+        return mine.tokens_per_s / ar_stats.tokens_per_s
+
+    def greedy_matches(self) -> dict[str, bool] | None:
+        """Greedy only, once every lane finished normally: does each method's output equal AR's?"""
+        ar = self.lanes.get("ar")
+        if not self.settings.sampling.greedy or ar is None or ar.status != "done":
+            return None
+        if any(lane.status != "done" for lane in self.lanes.values()):
+            return None
+        return {m: lane.tokens == ar.tokens for m, lane in self.lanes.items() if m != "ar"}
+
+    def summary(self) -> dict[str, dict[str, Any]]:
+        """Per method: tokens, verify steps, τ, tokens/s, speedup vs AR, ms per step, status — plain numbers."""
+        out: dict[str, dict[str, Any]] = {}
+        for m, lane in self.lanes.items():
+            st = lane.stats()
+            per = max(st.forwards, 1) if st else 1
+            out[m] = {
+                "label": lane.label,
+                "status": lane.status,
+                "stop_reason": lane.stop_reason,
+                "error": lane.error,
+                "prompt_tokens": len(self.prompts[m]),
+                "tokens": len(lane.tokens),
+                "verify_steps": st.forwards if st else 0,
+                "tau": st.tau if st else None,
+                "tokens_per_s": st.tokens_per_s if st else None,
+                "speedup_vs_ar": self.speedup(m),
+                "own_ms": lane.own_ms,
+                "prefill_ms": st.prefill_ms if st else None,
+                "draft_ms_per_step": st.draft_ms / per if st else None,
+                "search_ms_per_step": st.search_ms / per if st else None,
+                "verify_ms_per_step": st.verify_ms / per if st else None,
+            }
+        return out
+
+
+def warm_up(arena: Any, input_ids: Sequence[int], settings: RaceSettings, *, tokens: int = 8,
+            worker: Executor | None = None) -> None:
+    """One short race, thrown away: the first forwards pay one-off costs (allocator, kernels, caches, the CPU
+    thread team) that would otherwise be charged to whichever method goes first in the first real race."""
+    s = RaceSettings(settings.sampling, min(tokens, settings.max_new_tokens), settings.max_length, settings.dart,
+                     settings.eagle3, settings.seed)
+    for _ in Race(arena, input_ids, settings=s, worker=worker).run():
+        pass

@@ -1,0 +1,172 @@
+"""HTML for the race: each method's text with the tokens that came from accepted drafts highlighted, the
+per-method header and the summary cards. Plain strings (no Gradio), escaped, styled by ``app/style.css``.
+
+Text is decoded incrementally: a token that ends inside a multi-byte character (byte-level BPE) is held back
+until the character completes, so nothing shows as "�" and every piece keeps its origin (draft or target).
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.race import LABELS
+
+DRAFT, TARGET = "d", "t"  # origin of a piece of text: an accepted draft token, or the target's own token
+_WINDOW = 16  # tokens of left context used to decode a new token (decoders may depend on neighbours)
+
+
+@dataclass
+class TextStream:
+    """Turns a method's tokens, step by step, into text pieces tagged with their origin."""
+
+    tokenizer: Any
+    pieces: list[tuple[str, str]] = field(default_factory=list)  # (text, DRAFT | TARGET)
+    _ids: list[int] = field(default_factory=list)
+    _pending: list[int] = field(default_factory=list)
+    _pending_kind: str = TARGET
+
+    def add_step(self, tokens: Sequence[int], accepted: int) -> None:
+        """The first ``accepted`` tokens came from accepted drafts, the rest (bonus / AR token) from the target."""
+        for i, t in enumerate(tokens):
+            self._pending.append(int(t))
+            self._pending_kind = DRAFT if i < accepted else TARGET
+            self._flush(final=False)
+
+    def finish(self) -> None:
+        """Emit whatever is held back (a generation that stopped inside a character)."""
+        self._flush(final=True)
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+
+    def _flush(self, *, final: bool) -> None:
+        if not self._pending:
+            return
+        left = self._ids[-_WINDOW:]
+        before = self._decode(left)
+        after = self._decode(left + self._pending)
+        if after.endswith("\ufffd") and not final and len(self._pending) < 8:
+            return  # an incomplete character: wait for the next token
+        piece = after[_common_prefix(before, after):]
+        if piece:
+            self.pieces.append((piece, self._pending_kind))
+        self._ids.extend(self._pending)
+        self._pending = []
+
+    @property
+    def text(self) -> str:
+        return "".join(p for p, _ in self.pieces)
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    return next(i for i in range(n) if a[i] != b[i])
+
+
+def pieces_html(pieces: Sequence[tuple[str, str]], method: str) -> str:
+    """Runs of equal origin become one span; draft runs get the method's highlight class."""
+    out: list[str] = []
+    run: list[str] = []
+    kind = None
+
+    def close() -> None:
+        if run:
+            text = html.escape("".join(run))
+            out.append(f'<span class="tok-draft tok-{method}">{text}</span>' if kind == DRAFT else text)
+
+    for text, k in pieces:
+        if k != kind:
+            close()
+            run, kind = [], k
+        run.append(text)
+    close()
+    return "".join(out)
+
+
+def _fmt(x: float | None, spec: str, suffix: str = "") -> str:
+    return "–" if x is None else f"{x:{spec}}{suffix}"
+
+
+STATUS_TEXT = {"waiting": "waiting", "running": "running", "done": "done", "stopped": "stopped", "error": "error"}
+STOP_TEXT = {"eos": "end of text", "max_new_tokens": "token limit", "context": "context full"}
+
+
+def lane_header(method: str, figures: dict[str, Any] | None) -> str:
+    """Name, live τ / tokens/s / speedup chips and the state of one column."""
+    f = figures or {}
+    status = f.get("status", "waiting")
+    state = STOP_TEXT.get(f.get("stop_reason") or "", "done") if status == "done" else STATUS_TEXT.get(status, status)
+    chips = (f'<span class="chip"><b>τ</b> {_fmt(f.get("tau"), ".2f")}</span>'
+             f'<span class="chip"><b>{_fmt(f.get("tokens_per_s"), ".1f")}</b> tok/s</span>')
+    if method != "ar":
+        chips += f'<span class="chip"><b>{_fmt(f.get("speedup_vs_ar"), ".2f", "×")}</b> vs AR</span>'
+    chips += f'<span class="chip chip-tokens">{f.get("tokens", 0)} tok</span>'
+    return (f'<div class="lane-top"><div class="lane-head"><span class="lane-name lane-{method}">'
+            f'{html.escape(LABELS.get(method, method))}</span><span class="lane-state state-{html.escape(status)}">'
+            f'{html.escape(state)}</span></div><div class="chips">{chips}</div></div>')
+
+
+def lane_html(method: str, turns: Sequence[dict[str, Any]], *, chat: bool, figures: dict[str, Any] | None) -> str:
+    """One column: header + the conversation (chat) or the prompt followed by its continuation (completion).
+
+    ``turns``: ``{"user": str, "replies": {method: {"pieces": [...], "error": str | None}}}`` dicts."""
+    body: list[str] = []
+    for turn in turns:
+        reply = turn.get("replies", {}).get(method, {})
+        text = pieces_html(reply.get("pieces", []), method)
+        err = reply.get("error")
+        err_html = f'<div class="lane-error">{html.escape(err)}</div>' if err else ""
+        if chat:
+            body.append(f'<div class="msg msg-user">{html.escape(turn["user"])}</div>'
+                        f'<div class="msg msg-bot">{text or "&#8203;"}{err_html}</div>')
+        else:
+            body.append(f'<div class="completion"><span class="prompt-text">{html.escape(turn["user"])}</span>'
+                        f'{text}</div>{err_html}')
+    if not body:
+        hint = "Send a prompt to start the race." if chat else "Send a code prompt to start the race."
+        body.append(f'<div class="lane-empty">{hint}</div>')
+    mode = "chat" if chat else "code"
+    return (f'<div class="lane lane-box-{method}" data-method="{method}">{lane_header(method, figures)}'
+            f'<div class="lane-body {mode}">{"".join(body)}</div></div>')
+
+
+def summary_html(summary: dict[str, dict[str, Any]], matches: dict[str, bool] | None = None) -> str:
+    """The summary row: one card per method with τ, tokens/s and speedup vs AR, plus the greedy check."""
+    cards = []
+    for m, f in summary.items():
+        speed = _fmt(f.get("speedup_vs_ar"), ".2f", "×") if m != "ar" else "1.00×"
+        cards.append(
+            f'<div class="card card-{m}"><div class="card-name lane-name lane-{m}">{html.escape(f["label"])}</div>'
+            f'<div class="card-speed">{speed}<span> vs AR</span></div>'
+            f'<div class="card-row"><span>τ <b>{_fmt(f.get("tau"), ".2f")}</b></span>'
+            f'<span><b>{_fmt(f.get("tokens_per_s"), ".1f")}</b> tok/s</span>'
+            f'<span><b>{f.get("tokens", 0)}</b> tok / {f.get("verify_steps", 0)} steps</span></div>'
+            f'<div class="card-row small"><span>draft {_fmt(f.get("draft_ms_per_step"), ".2f")}</span>'
+            f'<span>search {_fmt(f.get("search_ms_per_step"), ".2f")}</span>'
+            f'<span>verify {_fmt(f.get("verify_ms_per_step"), ".2f")} ms/step</span></div></div>')
+    note = ""
+    if matches:
+        same = [LABELS.get(m, m) for m, ok in matches.items() if ok]
+        diff = [LABELS.get(m, m) for m, ok in matches.items() if not ok]
+        if same:
+            note += f'<div class="check ok">✓ greedy output of {" and ".join(same)} identical to AR</div>'
+        if diff:
+            note += f'<div class="check bad">✗ {" and ".join(diff)} differs from AR (greedy): please report</div>'
+    return f'<div class="cards">{"".join(cards)}</div>{note}'
+
+
+def status_html(message: str, kind: str = "info") -> str:
+    """The banner above the columns: info (queue / progress), ok, warn or error."""
+    return f'<div class="banner banner-{kind}">{html.escape(message)}</div>' if message else ""
+
+
+def token_label(tokenizer: Any, token: int) -> str:
+    """A short visible label for one token in the tree view (spaces and newlines made visible)."""
+    text = tokenizer.decode([int(token)], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    text = text.replace("\n", "↵").replace("\t", "⇥").replace(" ", "·")
+    return text if len(text) <= 12 else text[:11] + "…"

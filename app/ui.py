@@ -1,0 +1,400 @@
+"""The Gradio Blocks page: one prompt, the methods racing in columns, live plots, a summary row, the last
+DART draft tree, and the controls (sampling, token budget, tree sizes; Send, Stop, Regenerate, Clear).
+
+Every generation event shares one concurrency group with a limit of one: the methods share one target model,
+so requests queue (their place in the queue shows in the status bar) instead of interleaving on it. Stop and
+Clear cancel the event (``cancels=``), stop the session's race and answer once it has closed, so no late update
+can overwrite their answer; a closed browser tab makes Gradio close the event's generator. Either way the race
+closes every method's step generator.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from app import plots, render
+from app.race import PromptError, Race, RaceSettings, check_prompt, context_limit
+from dart_core.generate import DartSettings, Eagle3Settings
+from dart_core.verify import SamplingConfig
+
+log = logging.getLogger("dart_arena.app")
+
+CSS_PATH = Path(__file__).with_name("style.css")
+CONCURRENCY_ID = "target-model"  # every event that runs the shared target
+MAX_SESSIONS = 256  # last races remembered for Stop / Clear
+
+
+@dataclass
+class AppConfig:
+    """What the page shows and the defaults of its controls (set by the CLI from the loaded models)."""
+
+    chat: bool  # chat template (multi-turn) or completion mode
+    max_new_tokens: int = 256
+    max_length: int | None = None
+    dart: DartSettings = field(default_factory=DartSettings)
+    eagle3: Eagle3Settings = field(default_factory=Eagle3Settings)
+    examples: list[tuple[str, str]] = field(default_factory=list)  # (label, prompt)
+    subtitle: str = ""
+    # seconds between UI updates while racing (text / plots): the browser must keep up, or input events (Stop!)
+    # starve behind rendering; the race itself never waits for the page
+    update_every: float = 0.2
+    plot_every: float = 0.6
+
+
+def encode(arena: Any, turns: list[dict[str, Any]], method: str, *, chat: bool) -> list[int]:
+    """The prompt ids of ``method``: the chat template over its own conversation (thinking off for Qwen3), or
+    the last prompt as plain text in completion mode."""
+    tok = arena.tokenizer
+    if not chat:
+        return tok(turns[-1]["user"], add_special_tokens=False)["input_ids"]
+    messages: list[dict[str, str]] = []
+    for turn in turns:
+        messages.append({"role": "user", "content": turn["user"]})
+        reply = turn.get("replies", {}).get(method)
+        if reply is not None:
+            messages.append({"role": "assistant", "content": "".join(p for p, _ in reply["pieces"])})
+    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+def model_worker() -> ThreadPoolExecutor:
+    """The one thread that touches the model (see :class:`ArenaUI`)."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="dart-arena-model")
+
+
+def new_conversation() -> dict[str, Any]:
+    return {"turns": [], "summary": None, "matches": None}
+
+
+class ArenaUI:
+    """Holds the loaded arena and builds the page; one instance per server."""
+
+    def __init__(self, arena: Any, config: AppConfig, *, worker: ThreadPoolExecutor | None = None) -> None:
+        """``worker``: the single-thread executor that runs every target forward (one race step at a time on
+        the shared model, whatever happens to cancelled events). Best the one that also loaded the model: on
+        CPU, PyTorch work split over two threads (two OpenMP teams) ran every step 2-3× slower."""
+        self.arena = arena
+        self.config = config
+        self.methods = [m for m in ("dart", "eagle3", "ar") if m in arena.methods]
+        self.worker = worker or model_worker()
+        self._label_cache: dict[int, str] = {}
+        self.active: OrderedDict[str, LiveRace] = OrderedDict()  # session hash -> its last race (Stop, Clear)
+
+    # ------------------------------------------------------------------------------------------- rendering
+    def token_label(self, token: int) -> str:
+        if token not in self._label_cache:
+            self._label_cache[token] = render.token_label(self.arena.tokenizer, token)
+        return self._label_cache[token]
+
+    def lanes_html(self, conv: dict[str, Any]) -> list[str]:
+        figures = conv.get("summary") or {}
+        return [render.lane_html(m, conv["turns"], chat=self.config.chat, figures=figures.get(m))
+                for m in self.methods]
+
+    def empty_plots(self) -> list[Any]:
+        return [plots.tau_figure([]), plots.latency_figure([]), plots.speed_figure([]),
+                plots.tree_figure(None, self.token_label)]
+
+    def race_plots(self, race: Race) -> list[Any]:
+        lanes = list(race.lanes.values())
+        dart = race.lanes.get("dart")
+        tree_lane = dart or race.lanes.get("eagle3")
+        step = tree_lane.last_tree_step if tree_lane is not None else None
+        return [plots.tau_figure(lanes), plots.latency_figure(lanes), plots.speed_figure(lanes),
+                plots.tree_figure(step, self.token_label, method=tree_lane.method if tree_lane else "dart")]
+
+    # ------------------------------------------------------------------------------------------- events
+    def settings(self, temperature: float, top_p: float, top_k: float, max_new_tokens: float, dart_nodes: float,
+                 e3_depth: float, e3_top_k: float, e3_total: float) -> RaceSettings:
+        """The controls' values as race settings (ValueError with a readable message when out of range)."""
+        sampling = SamplingConfig(float(temperature), float(top_p), int(top_k))
+        seed = 0 if sampling.greedy else secrets.randbelow(2**31)
+        return RaceSettings(
+            sampling=sampling, max_new_tokens=int(max_new_tokens), max_length=self.config.max_length,
+            dart=replace(self.config.dart, max_nodes=int(dart_nodes)),
+            eagle3=Eagle3Settings(total_tokens=int(e3_total), depth=int(e3_depth), top_k=int(e3_top_k)),
+            seed=seed)
+
+    def run(self, prompt: str, conv: dict[str, Any], *controls: float, regenerate: bool = False,
+            session: str = "") -> Iterator[tuple]:
+        """The generation event: validate, race, stream updates (tuples in the order of the page's outputs)."""
+        conv = conv or new_conversation()
+        turns = list(conv["turns"])
+        if regenerate:
+            if not turns:
+                yield self._warn("Nothing to regenerate yet: send a prompt first.", prompt, conv)
+                return
+            text = turns.pop()["user"]
+        else:
+            # completion mode keeps the prompt verbatim: a trailing newline or indent steers the continuation
+            text = (prompt or "").strip() if self.config.chat else prompt or ""
+            if not text.strip():
+                yield self._warn("The prompt is empty: type something first.", prompt, conv)
+                return
+        if not self.config.chat:
+            turns = []  # completion mode: every prompt stands alone
+        try:
+            settings = self.settings(*controls)
+            turns.append({"user": text, "replies": {}})
+            limit = context_limit(self.arena, settings.max_length)
+            hint = "shorten it, or press Clear to drop earlier turns" if self.config.chat and len(turns) > 1 \
+                else "shorten it"
+            prompts = {m: encode(self.arena, turns, m, chat=self.config.chat) for m in self.methods}
+            for ids in prompts.values():
+                check_prompt(ids, limit, hint=hint)
+        except (PromptError, ValueError) as e:
+            yield self._warn(str(e), prompt, conv)
+            return
+        live = LiveRace(self, turns, prompts, settings)
+        # kept after it ends: a Stop that arrives after Gradio already cancelled the event still finds it
+        self.active[session] = live
+        self.active.move_to_end(session)
+        while len(self.active) > MAX_SESSIONS:
+            self.active.popitem(last=False)
+        yield from live.updates()
+
+    def _warn(self, message: str, prompt: str, conv: dict[str, Any]) -> tuple:
+        gr.Warning(html.escape(message))
+        return (prompt, conv, render.status_html(message, "warn"), *[gr.skip()] * (len(self.methods) + 6))
+
+    def stop(self, session: str) -> tuple:
+        """Stop pressed: stop this session's race, wait until its generator has closed (so no update of it can
+        arrive after this answer), and show the final, stopped state. A request still waiting in the queue is
+        dropped by the button's ``cancels=``."""
+        live = self.active.get(session)
+        if live is None or (live.race.finished and not live.race.stopped):
+            return tuple(gr.skip() for _ in range(len(self.methods) + 9))  # nothing is running
+        live.race.stop()
+        if not live.closed.wait(timeout=30):
+            log.warning("the stopped race did not close within 30 s")
+        return live.outputs(final=True)
+
+    def clear(self, session: str) -> tuple:
+        """Clear: stop a running race like Stop does, then empty the conversation, the plots and the summary."""
+        live = self.active.pop(session, None)
+        if live is not None and not live.race.finished:
+            live.race.stop()
+            live.closed.wait(timeout=30)
+        conv = new_conversation()
+        return ("", conv, render.status_html("", "info"), *self.lanes_html(conv),
+                render.summary_html({}), *self.empty_plots(), None)
+
+    # ------------------------------------------------------------------------------------------- page
+    def build(self) -> gr.Blocks:
+        cfg = self.config
+        limit = context_limit(self.arena, cfg.max_length)
+        with gr.Blocks(title="DART Arena", analytics_enabled=False) as demo:
+            conv = gr.State(new_conversation())
+            gr.HTML(f'<div class="hero"><h1>DART Arena</h1><p>{html.escape(cfg.subtitle)}</p>'
+                    '<p class="legend"><span class="tok-draft tok-dart">DART draft</span> '
+                    + ('<span class="tok-draft tok-eagle3">EAGLE-3 draft</span> ' if "eagle3" in self.methods
+                       else "")
+                    + "tokens came from accepted drafts; plain text is the target's own token. Each method's "
+                    "clock counts only its own steps.</p></div>")
+            status = gr.HTML(render.status_html("", "info"), elem_id="status", min_height=44)
+            with gr.Row(equal_height=True, elem_id="lanes"):
+                lanes = [gr.HTML(render.lane_html(m, [], chat=cfg.chat, figures=None), elem_id=f"lane-{m}",
+                                 max_height=520, autoscroll=True, min_width=260) for m in self.methods]
+            with gr.Row(elem_id="input-row"):
+                prompt = gr.Textbox(
+                    label="Message" if cfg.chat else "Code prompt (the model continues it)", lines=3, max_lines=12,
+                    placeholder="Ask something…" if cfg.chat else "def fibonacci(n):", scale=6,
+                    elem_id="prompt", autofocus=True)
+                with gr.Column(scale=1, min_width=150, elem_id="buttons"):
+                    send = gr.Button("Send", variant="primary", elem_id="send")
+                    stop = gr.Button("Stop", variant="stop", elem_id="stop")
+                    with gr.Row():
+                        regen = gr.Button("Regenerate", size="sm", elem_id="regenerate", min_width=60)
+                        clear = gr.Button("Clear", size="sm", elem_id="clear", min_width=60)
+            with gr.Accordion("Settings", open=False, elem_id="settings"):
+                with gr.Row():
+                    temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature",
+                                            elem_id="temperature",
+                                            info="0 = greedy: every method must print exactly AR's text")
+                    top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
+                    top_k = gr.Slider(0, 200, value=0, step=1, label="Top-k", info="0 = off")
+                    max_new = gr.Slider(1, max(cfg.max_new_tokens, min(limit - 1, 8192)), value=cfg.max_new_tokens,
+                                        step=1, label="Max new tokens", elem_id="max-new-tokens")
+                with gr.Row():
+                    dart_nodes = gr.Slider(1, 128, value=cfg.dart.max_nodes, step=1, label="DART tree size",
+                                           info="nodes below the root", visible="dart" in self.methods)
+                    e3_depth = gr.Slider(1, 12, value=cfg.eagle3.depth, step=1, label="EAGLE-3 depth",
+                                         visible="eagle3" in self.methods)
+                    e3_top_k = gr.Slider(1, 20, value=cfg.eagle3.top_k, step=1, label="EAGLE-3 top-k",
+                                         visible="eagle3" in self.methods)
+                    e3_total = gr.Slider(2, 128, value=cfg.eagle3.total_tokens, step=1, label="EAGLE-3 total",
+                                         info="tree nodes, root included", visible="eagle3" in self.methods)
+            if cfg.examples:
+                gr.Examples([[p] for _, p in cfg.examples], inputs=[prompt], label="Examples",
+                            example_labels=[label for label, _ in cfg.examples])
+            cards = gr.HTML(render.summary_html({}), elem_id="summary")
+            figs = self.empty_plots()
+            with gr.Row(equal_height=True):
+                tau_plot = gr.Plot(figs[0], show_label=False, elem_id="plot-tau", elem_classes="plot-card")
+                lat_plot = gr.Plot(figs[1], show_label=False, elem_id="plot-latency", elem_classes="plot-card")
+            with gr.Row(equal_height=True):
+                speed_plot = gr.Plot(figs[2], show_label=False, elem_id="plot-speed", elem_classes="plot-card")
+                tree_plot = gr.Plot(figs[3], show_label=False, elem_id="plot-tree", elem_classes="plot-card")
+            with gr.Accordion("Run data (JSON)", open=False):
+                result = gr.JSON(label="last race", elem_id="result")
+
+            controls = [temperature, top_p, top_k, max_new, dart_nodes, e3_depth, e3_top_k, e3_total]
+            outputs = [prompt, conv, status, *lanes, cards, tau_plot, lat_plot, speed_plot, tree_plot, result]
+            common = {"outputs": outputs, "concurrency_limit": 1, "concurrency_id": CONCURRENCY_ID,
+                      "show_progress": "full", "show_progress_on": [status]}
+
+            def race(prompt: str, conv: dict[str, Any], temperature: float, top_p: float, top_k: float,
+                     max_new_tokens: float, dart_nodes: float, eagle3_depth: float, eagle3_top_k: float,
+                     eagle3_total: float, request: gr.Request) -> Iterator[tuple]:
+                """Race the loaded methods on one prompt; the last update carries the figures as JSON."""
+                yield from self.run(prompt, conv, temperature, top_p, top_k, max_new_tokens, dart_nodes,
+                                    eagle3_depth, eagle3_top_k, eagle3_total, session=request.session_hash)
+
+            def regenerate(prompt: str, conv: dict[str, Any], temperature: float, top_p: float, top_k: float,
+                           max_new_tokens: float, dart_nodes: float, eagle3_depth: float, eagle3_top_k: float,
+                           eagle3_total: float, request: gr.Request) -> Iterator[tuple]:
+                """Race again on the last prompt (its answers are replaced)."""
+                yield from self.run(prompt, conv, temperature, top_p, top_k, max_new_tokens, dart_nodes,
+                                    eagle3_depth, eagle3_top_k, eagle3_total, regenerate=True,
+                                    session=request.session_hash)
+
+            def stop_race(request: gr.Request) -> tuple:
+                """Stop this session's race; answers with its final (stopped) state."""
+                return self.stop(request.session_hash)
+
+            def clear_all(request: gr.Request) -> tuple:
+                """Stop any race and empty the page."""
+                return self.clear(request.session_hash)
+
+            inputs = [prompt, conv, *controls]
+            waiting = render.status_html("Waiting for the model (one race at a time on the shared target)…", "info")
+            for trigger in (send.click, prompt.submit, regen.click):  # instant feedback, in the browser only
+                trigger(None, None, status, js=f"() => {json.dumps(waiting)}")
+            ev_send = send.click(race, inputs, api_name="race", **common)
+            ev_submit = prompt.submit(race, inputs, api_visibility="private", **common)
+            ev_regen = regen.click(regenerate, inputs, api_name="regenerate", **common)
+            running = [ev_send, ev_submit, ev_regen]
+            # queue=False: Stop and Clear must not wait behind the race they stop
+            stop.click(stop_race, None, outputs, cancels=running, queue=False, api_name="stop")
+            clear.click(clear_all, None, outputs, cancels=running, queue=False, api_name="clear")
+        return demo
+
+
+class LiveRace:
+    """One race as the page shows it: the race itself, each method's decoded text, the conversation turn it
+    answers; renders the page's outputs. ``closed`` is set once the race and its step generators are closed."""
+
+    def __init__(self, ui: ArenaUI, turns: list[dict[str, Any]], prompts: dict[str, list[int]],
+                 settings: RaceSettings) -> None:
+        self.ui = ui
+        self.settings = settings
+        self.race = Race(ui.arena, prompts, methods=ui.methods, settings=settings, worker=ui.worker)
+        self.streams = {m: render.TextStream(ui.arena.tokenizer) for m in ui.methods}
+        self.conv: dict[str, Any] = {"turns": turns, "summary": None, "matches": None}
+        self.closed = threading.Event()
+        log.info("race: %d prompt tokens, %s, max %d new tokens", max(len(p) for p in prompts.values()),
+                 "greedy" if settings.sampling.greedy else f"T={settings.sampling.temperature}",
+                 settings.max_new_tokens)
+
+    def updates(self) -> Iterator[tuple]:
+        """Step the race, yielding the page's outputs at most every ``update_every`` seconds and at the end."""
+        started, last, last_plot, completed = time.perf_counter(), 0.0, 0.0, False
+        try:
+            # chat: the message moves into the conversation; completion: the prompt stays for editing
+            yield ("" if self.ui.config.chat else gr.skip(), self.conv, render.status_html("Prefilling…", "info"),
+                   *self.ui.lanes_html(self.conv), *[gr.skip()] * 6)
+            for lane, step in self.race.run():
+                self.streams[lane.method].add_step(step.tokens, step.accepted)
+                now = time.perf_counter()
+                if now - last >= self.ui.config.update_every or lane.finished:
+                    plots_too = now - last_plot >= self.ui.config.plot_every
+                    last, last_plot = now, now if plots_too else last_plot
+                    yield self.outputs(final=False, plots=plots_too)
+            completed = True
+            yield self.outputs(final=True)
+        finally:
+            self.race.close()
+            self.closed.set()
+            log.info("race %s after %.1f s: %s", "stopped" if completed and self.race.stopped else
+                     "finished" if completed else "cancelled", time.perf_counter() - started,
+                     {lane.label: len(lane.tokens) for lane in self.race.lanes.values()})
+
+    def outputs(self, *, final: bool, plots: bool = True) -> tuple:
+        race, turn = self.race, self.conv["turns"][-1]
+        for m, lane in race.lanes.items():
+            if final:
+                self.streams[m].finish()
+            turn["replies"][m] = {"pieces": list(self.streams[m].pieces), "error": lane.error}
+        summary = race.summary()
+        self.conv["summary"], self.conv["matches"] = summary, race.greedy_matches()
+        if final:
+            banner = render.status_html(self.final_message(race.stopped), "warn" if race.stopped else "ok")
+            result: Any = self.result()
+        else:
+            counts = " · ".join(f"{lane.label} {len(lane.tokens)}" for lane in race.lanes.values())
+            banner = render.status_html(f"Racing… tokens so far: {counts}", "info")
+            result = gr.skip()
+        figures = self.ui.race_plots(race) if plots or final else [gr.skip()] * 4
+        return (gr.skip(), self.conv, banner, *self.ui.lanes_html(self.conv),
+                render.summary_html(summary, self.conv["matches"]), *figures, result)
+
+    def final_message(self, stopped: bool) -> str:
+        race = self.race
+        parts = []
+        for m, lane in race.lanes.items():
+            if lane.status == "error":
+                parts.append(f"{lane.label} failed")
+            elif m != "ar" and (s := race.speedup(m)) is not None:
+                parts.append(f"{lane.label} {s:.2f}× vs AR")
+        figures = ", ".join(parts) or "AR only"
+        if stopped:
+            return f"Stopped ({figures} so far). Send again whenever you like."
+        matches = race.greedy_matches()
+        tail = ""
+        if matches is not None:
+            tail = " — greedy outputs identical to AR" if all(matches.values()) else " — OUTPUT DIFFERS FROM AR"
+        return f"Done: {figures}{tail}"
+
+    def result(self) -> dict[str, Any]:
+        """Machine-readable outcome (the API's answer, and the 'Run data' panel)."""
+        summary = self.race.summary()
+        for m, lane in self.race.lanes.items():
+            summary[m]["text"] = self.streams[m].text
+            summary[m]["token_ids"] = list(lane.tokens)
+        s = self.settings
+        return {"methods": summary, "greedy_matches_ar": self.race.greedy_matches(),
+                "settings": {"temperature": s.sampling.temperature, "top_p": s.sampling.top_p,
+                             "top_k": s.sampling.top_k, "max_new_tokens": s.max_new_tokens, "seed": s.seed,
+                             "dart_nodes": s.dart.max_nodes, "eagle3_total": s.eagle3.total_tokens,
+                             "eagle3_depth": s.eagle3.depth, "eagle3_top_k": s.eagle3.top_k}}
+
+
+def launch(demo: gr.Blocks, *, listen: bool = False, port: int | None = None, share: bool = False,
+           max_queue: int | None = 64, **kwargs: Any) -> None:
+    """Queue (one generation at a time on the shared model) and serve: 127.0.0.1 unless ``listen``."""
+    demo.queue(default_concurrency_limit=1, max_size=max_queue)
+    demo.launch(server_name="0.0.0.0" if listen else "127.0.0.1", server_port=port, share=share,
+                css=CSS_PATH.read_text(encoding="utf-8"), theme=theme(), ssr_mode=False, show_error=False,
+                **kwargs)
+
+
+def theme() -> gr.themes.Base:
+    """A calm theme with system fonts (no web-font downloads: the page works offline)."""
+    sans = [gr.themes.Font("ui-sans-serif"), gr.themes.Font("system-ui"), gr.themes.Font("Segoe UI"),
+            gr.themes.Font("Helvetica"), gr.themes.Font("Arial"), gr.themes.Font("sans-serif")]
+    mono = [gr.themes.Font("ui-monospace"), gr.themes.Font("SFMono-Regular"), gr.themes.Font("Menlo"),
+            gr.themes.Font("Consolas"), gr.themes.Font("DejaVu Sans Mono"), gr.themes.Font("monospace")]
+    return gr.themes.Soft(primary_hue="orange", secondary_hue="blue", neutral_hue="slate", font=sans, font_mono=mono)

@@ -1,0 +1,92 @@
+"""Start ``python -m app`` on the bundle on a free localhost port for the end-to-end tests, wait until it serves,
+and always stop it. The server's log goes to a file so a failure can show it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BUNDLE = REPO / "assets" / "tiny"
+MAX_NEW_TOKENS = 48
+START_TIMEOUT_S = 180
+
+
+@dataclass
+class Server:
+    url: str
+    log_path: Path
+    process: subprocess.Popen[bytes]
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def held_out_prompt(i: int = 5) -> str:
+    """One of the bundle's held-out code prompts."""
+    return json.loads((BUNDLE / "prompts.jsonl").read_text(encoding="utf-8").splitlines()[i])["prompt"]
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@contextmanager
+def running_app(log_dir: Path, *extra: str) -> Iterator[Server]:
+    """The app as a subprocess (its own clean process, as users run it), ready to serve, killed afterwards."""
+    port = free_port()
+    log_path = log_dir / f"app-{port}.log"
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
+    # One thread: the bundle's model is tiny, and on a shared 2-core CI box oversubscribed OpenMP threads can
+    # slow every forward down a hundredfold. The tests check behaviour, not speed.
+    env.setdefault("OMP_NUM_THREADS", "1")
+    cmd = [sys.executable, "-m", "app", "--server-port", str(port), "--max-new-tokens", str(MAX_NEW_TOKENS), *extra]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=log_dir, stdout=log, stderr=subprocess.STDOUT, env=env)
+    server = Server(f"http://127.0.0.1:{port}", log_path, proc)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the app exited with code {proc.returncode} before serving:\n{server.log()}")
+            try:
+                with urllib.request.urlopen(server.url + "/gradio_api/info", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the app did not serve within {START_TIMEOUT_S} s:\n{server.log()}")
+            time.sleep(0.5)
+        yield server
+    finally:
+        _stop(proc)
+
+
+def artifact_dir() -> Path:
+    """Where tests leave files for people to look at: $DART_ARTIFACTS, else tests/artifacts/ (git-ignored)."""
+    path = Path(os.environ.get("DART_ARTIFACTS") or REPO / "tests" / "artifacts")
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -1,0 +1,160 @@
+"""The app in a real browser: headless Debian ``chromium`` driven by Playwright (no browser download: Playwright
+is pointed at the system binary; ``.ci/run`` installs the ``chromium`` package when it is missing).
+
+Types a prompt, sees every column fill and the plots render, presses Stop mid-stream, sends again, and saves
+screenshots (light and dark theme) to $DART_ARTIFACTS or tests/artifacts/. Without a chromium binary the test is
+skipped, unless DART_REQUIRE_BROWSER=1 (as in CI), where it fails.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers_app import MAX_NEW_TOKENS, Server, artifact_dir, held_out_prompt
+
+REQUIRED = os.environ.get("DART_REQUIRE_BROWSER") == "1"  # set by .ci/run: no silent skip in CI
+if not REQUIRED:
+    sync_api = pytest.importorskip("playwright.sync_api")
+else:
+    import playwright.sync_api as sync_api
+
+METHODS = ("dart", "eagle3", "ar")
+PLOTS = ("plot-tau", "plot-latency", "plot-speed", "plot-tree")
+RACE_TIMEOUT_MS = 120_000
+
+
+def chromium_binary() -> str | None:
+    """$DART_CHROMIUM, else the Debian package's binary."""
+    for candidate in (os.environ.get("DART_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium")):
+        if candidate and Path(candidate).is_file():
+            return candidate
+    return None
+
+
+def wait_status(page: Any, text: str, timeout: int = RACE_TIMEOUT_MS) -> None:
+    page.wait_for_function("t => (document.querySelector('#status')?.innerText || '').includes(t)", arg=text,
+                           timeout=timeout)
+
+
+def set_max_new_tokens(page: Any, n: int) -> None:
+    """Type into the slider's number box (the Settings accordion must be open); retried, since a busy page can
+    drop the first edit."""
+    box = page.locator("#max-new-tokens input[type=number]")
+    box.wait_for(state="visible", timeout=30_000)
+    for _ in range(3):
+        box.fill(str(n))
+        box.blur()  # Gradio commits the number box on input and on blur
+        try:
+            page.wait_for_function("n => document.querySelector('#max-new-tokens input[type=range]').value == n",
+                                   arg=n, timeout=10_000)
+            return
+        except sync_api.TimeoutError:
+            continue
+    raise AssertionError(f"could not set 'Max new tokens' to {n}")
+
+
+def lane_tokens(page: Any, method: str) -> int:
+    chip = page.locator(f"#lane-{method} .chip-tokens").inner_text()
+    return int(re.fullmatch(r"(\d+) tok", chip.strip()).group(1))
+
+
+def race_to_completion(page: Any, prompt: str) -> None:
+    page.fill("#prompt textarea", prompt)
+    page.click("#send")
+    wait_status(page, "Done")
+
+
+def check_finished_page(page: Any, prompt: str) -> None:
+    """Every column has text beyond the prompt, drafts highlighted; summary cards and all four plots drawn."""
+    for m in METHODS:
+        body = page.locator(f"#lane-{m} .lane-body").inner_text()
+        generated = page.locator(f"#lane-{m} .lane-body .completion").inner_text()
+        assert len(body) > len(prompt.strip()) and len(generated) > len(prompt.strip()), m
+        assert lane_tokens(page, m) == MAX_NEW_TOKENS, m
+        assert "token limit" in page.locator(f"#lane-{m} .lane-state").inner_text()
+    assert page.locator("#lane-dart .tok-dart").count() > 0, "no DART draft tokens highlighted"
+    assert page.locator("#lane-eagle3 .tok-eagle3").count() > 0, "no EAGLE-3 draft tokens highlighted"
+    assert page.locator("#lane-ar .tok-draft").count() == 0, "AR drafts nothing"
+    cards = page.locator("#summary").inner_text()
+    assert "vs AR" in cards and "tok/s" in cards and "identical to AR" in cards
+    for plot in PLOTS:
+        traces = page.locator(f"#{plot} .js-plotly-plot .scatterlayer .trace")
+        assert traces.count() >= 1, f"{plot} drew nothing"
+    assert page.locator("#plot-tree .scatterlayer .point").count() > 2, "the draft tree has no nodes"
+    assert "accepted" in page.locator("#plot-tree .gtitle").text_content()
+
+
+def test_race_in_a_real_browser(app_server: Server) -> None:
+    binary = chromium_binary()
+    if binary is None:
+        message = "no chromium binary: install the Debian package (apt-get install -y chromium) or set DART_CHROMIUM"
+        if REQUIRED:
+            pytest.fail(message)
+        pytest.skip(message)
+    out = artifact_dir()
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=binary, headless=True,
+                                    args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 1000})
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(app_server.url)
+            page.wait_for_selector("#prompt textarea", timeout=60_000)
+            for plot in PLOTS:  # the empty plots are there before any prompt
+                page.wait_for_selector(f"#{plot} .js-plotly-plot", timeout=30_000)
+
+            # 1. a prompt races to the end in every column
+            prompt = held_out_prompt(5)
+            race_to_completion(page, prompt)
+            check_finished_page(page, prompt)
+            page.screenshot(path=str(out / "app-light.png"), full_page=True)
+
+            # 2. a second visitor queues behind a long race; Stop mid-stream ends it, the second one runs
+            other = browser.new_context(viewport={"width": 1440, "height": 1000}).new_page()
+            other.goto(app_server.url)
+            other.wait_for_selector("#prompt textarea", timeout=60_000)
+            other.fill("#prompt textarea", held_out_prompt(2))
+            page.click("#settings button.label-wrap", timeout=10_000)
+            set_max_new_tokens(page, 900)
+            page.fill("#prompt textarea", held_out_prompt(1))
+            page.click("#send")
+            wait_status(page, "Racing")
+            other.click("#send")
+            other.wait_for_function("(document.querySelector('#status')?.innerText || '').includes('queue')",
+                                    timeout=30_000)  # Gradio's queue position, e.g. "queue: 1/1"
+            page.click("#stop")
+            wait_status(page, "Stopped", timeout=30_000)
+            page.wait_for_timeout(1000)  # no late update may overwrite the stopped state
+            assert "Stopped" in page.locator("#status").inner_text()
+            states = {m: page.locator(f"#lane-{m} .lane-state").inner_text().strip() for m in METHODS}
+            # AR, the slowest, is cut short; a drafter may have reached the token limit already
+            assert states["ar"] == "stopped" and 0 < lane_tokens(page, "ar") < 900, states
+            assert set(states.values()) <= {"stopped", "token limit"}, states
+            page.screenshot(path=str(out / "app-stopped.png"), full_page=True)
+            wait_status(other, "Done")  # the queued request ran once the model was free
+            assert lane_tokens(other, "dart") == MAX_NEW_TOKENS
+            other.context.close()
+
+            # 3. and send again
+            set_max_new_tokens(page, MAX_NEW_TOKENS)
+            race_to_completion(page, prompt)
+            check_finished_page(page, prompt)
+
+            # 4. the dark theme: plots keep readable (light) axis text
+            page.goto(app_server.url + "/?__theme=dark")
+            page.wait_for_selector("#prompt textarea", timeout=60_000)
+            race_to_completion(page, prompt)
+            check_finished_page(page, prompt)
+            assert page.evaluate("document.body.classList.contains('dark')")
+            fill = page.evaluate("getComputedStyle(document.querySelector('#plot-tau .main-svg .xtick text')).fill")
+            assert fill == "rgb(209, 213, 219)", fill
+            page.screenshot(path=str(out / "app-dark.png"), full_page=True)
+            assert not errors, errors
+        finally:
+            browser.close()

@@ -1,0 +1,112 @@
+"""The app end to end: ``python -m app`` on the bundle, on a free localhost port, driven with ``gradio_client``
+(and raw HTTP for a browser that goes away). Greedy DART and EAGLE-3 must print exactly AR's text."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+from helpers_app import MAX_NEW_TOKENS, Server, held_out_prompt
+
+gradio_client = pytest.importorskip("gradio_client")
+
+# temperature, top-p, top-k, max new tokens, DART nodes, EAGLE-3 depth / top-k / total
+GREEDY = (0.0, 1.0, 0, MAX_NEW_TOKENS, 20, 6, 4, 21)
+STATUS = 1  # outputs as the client sees them (the session state is left out): prompt, status banner, columns…
+
+
+def client(server: Server) -> Any:
+    return gradio_client.Client(server.url, verbose=False, download_files=False)
+
+
+def wait_for_log(server: Server, text: str, count: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while server.log().count(text) < count:
+        assert time.monotonic() < deadline, f"server log never showed {text!r} x{count}:\n{server.log()}"
+        time.sleep(0.2)
+
+
+def test_every_method_streams_to_completion_and_greedy_equals_ar(app_server: Server) -> None:
+    job = client(app_server).submit(held_out_prompt(5), *GREEDY, api_name="/race")
+    updates = list(job)  # every streamed update
+    result = job.result()[-1]
+    assert len(updates) >= 3, "the race should stream several updates, not just the final one"
+    methods = result["methods"]
+    assert list(methods) == ["dart", "eagle3", "ar"]
+    for m, f in methods.items():
+        assert f["status"] == "done", (m, f)
+        assert f["tokens"] == MAX_NEW_TOKENS or f["stop_reason"] == "eos", (m, f)
+        assert f["text"].strip(), m
+        assert f["tau"] >= 1.0 and f["tokens_per_s"] > 0, (m, f)
+    assert methods["ar"]["tau"] == 1.0
+    assert methods["ar"]["speedup_vs_ar"] == pytest.approx(1.0)
+    for m in ("dart", "eagle3"):
+        assert methods[m]["token_ids"] == methods["ar"]["token_ids"], f"{m} differs from AR under greedy decoding"
+        assert methods[m]["text"] == methods["ar"]["text"]
+        assert methods[m]["tau"] > 1.0, f"{m} accepted no drafts at all"
+        assert methods[m]["speedup_vs_ar"] is not None
+    assert result["greedy_matches_ar"] == {"dart": True, "eagle3": True}
+    status_html = job.result()[STATUS]
+    assert "Done" in status_html and "identical to AR" in status_html
+
+
+@pytest.mark.parametrize(("prompt", "message"), [
+    ("", "The prompt is empty"),
+    ("x = 1\n" * 1200, "context holds 1,024 tokens"),
+])
+def test_bad_input_gets_a_clear_message(app_server: Server, prompt: str, message: str) -> None:
+    out = client(app_server).predict(prompt, *GREEDY, api_name="/race")
+    status = out[STATUS]
+    assert message in status and "banner-warn" in status, status
+    assert "Traceback" not in app_server.log()
+
+
+def test_requests_queue_and_stop_leaves_the_app_usable(app_server: Server) -> None:
+    before = app_server.log().count("race cancelled")
+    long = (0.0, 1.0, 0, 900, 20, 6, 4, 21)
+    first = client(app_server).submit(held_out_prompt(1), *long, api_name="/race")
+    deadline = time.monotonic() + 60
+    while "Racing" not in str((first.outputs() or [[None] * 3])[-1][STATUS]):  # the first race is streaming
+        assert time.monotonic() < deadline and not first.done(), "the first race never started streaming"
+        time.sleep(0.05)
+    second = client(app_server).submit(held_out_prompt(2), *GREEDY, api_name="/race")
+    ranks = []
+    deadline = time.monotonic() + 30
+    while not ranks:  # the second waits in the queue behind the first: one race at a time on the shared model
+        st = second.status()
+        if st.code == gradio_client.utils.Status.IN_QUEUE and st.rank is not None:
+            ranks.append(st.rank)
+        assert time.monotonic() < deadline and not second.done(), "the second request was never queued"
+        time.sleep(0.05)
+    first.cancel()  # what the Stop button does
+    wait_for_log(app_server, "race cancelled", before + 1)
+    result = second.result(timeout=120)[-1]
+    assert all(f["status"] == "done" for f in result["methods"].values())
+    assert result["greedy_matches_ar"] == {"dart": True, "eagle3": True}
+
+
+def test_a_closed_browser_cancels_its_race(app_server: Server) -> None:
+    """A client that disconnects mid-stream: the server closes the race (and its step generators)."""
+    before = app_server.log().count("race cancelled")
+    config = httpx.get(app_server.url + "/config", timeout=10).json()
+    fn_index = next(d["id"] for d in config["dependencies"] if d.get("api_name") == "race")
+    session = uuid.uuid4().hex[:11]
+    data = [held_out_prompt(3), None, 0.0, 1.0, 0, 900, 20, 6, 4, 21]
+    with httpx.Client(base_url=app_server.url, timeout=30) as http:
+        r = http.post("/gradio_api/queue/join", json={"data": data, "fn_index": fn_index, "session_hash": session,
+                                                      "event_data": None, "trigger_id": None})
+        r.raise_for_status()
+        with http.stream("GET", "/gradio_api/queue/data", params={"session_hash": session}) as events:
+            generating = 0
+            for line in events.iter_lines():
+                if line.startswith("data:") and json.loads(line[5:]).get("msg") == "process_generating":
+                    generating += 1
+                    if generating >= 2:
+                        break  # leave mid-stream: the connection closes here
+    wait_for_log(app_server, "race cancelled", before + 1)
+    out = client(app_server).predict(held_out_prompt(4), *GREEDY, api_name="/race")  # still serving
+    assert out[-1]["greedy_matches_ar"] == {"dart": True, "eagle3": True}
