@@ -144,8 +144,9 @@ def main(argv: list[str] | None = None) -> int:
              f", EAGLE-3 {short(src['eagle3'])}" if src["eagle3"] else "",
              f", N-gram {short(src['ngram'])}" if src["ngram"] else "")
 
-    from app.race import RaceSettings, default_trees, warm_up
+    from app.race import RaceSettings, warm_up
     from app.ui import AppConfig, ArenaUI, launch, model_worker
+    from dart_core.generate import tree_defaults
     from dart_core.hub import HubFileError
     from dart_core.models import load_arena
     from dart_core.ngram import NgramFormatError
@@ -181,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         chat = True
 
-    dart_tree, eagle3_tree = default_trees(device)
+    dart_tree, eagle3_tree = tree_defaults(device)
     examples = bundle_examples() if src["bundle"] else (CHAT_EXAMPLES if chat else [])
     parts = [f"target {short(src['base'])}"]
     parts += [f"DART {short(src['dart'])}"] if arena.dart is not None else []

@@ -24,9 +24,6 @@ log = logging.getLogger("dart_arena.app")
 
 METHOD_ORDER = ("dart", "eagle3", "ar")
 LABELS = {"dart": "DART", "eagle3": "EAGLE-3", "ar": "AR"}
-# CPU-sized trees (fastest for the bundle on a 2-core CPU) and the reference's GPU defaults.
-CPU_TREES = (DartSettings(max_nodes=20), Eagle3Settings(total_tokens=21, depth=6, top_k=4))
-GPU_TREES = (DartSettings(), Eagle3Settings())
 
 
 class PromptError(ValueError):
@@ -43,11 +40,6 @@ class RaceSettings:
     dart: DartSettings = field(default_factory=DartSettings)
     eagle3: Eagle3Settings = field(default_factory=Eagle3Settings)
     seed: int = 0
-
-
-def default_trees(device: str | torch.device) -> tuple[DartSettings, Eagle3Settings]:
-    """Small trees on CPU (a 60-node verify costs ~3 AR steps there), the reference's sizes on GPUs."""
-    return GPU_TREES if torch.device(device).type == "cuda" else CPU_TREES
 
 
 def context_limit(arena: Any, max_length: int | None) -> int:

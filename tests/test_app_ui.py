@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from helpers_app import BUNDLE, held_out_prompt
 
-from app.race import CPU_TREES
 from app.ui import AppConfig, ArenaUI, encode, new_conversation
+from dart_core.generate import tree_defaults
 
 if not (BUNDLE / "target" / "config.json").is_file():
     pytest.skip("the embedded bundle assets/tiny is missing", allow_module_level=True)
@@ -21,7 +21,7 @@ CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% end
 
 
 def controls(max_new_tokens: int) -> tuple:
-    return (0.0, 1.0, 0, max_new_tokens, CPU_TREES[0].max_nodes, 6, 4, 21)
+    return (0.0, 1.0, 0, max_new_tokens, tree_defaults("cpu")[0].max_nodes, 6, 4, 21)
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,8 @@ def arena() -> Any:
 
 
 def ui_for(arena: Any, *, chat: bool = False) -> ArenaUI:
-    return ArenaUI(arena, AppConfig(chat=chat, dart=CPU_TREES[0], eagle3=CPU_TREES[1], update_every=0.0))
+    dart, eagle3 = tree_defaults("cpu")
+    return ArenaUI(arena, AppConfig(chat=chat, dart=dart, eagle3=eagle3, update_every=0.0))
 
 
 @pytest.mark.parametrize(("prompt", "regenerate", "message"), [
