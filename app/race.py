@@ -212,11 +212,8 @@ class Race:
     def speedup(self, method: str) -> float | None:
         """tokens/s of ``method`` over AR's, both on their own clocks so far (None without AR figures)."""
         ar = self.lanes.get("ar")
-        ar_stats = ar.stats() if ar is not None else None
         mine = self.lanes[method].stats()
-        if ar_stats is None or mine is None or ar_stats.tokens_per_s <= 0:
-            return None
-        return mine.tokens_per_s / ar_stats.tokens_per_s
+        return mine.speedup_over(ar.stats() if ar is not None else None) if mine is not None else None
 
     def greedy_matches(self) -> dict[str, bool] | None:
         """Greedy only, once every lane finished normally: does each method's output equal AR's?"""
@@ -232,7 +229,6 @@ class Race:
         out: dict[str, dict[str, Any]] = {}
         for m, lane in self.lanes.items():
             st = lane.stats()
-            per = max(st.forwards, 1) if st else 1
             out[m] = {
                 "label": lane.label,
                 "status": lane.status,
@@ -246,9 +242,9 @@ class Race:
                 "speedup_vs_ar": self.speedup(m),
                 "own_ms": lane.own_ms,
                 "prefill_ms": st.prefill_ms if st else None,
-                "draft_ms_per_step": st.draft_ms / per if st else None,
-                "search_ms_per_step": st.search_ms / per if st else None,
-                "verify_ms_per_step": st.verify_ms / per if st else None,
+                "draft_ms_per_step": st.draft_ms_per_step if st else None,
+                "search_ms_per_step": st.search_ms_per_step if st else None,
+                "verify_ms_per_step": st.verify_ms_per_step if st else None,
             }
         return out
 

@@ -87,6 +87,24 @@ class RunStats:
     def total_ms(self) -> float:
         return self.draft_ms + self.search_ms + self.verify_ms + self.prefill_ms
 
+    @property
+    def draft_ms_per_step(self) -> float:
+        return self.draft_ms / max(self.forwards, 1)
+
+    @property
+    def search_ms_per_step(self) -> float:
+        return self.search_ms / max(self.forwards, 1)
+
+    @property
+    def verify_ms_per_step(self) -> float:
+        return self.verify_ms / max(self.forwards, 1)
+
+    def speedup_over(self, baseline: RunStats | None) -> float | None:
+        """tokens/s over the baseline's (AR's), each on its own clock; None without a usable baseline."""
+        if baseline is None or baseline.tokens_per_s <= 0:
+            return None
+        return self.tokens_per_s / baseline.tokens_per_s
+
 
 def summarize(steps: Sequence[Step]) -> RunStats:
     """τ, tokens/s and the time split of one generation's steps."""

@@ -136,12 +136,13 @@ def print_summary(results: dict[str, tuple[list[int], list[Step]]], *, greedy: b
     ar = stats.get("ar")
     rows = []
     for m, s in stats.items():
-        per = max(s.forwards, 1)
+        speedup = s.speedup_over(ar)
         row = {"method": m, "tokens": s.new_tokens, "forwards": s.forwards, "tau": round(s.tau, 3),
                "tokens_per_s": round(s.tokens_per_s, 2),
-               "speedup_vs_ar": round(s.tokens_per_s / ar.tokens_per_s, 3) if ar and ar.tokens_per_s else None,
-               "draft_ms_per_step": round(s.draft_ms / per, 3), "search_ms_per_step": round(s.search_ms / per, 3),
-               "verify_ms_per_step": round(s.verify_ms / per, 3), "prefill_ms": round(s.prefill_ms, 2)}
+               "speedup_vs_ar": round(speedup, 3) if speedup is not None else None,
+               "draft_ms_per_step": round(s.draft_ms_per_step, 3),
+               "search_ms_per_step": round(s.search_ms_per_step, 3),
+               "verify_ms_per_step": round(s.verify_ms_per_step, 3), "prefill_ms": round(s.prefill_ms, 2)}
         if greedy and "ar" in results and m != "ar":
             row["matches_ar"] = results[m][0] == results["ar"][0]
         rows.append(row)

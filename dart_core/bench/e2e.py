@@ -16,6 +16,7 @@ import platform
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 import torch
 
 import dart_core
-from dart_core.generate import Step
+from dart_core.generate import Step, summarize
 from dart_core.generate_cli import add_tree_arguments, encode_prompt, tree_settings
 from dart_core.hub import HubFileError
 from dart_core.ngram import NgramFormatError
@@ -154,24 +155,20 @@ def step_record(s: Step) -> dict[str, Any]:
             "stop_reason": s.stop_reason}
 
 
-def method_figures(steps: list[dict[str, Any]]) -> dict[str, Any]:
-    """τ, tokens/s (prefill included) and the per-step split over a list of step records."""
-    body = [s for s in steps if not s["prefill"]]
-    tokens = sum(len(s["tokens"]) for s in steps)
-    body_tokens = sum(len(s["tokens"]) for s in body)
-    total_ms = sum(s["draft_ms"] + s["search_ms"] + s["verify_ms"] for s in steps)
-    per = max(len(body), 1)
-    hist = Counter(len(s["tokens"]) for s in body)
+def method_figures(steps: Sequence[Step]) -> dict[str, Any]:
+    """τ, tokens/s (prefill included), the per-step split (``summarize``) and the accepted-length histogram."""
+    st = summarize(steps)
+    hist = Counter(len(s.tokens) for s in steps if not s.prefill)
     return {
-        "tokens": tokens,
-        "verify_steps": len(body),
-        "tau": body_tokens / len(body) if body else 0.0,
-        "tokens_per_s": tokens / (total_ms / 1e3) if total_ms > 0 else 0.0,
-        "total_ms": total_ms,
-        "prefill_ms": sum(s["verify_ms"] for s in steps if s["prefill"]),
-        "draft_ms_per_step": sum(s["draft_ms"] for s in body) / per,
-        "search_ms_per_step": sum(s["search_ms"] for s in body) / per,
-        "verify_ms_per_step": sum(s["verify_ms"] for s in body) / per,
+        "tokens": st.new_tokens,
+        "verify_steps": st.forwards,
+        "tau": st.tau,
+        "tokens_per_s": st.tokens_per_s,
+        "total_ms": st.total_ms,
+        "prefill_ms": st.prefill_ms,
+        "draft_ms_per_step": st.draft_ms_per_step,
+        "search_ms_per_step": st.search_ms_per_step,
+        "verify_ms_per_step": st.verify_ms_per_step,
         "accept_hist": {str(k): hist[k] for k in sorted(hist)},
     }
 
@@ -241,15 +238,18 @@ def _run(args: argparse.Namespace) -> int:
             generate(m, encoded[i], args.seed + i)
 
     per_prompt: list[dict[str, Any]] = []
+    pooled: dict[str, list[Step]] = {m: [] for m in methods}
     mismatches: list[dict[str, Any]] = []
     bar = tqdm(list(zip(prompts, encoded, strict=True)), desc="e2e", unit="prompt", disable=args.no_progress)
     for i, (p, ids) in enumerate(bar):
         entry: dict[str, Any] = {"id": p["id"], "prompt_tokens": len(ids), "methods": {}}
         outputs: dict[str, list[int]] = {}
         for m in order:
-            steps = [step_record(s) for s in generate(m, ids, args.seed + i)]
-            outputs[m] = [t for s in steps for t in s["tokens"]]
-            figures = method_figures(steps)
+            run = generate(m, ids, args.seed + i)
+            pooled[m].extend(run)
+            steps = [step_record(s) for s in run]
+            outputs[m] = [t for s in run for t in s.tokens]
+            figures = method_figures(run)
             figures.pop("accept_hist")
             entry["methods"][m] = {**figures, "stop_reason": steps[-1].get("stop_reason"), "steps": steps}
             if sampling.greedy and m != "ar" and "ar" in outputs:
@@ -262,7 +262,7 @@ def _run(args: argparse.Namespace) -> int:
         per_prompt.append(entry)
         bar.set_postfix_str(" ".join(f"{m}:{entry['methods'][m]['tau']:.2f}" for m in methods))
 
-    summary = summarize_methods(per_prompt, methods)
+    summary = summarize_methods(pooled)
     checked = sampling.greedy and "ar" in methods and len(methods) > 1
     report = {
         "config": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
@@ -297,12 +297,9 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def summarize_methods(per_prompt: list[dict[str, Any]], methods: list[str]) -> dict[str, dict[str, Any]]:
+def summarize_methods(pooled: dict[str, list[Step]]) -> dict[str, dict[str, Any]]:
     """Overall figures per method over every counted prompt (pooled steps) + speedup vs AR."""
-    summary = {}
-    for m in methods:
-        steps = [s for e in per_prompt for s in e["methods"][m]["steps"]]
-        summary[m] = method_figures(steps)
+    summary = {m: method_figures(steps) for m, steps in pooled.items()}
     ar = summary.get("ar", {}).get("tokens_per_s")
     for s in summary.values():
         s["speedup_vs_ar"] = s["tokens_per_s"] / ar if ar else None
