@@ -227,8 +227,9 @@ class Race:
     def summary(self) -> dict[str, dict[str, Any]]:
         """Per method: tokens, verify steps, τ, tokens/s, speedup vs AR, ms per step, status — plain numbers."""
         out: dict[str, dict[str, Any]] = {}
+        stats = {m: lane.stats() for m, lane in self.lanes.items()}  # each lane summarized once per call
         for m, lane in self.lanes.items():
-            st = lane.stats()
+            st = stats[m]
             out[m] = {
                 "label": lane.label,
                 "status": lane.status,
@@ -239,7 +240,7 @@ class Race:
                 "verify_steps": st.forwards if st else 0,
                 "tau": st.tau if st else None,
                 "tokens_per_s": st.tokens_per_s if st else None,
-                "speedup_vs_ar": self.speedup(m),
+                "speedup_vs_ar": st.speedup_over(stats.get("ar")) if st else None,
                 "own_ms": lane.own_ms,
                 "prefill_ms": st.prefill_ms if st else None,
                 "draft_ms_per_step": st.draft_ms_per_step if st else None,
