@@ -1,8 +1,8 @@
-"""``python -m dart_core.train {tokenizer,target,ngram,all} --out DIR [--quick]``: rebuild the embedded bundle.
+"""``python -m dart_core.train {tokenizer,target,ngram,drafters,all} --out DIR [--quick]``: rebuild the bundle.
 
 Layout written under DIR: ``target/`` (HF model + tokenizer), ``ngram/small.ngram``, ``prompts.jsonl`` (held-out
-benchmark prompts), ``recipe.json`` (Python version, split, seeds, hyperparameters, timings, sizes); ``all`` adds
-``dart/``, ``eagle3/`` and a ``README.md`` model card.
+benchmark prompts), ``recipe.json`` (Python version, split, seeds, hyperparameters, timings, sizes, the history
+of commands); ``drafters`` (and ``all``) add ``dart/``, ``eagle3/`` and a ``README.md`` model card.
 """
 
 from __future__ import annotations
