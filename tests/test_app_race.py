@@ -1,4 +1,4 @@
-"""The app's race logic (``app/race.py``), its HTML and plots, on the embedded bundle and on a scripted arena:
+"""The app's race logic (``app/race.py``), its HTML and plots, on the toy bundle assets/tiny and on a scripted arena:
 step-by-step alternation, per-method clocks, stop / cancel closing every step generator, error paths."""
 
 from __future__ import annotations

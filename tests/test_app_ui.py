@@ -1,5 +1,5 @@
 """The page's event logic without a server (``app/ui.py``): input errors, multi-turn chat through a chat
-template, Stop from another thread and a cancelled (closed) event, on the embedded bundle."""
+template, Stop from another thread and a cancelled (closed) event, on the toy bundle assets/tiny."""
 
 from __future__ import annotations
 

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
+import helpers_bundle
 import numpy as np
 import pytest
 from helpers_ckpt import write_tiny_bundle
 
 from dart_core import generate
-from dart_core.bench import e2e
+from dart_core.bench import datasets, e2e
 from dart_core.bench.__main__ import main as bench_main
 from dart_core.ngram import NgramStore
 
 VOCAB = 97
+# ChatML-like, over words the tiny word-level tokenizer knows (the question words themselves all map to w0)
+CHAT_TEMPLATE = ("{% for m in messages %}w1 {{ m.role }} {{ m.content }} <|im_end|> {% endfor %}"
+                 "{% if add_generation_prompt %}w1 assistant {% endif %}")
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +33,19 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     lines = [json.dumps({"id": f"p{i}", "prompt": " ".join(f"w{int(t)}" for t in rng.integers(0, 90, size=12))})
              for i in range(5)]
     (root / "prompts.jsonl").write_text("\n".join(lines) + "\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def chat_bundle(bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same bundle, its target's tokenizer given a chat template (a chat model, for MT-bench)."""
+    from transformers import AutoTokenizer
+
+    root = tmp_path_factory.mktemp("chat") / "bundle"
+    shutil.copytree(bundle, root)
+    tok = AutoTokenizer.from_pretrained(root / "target")
+    tok.chat_template = CHAT_TEMPLATE
+    tok.save_pretrained(root / "target")
     return root
 
 
@@ -46,6 +64,8 @@ def test_e2e_on_tiny_bundle(bundle: Path, tmp_path: Path, capsys: pytest.Capture
     assert report["mismatches"] == []
     assert summary["ar"]["tau"] == 1.0
     assert summary["ar"]["speedup_vs_ar"] == pytest.approx(1.0)
+    assert summary["ar"]["speedup_vs_ar_engine"] == pytest.approx(1.0)
+    assert report["config"]["resolved"]["dataset"] is None and "summary_per_turn" not in report
     assert len(report["prompts"]) == 3
     assert {"torch", "device", "torch_threads"} <= set(report["environment"])
     for entry in report["prompts"]:
@@ -56,24 +76,74 @@ def test_e2e_on_tiny_bundle(bundle: Path, tmp_path: Path, capsys: pytest.Capture
             assert fig["tokens"] == sum(len(s["tokens"]) for s in steps) == 16
             assert fig["verify_steps"] == len(steps) - 1
             assert fig["tau"] == pytest.approx((fig["tokens"] - 1) / fig["verify_steps"])
+            assert fig["wall_ms"] >= fig["total_ms"] * 0.999  # the clock around the loop holds every stopwatch
+            assert fig["tokens_per_s_wall"] == pytest.approx(fig["tokens"] / (fig["wall_ms"] / 1e3))
             assert all(len(s["tokens"]) == s["accepted"] + 1 for s in steps[1:])
             assert [t for s in steps for t in s["tokens"]] == ar_tokens, m
     for m, s in summary.items():
         assert sum(s["accept_hist"].values()) == s["verify_steps"], m
         assert s["tokens"] == sum(e["methods"][m]["tokens"] for e in report["prompts"])
         assert f"{m:<8} {s['tokens']:>7}" in printed
+        assert s["wall_ms"] == pytest.approx(sum(e["methods"][m]["wall_ms"] for e in report["prompts"]))
+        assert s["speedup_vs_ar"] == pytest.approx(s["tokens_per_s_wall"] / summary["ar"]["tokens_per_s_wall"])
+    assert "tok/s wall" in printed and "vs AR wall" in printed
     html = (tmp_path / "out/e2e.html").read_text()
     assert "plotly" in html.lower()
     for title in e2e.FIGURE_TITLES:
         assert title in html
 
 
-def test_missing_bundle_names_path_and_train_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    missing = tmp_path / "nope"
+@pytest.mark.parametrize(("name", "command"), [("tiny", "python -m dart_core.train all --out assets/tiny"),
+                                               ("nope", "python -m dart_core.train smollm2 --out {path}")])
+def test_missing_bundle_names_path_and_train_command(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str,
+                                                     command: str) -> None:
+    """The build command follows the bundle's name: the toy's recipe for a ``tiny`` dir, else the default's."""
+    missing = tmp_path / name
     assert _run(missing, tmp_path / "out") == 2
     err = capsys.readouterr().err
     assert str(missing) in err
-    assert "python -m dart_core.train all --out assets/tiny" in err
+    assert command.format(path=missing) in err
+
+
+def _resolve(*argv: str) -> e2e.Sources:
+    import argparse
+
+    p = argparse.ArgumentParser()
+    e2e.add_arguments(p)
+    return e2e.resolve_sources(p.parse_args(list(argv)))
+
+
+def test_sources_of_a_chat_bundle_default_to_chat_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = helpers_bundle.chat_bundle(tmp_path / "smollm2")
+    monkeypatch.setenv("DART_ARENA_BUNDLE", str(root))  # the default bundle
+    for src in (_resolve(), _resolve("--bundle", str(root))):
+        assert (src.base, src.chat, src.bundle, src.prompts) == ("smollm2", True, root, root / "prompts.jsonl")
+        assert (src.dart, src.eagle3, src.ngram) == (str(root / "dart"), str(root / "eagle3"),
+                                                     str(root / "ngram/small.ngram"))
+    assert not _resolve("--raw").chat
+    (root / "bundle.json").write_text(json.dumps({"target": "smollm2"}))  # no mode: completion
+    assert not _resolve().chat
+
+
+def test_sources_of_the_toy_layout_default_to_raw(bundle: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  tmp_path: Path) -> None:
+    monkeypatch.setenv("DART_ARENA_BUNDLE", str(tmp_path / "missing"))
+    src = _resolve("--bundle", str(bundle))
+    assert (src.base, src.chat) == (str(bundle / "target"), False)
+    assert _resolve("--bundle", str(bundle), "--chat").chat
+    with pytest.raises(e2e.BenchError, match="model bundle not found"):
+        _resolve()
+    src = _resolve("--base", "some/model", "--prompts", str(bundle / "prompts.jsonl"))  # no bundle needed
+    assert (src.base, src.bundle, src.dart, src.chat) == ("some/model", None, None, True)
+    parts = tmp_path / "parts"  # with --base a bundle dir only lends its drafters and prompts: no target needed
+    shutil.copytree(bundle / "dart", parts / "dart")
+    shutil.copy(bundle / "prompts.jsonl", parts)
+    src = _resolve("--base", "some/model", "--bundle", str(parts))
+    assert (src.base, src.dart, src.eagle3, src.prompts) == ("some/model", str(parts / "dart"), None,
+                                                             parts / "prompts.jsonl")
+    (parts / "bundle.json").write_text("{")
+    with pytest.raises(e2e.BenchError, match="not valid JSON"):
+        _resolve("--base", "some/model", "--bundle", str(parts))
 
 
 def test_wrong_token_is_reported_as_mismatch(bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -95,3 +165,64 @@ def test_wrong_token_is_reported_as_mismatch(bundle: Path, tmp_path: Path, monke
     assert all(m["position"] >= 1 for m in report["mismatches"])  # the prefill token is the target's own
     assert "mismatches: 2" in printed
     assert not (tmp_path / "out/e2e.html").exists()
+
+
+def _needs_mt_bench() -> None:
+    if datasets.installed_mt_bench_file() is None:
+        pytest.skip(f"MT-bench data not installed: {datasets.MTBENCH_INSTALL}")
+
+
+def test_mt_bench_two_turns_on_a_chat_model(chat_bundle: Path, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    _needs_mt_bench()
+    assert _run(chat_bundle, tmp_path / "out", "--dataset", "mt-bench", "--turns", "2", "--no-html",
+                "--warmup", "0", limit=2, new=8) == 0
+    printed = capsys.readouterr().out
+    assert "mismatches: 0" in printed
+    report = json.loads((tmp_path / "out/e2e.json").read_text())
+    resolved = report["config"]["resolved"]
+    assert (resolved["dataset"], resolved["turns"], resolved["chat"]) == ("mt-bench", 2, True)
+    assert resolved["prompts"] is None
+    assert report["mismatches"] == []
+    entries = report["prompts"]
+    assert [(e["id"], e["turn"], e["category"]) for e in entries] == [
+        ("mt-bench-81", 1, "writing"), ("mt-bench-81", 2, "writing"),
+        ("mt-bench-82", 1, "writing"), ("mt-bench-82", 2, "writing")]
+    for first, follow in zip(entries[::2], entries[1::2], strict=True):
+        ar_answer = first["methods"]["ar"]["tokens"]
+        assert follow["prompt_tokens"] > first["prompt_tokens"] + ar_answer  # question 1 + own answer + question 2
+        for m, fig in follow["methods"].items():
+            assert fig["prompt_tokens"] == follow["prompt_tokens"], m  # own answer == AR's under greedy
+            assert [t for s in fig["steps"] for t in s["tokens"]] == \
+                [t for s in follow["methods"]["ar"]["steps"] for t in s["tokens"]], m
+    per_turn = report["summary_per_turn"]
+    assert set(per_turn) == {"1", "2"}
+    for m, s in report["summary"].items():
+        for t in ("1", "2"):
+            assert per_turn[t][m]["tokens"] == sum(e["methods"][m]["tokens"] for e in entries if str(e["turn"]) == t)
+            assert per_turn[t][m]["tokens_per_s_wall"] > 0
+        assert s["tokens"] == per_turn["1"][m]["tokens"] + per_turn["2"][m]["tokens"]
+        assert s["wall_ms"] == pytest.approx(per_turn["1"][m]["wall_ms"] + per_turn["2"][m]["wall_ms"])
+        for t in ("all", "1", "2"):
+            figures = s if t == "all" else per_turn[t][m]
+            assert f"{m:<8} {t:>4} {figures['tokens']:>7}" in printed
+
+
+def test_mt_bench_needs_a_chat_model(bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _needs_mt_bench()
+    assert _run(bundle, tmp_path / "out", "--dataset", "mt-bench", limit=1, new=4) == 2
+    assert "need a chat model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("extra", "said"), [(["--dataset", "mt-bench", "--raw"], "drop --raw"),
+                                             (["--turns", "2"], "needs a multi-turn --dataset"),
+                                             (["--dataset", "nope"], "known: mt-bench")])
+def test_dataset_option_errors(bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                               extra: list[str], said: str) -> None:
+    assert _run(bundle, tmp_path / "out", *extra, limit=1, new=4) == 2
+    assert said in capsys.readouterr().err
+
+
+def test_dataset_and_prompts_exclude_each_other(bundle: Path, tmp_path: Path) -> None:
+    with pytest.raises(SystemExit):
+        _run(bundle, tmp_path / "out", "--dataset", "mt-bench", "--prompts", str(bundle / "prompts.jsonl"))

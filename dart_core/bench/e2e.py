@@ -1,10 +1,14 @@
 """End-to-end benchmark: AR vs DART vs EAGLE-3 on one shared target over a prompt set.
 
-Default: the embedded bundle (``assets/tiny/``: target, DART, EAGLE-3, N-gram store, held-out ``prompts.jsonl``),
-greedy, 128 new tokens, one warm-up prompt per method not counted, fixed seeds. For each prompt the methods run
-one after another on the same loaded target with the same seed; each method's clock counts only its own steps.
-Prints one row per method (τ, tokens/s, speedup vs AR, mean draft / tree-search / verify ms per step), checks on
-the fly that every method's greedy output equals AR's, and writes ``e2e.json`` + a self-contained ``e2e.html``.
+Default: the default model bundle (``assets/smollm2/``, see ``dart_core.bundle``: SmolLM2-135M-Instruct with its
+DART drafter, EAGLE-3 head, N-gram store and held-out chat ``prompts.jsonl``, in chat mode; ``--bundle assets/tiny``:
+the stdlib toy, completion mode), greedy, 128 new tokens, one warm-up prompt per method not counted, fixed seeds. For
+each prompt the methods run one after another on the same loaded target with the same seed; each method's clock
+counts only its own steps.
+Prints one row per method (τ, tokens/s by the engine's stopwatches and by wall clock, speedup vs AR by wall clock,
+mean draft / tree-search / verify ms per step), checks on the fly that every method's greedy output equals AR's, and
+writes ``e2e.json`` + a self-contained ``e2e.html``. ``--dataset mt-bench`` runs a named chat prompt set instead of a
+prompt file; ``--turns 2`` continues each method's own conversation with the set's follow-up question.
 """
 
 from __future__ import annotations
@@ -23,14 +27,14 @@ from typing import Any
 
 import torch
 
-import dart_core
+from dart_core.bench.datasets import DATASETS, DatasetError, load_dataset
+from dart_core.bundle import Bundle, BundleError, build_command, default_bundle_dir, open_bundle
 from dart_core.generate import Step, summarize
 from dart_core.generate_cli import add_tree_arguments, encode_prompt, tree_settings
 from dart_core.hub import HubFileError
 from dart_core.ngram import NgramFormatError
 from dart_core.verify import SamplingConfig
 
-TRAIN_COMMAND = "python -m dart_core.train all --out assets/tiny"
 FIGURE_TITLES = (
     "τ per verify step (tokens per step, running mean)",
     "Latency split per step (mean ms)",
@@ -46,16 +50,17 @@ class BenchError(Exception):
 
 
 def default_bundle() -> Path:
-    """``assets/tiny`` next to the installed package (the repo root in an editable install)."""
-    return Path(dart_core.__file__).resolve().parent.parent / "assets" / "tiny"
+    """The default bundle (``assets/smollm2`` next to the package, or ``$DART_ARENA_BUNDLE``)."""
+    return default_bundle_dir()
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     m = p.add_argument_group("models (local directories or Hub ids)")
     m.add_argument("--bundle", type=Path, default=None,
-                   help=f"bundle dir with target/, dart/, eagle3/, ngram/small.ngram, prompts.jsonl "
-                        f"(default: {default_bundle()}; used unless --base is given)")
-    m.add_argument("--base", help="target model (overrides the bundle's target/)")
+                   help="bundle dir: bundle.json naming the target (or a target/ dir), dart/, eagle3/, "
+                        f"ngram/small.ngram, prompts.jsonl (default: {default_bundle()}, or $DART_ARENA_BUNDLE; "
+                        "assets/tiny: the stdlib toy); used unless --base is given")
+    m.add_argument("--base", help="target model (overrides the bundle's target)")
     m.add_argument("--dart", help="DART drafter (overrides the bundle's dart/)")
     m.add_argument("--eagle3", help="EAGLE-3 head (overrides the bundle's eagle3/)")
     m.add_argument("--ngram", help="N-gram store: a file, or a dir / Hub repo with small.trie / full.trie")
@@ -63,8 +68,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto; default: cuda if available")
     m.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU), float32, float16, bfloat16")
     g = p.add_argument_group("run")
-    g.add_argument("--prompts", type=Path, default=None,
-                   help="JSONL prompt file (fields: prompt, optional id); default: the bundle's prompts.jsonl")
+    source = g.add_mutually_exclusive_group()
+    source.add_argument("--prompts", type=Path, default=None,
+                        help="JSONL prompt file (fields: prompt, optional id); default: the bundle's prompts.jsonl")
+    source.add_argument("--dataset", default=None, metavar="NAME",
+                        help=f"named chat prompt set instead of a file: {', '.join(sorted(DATASETS))} "
+                             "(chat mode; needs a tokenizer with a chat template)")
+    g.add_argument("--turns", type=int, choices=(1, 2), default=1,
+                   help="with --dataset: 2 = also ask each method the follow-up question after its own first answer")
     g.add_argument("--limit", type=int, default=0, help="use only the first N prompts (0 = all)")
     g.add_argument("--methods", default=None, help="comma-separated subset of dart,eagle3,ar (default: all loaded)")
     g.add_argument("--warmup", type=int, default=1, help="warm-up prompt runs per method, not counted (default 1)")
@@ -76,9 +87,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=0)
     mode = g.add_mutually_exclusive_group()
     mode.add_argument("--raw", dest="chat", action="store_false", default=None,
-                      help="completion mode, no chat template (default for the bundle)")
+                      help="completion mode, no chat template (default for a completion bundle: the toy)")
     mode.add_argument("--chat", dest="chat", action="store_true",
-                      help="chat template when the tokenizer has one (default with --base)")
+                      help="chat template when the tokenizer has one (default with --base and for a chat bundle: "
+                           "the default one)")
     g.add_argument("--system", default=None, help="system prompt (chat mode)")
     g.add_argument("--out", type=Path, default=None, help="output dir for e2e.json / e2e.html "
                    "(default .bench/e2e-<timestamp>/)")
@@ -94,39 +106,55 @@ class Sources:
     eagle3: str | None
     ngram: str | None
     small_ngram: bool
-    prompts: Path
+    prompts: Path | None
     chat: bool
     bundle: Path | None = None
     notes: list[str] = field(default_factory=list)
+    dataset: str | None = None
 
 
 def resolve_sources(args: argparse.Namespace) -> Sources:
-    """Bundle parts, overridden by explicit --base/--dart/...; a missing bundle is a clear error."""
+    """Bundle parts, overridden by explicit --base/--dart/...; a missing bundle is a clear error. Chat mode is the
+    default with --base and for a bundle whose ``bundle.json`` says ``"mode": "chat"``."""
     use_bundle = args.bundle is not None or args.base is None
-    bundle = (args.bundle or default_bundle()) if use_bundle else None
     notes: list[str] = []
     parts: dict[str, str | None] = {"dart": args.dart, "eagle3": args.eagle3, "ngram": args.ngram}
     small = bool(args.small_ngram)
-    if bundle is not None:
-        bundle = bundle.expanduser()
-        missing = bundle / "target" if args.base is None else None
-        if not bundle.is_dir() or (missing is not None and not (missing / "config.json").is_file()):
-            raise BenchError(f"model bundle not found: {missing if bundle.is_dir() else bundle} does not exist.\n"
-                             f"Build it with `{TRAIN_COMMAND}`, or pass --bundle DIR / --base MODEL.")
+    found: Bundle | None = None
+    bundle: Path | None = None
+    if use_bundle:
+        bundle = Path(args.bundle).expanduser() if args.bundle is not None else default_bundle()
+        try:
+            found = open_bundle(bundle)
+        except BundleError as e:
+            # with --base the bundle only lends its drafters and prompts: no target needed, but a broken
+            # bundle.json is still an error
+            if args.base is None or not bundle.is_dir() or (bundle / "bundle.json").exists():
+                raise BenchError(f"{e}\n(--bundle DIR picks another bundle, e.g. --bundle assets/tiny for the "
+                                 "stdlib toy; --base MODEL another target.)") from None
         for name, sub in (("dart", "dart"), ("eagle3", "eagle3"), ("ngram", "ngram/small.ngram")):
             if parts[name] is None:
                 if (bundle / sub).exists():
                     parts[name] = str(bundle / sub)
                 else:
                     notes.append(f"bundle has no {sub}: {name} skipped")
-    base = args.base or str(bundle / "target")  # type: ignore[operator]
+    base = args.base or found.target  # type: ignore[union-attr]
+    dataset = getattr(args, "dataset", None)
+    if getattr(args, "turns", 1) > 1 and dataset is None:
+        raise BenchError(f"--turns {args.turns} needs a multi-turn --dataset ({', '.join(sorted(DATASETS))}); "
+                         "prompt files hold one turn")
+    if dataset is not None:
+        if args.chat is False:
+            raise BenchError(f"--raw with --dataset {dataset}: its questions are chat prompts, run in chat mode "
+                             "(drop --raw)")
+        return Sources(base, parts["dart"], parts["eagle3"], parts["ngram"], small, None, True, bundle, notes, dataset)
     prompts = args.prompts or (bundle / "prompts.jsonl" if bundle is not None else None)
     if prompts is None:
         raise BenchError("no prompt set: pass --prompts FILE.jsonl (fields: prompt, optional id)")
     if not Path(prompts).is_file():
-        hint = f" Build the bundle with `{TRAIN_COMMAND}`." if args.prompts is None else ""
+        hint = f" Build the bundle with `{build_command(bundle)}`." if args.prompts is None and bundle else ""
         raise BenchError(f"prompt file not found: {prompts}.{hint}")
-    chat = args.chat if args.chat is not None else args.base is not None
+    chat = args.chat if args.chat is not None else (args.base is not None or (found is not None and found.chat))
     return Sources(base, parts["dart"], parts["eagle3"], parts["ngram"], small, Path(prompts), chat, bundle, notes)
 
 
@@ -155,8 +183,9 @@ def step_record(s: Step) -> dict[str, Any]:
             "stop_reason": s.stop_reason}
 
 
-def method_figures(steps: Sequence[Step]) -> dict[str, Any]:
-    """τ, tokens/s (prefill included), the per-step split (``summarize``) and the accepted-length histogram."""
+def method_figures(steps: Sequence[Step], wall_ms: float) -> dict[str, Any]:
+    """τ, tokens/s (prefill included) by the engine's stopwatches and by the wall clock around the generation(s)
+    (``wall_ms``: glue between steps counts too), the per-step split (``summarize``), the accepted-length histogram."""
     st = summarize(steps)
     hist = Counter(len(s.tokens) for s in steps if not s.prefill)
     return {
@@ -164,6 +193,8 @@ def method_figures(steps: Sequence[Step]) -> dict[str, Any]:
         "verify_steps": st.forwards,
         "tau": st.tau,
         "tokens_per_s": st.tokens_per_s,
+        "tokens_per_s_wall": st.new_tokens / (wall_ms / 1e3) if wall_ms > 0 else 0.0,
+        "wall_ms": wall_ms,
         "total_ms": st.total_ms,
         "prefill_ms": st.prefill_ms,
         "draft_ms_per_step": st.draft_ms_per_step,
@@ -204,13 +235,35 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
 
+def encode_messages(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+    """A whole conversation through the chat template, rendered as ``encode_prompt`` renders a single turn."""
+    rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                             enable_thinking=False)
+    return tokenizer(rendered, add_special_tokens=False)["input_ids"]
+
+
+def _load_prompts(src: Sources, args: argparse.Namespace) -> list[dict[str, Any]]:
+    if src.dataset is None:
+        return read_prompts(src.prompts, args.limit)  # type: ignore[arg-type]
+    try:
+        prompts = load_dataset(src.dataset, args.limit)
+    except DatasetError as e:
+        raise BenchError(str(e)) from None
+    short = [p["id"] for p in prompts if len(p.get("turns", [p["prompt"]])) < args.turns]
+    if short:
+        raise BenchError(f"--turns {args.turns}: {src.dataset} prompts {', '.join(short[:5])} have fewer turns")
+    if not prompts:
+        raise BenchError(f"dataset {src.dataset} holds no prompts")
+    return prompts
+
+
 def _run(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
     from dart_core.models import load_arena
 
     src = resolve_sources(args)
-    prompts = read_prompts(src.prompts, args.limit)
+    prompts = _load_prompts(src, args)
     for note in src.notes:
         print(f"note: {note}")
     torch.manual_seed(args.seed)
@@ -219,75 +272,128 @@ def _run(args: argparse.Namespace) -> int:
     methods = args.methods.split(",") if args.methods else arena.methods
     for m in methods:
         arena.drafter(m)  # a clear error for a method that is not loaded
+    tokenizer = arena.tokenizer
+    has_template = bool(getattr(tokenizer, "chat_template", None))
+    if src.dataset is not None and not has_template:
+        raise BenchError(f"--dataset {src.dataset}: its questions are chat prompts and need a chat model, but the "
+                         f"tokenizer of {src.base} has no chat template. Pass --base with a chat (instruct) model.")
     # AR runs first on each prompt so the other methods are checked against it as soon as they finish.
     order = (["ar"] if "ar" in methods else []) + [m for m in methods if m != "ar"]
     sampling = SamplingConfig(args.temperature, args.top_p, args.top_k)
-    chat = src.chat and bool(getattr(arena.tokenizer, "chat_template", None))
+    chat = src.chat and has_template
+    n_turns = args.turns if src.dataset is not None else 1
     trees = dict(zip(("dart", "eagle3"), tree_settings(args, arena.target.device), strict=True))
     print("trees: " + "; ".join(f"{m} {dataclasses.asdict(t)}" for m, t in trees.items() if m in methods))
     kwargs = {"sampling": sampling, "max_new_tokens": args.max_new_tokens, "max_length": args.max_length, **trees}
-    encoded = [encode_prompt(arena.tokenizer, p["prompt"], raw=not chat, system=args.system) for p in prompts]
+    encoded = [encode_prompt(tokenizer, p["prompt"], raw=not chat, system=args.system) for p in prompts]
     gen_device = arena.target.feature_device
 
-    def generate(method: str, ids: list[int], seed: int) -> list[Step]:
+    def generate(method: str, ids: list[int], seed: int) -> tuple[list[Step], float]:
+        """One generation's steps and its wall-clock ms, from the input ids to the last token (loop glue included)."""
+        start = time.perf_counter()
         generator = torch.Generator(device=gen_device).manual_seed(seed)
-        return list(arena.stream(method, ids, generator=generator, **kwargs))
+        steps = list(arena.stream(method, ids, generator=generator, **kwargs))
+        return steps, (time.perf_counter() - start) * 1e3
+
+    def converse(method: str, p: dict[str, Any], first: list[int], seed: int) -> list[tuple[list[int], list[Step],
+                                                                                             float]]:
+        """Each turn's (input ids, steps, wall ms); a follow-up continues the method's OWN conversation (its own
+        earlier answers as the assistant turns: with greedy decoding these equal AR's)."""
+        out = [(first, *generate(method, first, seed))]
+        messages = [{"role": "system", "content": args.system}] if args.system else []
+        for k in range(1, n_turns):
+            answer = tokenizer.decode([t for s in out[-1][1] for t in s.tokens], skip_special_tokens=True,
+                                      clean_up_tokenization_spaces=False)
+            messages += [{"role": "user", "content": p["turns"][k - 1]}, {"role": "assistant", "content": answer}]
+            ids = encode_messages(tokenizer, [*messages, {"role": "user", "content": p["turns"][k]}])
+            out.append((ids, *generate(method, ids, seed)))
+        return out
 
     for i in range(min(args.warmup, len(encoded))):
         for m in tqdm(order, desc=f"warm-up {i + 1}", unit="method", disable=args.no_progress, leave=False):
-            generate(m, encoded[i], args.seed + i)
+            converse(m, prompts[i], encoded[i], args.seed + i)
 
     per_prompt: list[dict[str, Any]] = []
     pooled: dict[str, list[Step]] = {m: [] for m in methods}
+    wall: dict[str, float] = dict.fromkeys(methods, 0.0)
+    turn_steps: list[dict[str, list[Step]]] = [{m: [] for m in methods} for _ in range(n_turns)]
+    turn_wall: list[dict[str, float]] = [dict.fromkeys(methods, 0.0) for _ in range(n_turns)]
     mismatches: list[dict[str, Any]] = []
     bar = tqdm(list(zip(prompts, encoded, strict=True)), desc="e2e", unit="prompt", disable=args.no_progress)
     for i, (p, ids) in enumerate(bar):
-        entry: dict[str, Any] = {"id": p["id"], "prompt_tokens": len(ids), "methods": {}}
-        outputs: dict[str, list[int]] = {}
+        tags = [{"category": p.get("category"), "turn": k + 1} if src.dataset is not None else {}
+                for k in range(n_turns)]
+        entries: list[dict[str, Any]] = [{"id": p["id"], **tags[k], "prompt_tokens": len(ids), "methods": {}}
+                                         for k in range(n_turns)]
+        outputs: dict[str, list[list[int]]] = {}
         for m in order:
-            run = generate(m, ids, args.seed + i)
-            pooled[m].extend(run)
-            steps = [step_record(s) for s in run]
-            outputs[m] = [t for s in run for t in s.tokens]
-            figures = method_figures(run)
-            figures.pop("accept_hist")
-            entry["methods"][m] = {**figures, "stop_reason": steps[-1].get("stop_reason"), "steps": steps}
-            if sampling.greedy and m != "ar" and "ar" in outputs:
-                pos = first_difference(outputs[m], outputs["ar"])
-                if pos is not None:
-                    mm = {"prompt_id": p["id"], "method": m, "position": pos,
-                          "method_tokens": len(outputs[m]), "ar_tokens": len(outputs["ar"])}
-                    mismatches.append(mm)
-                    tqdm.write(f"MISMATCH: {m} differs from AR on prompt {p['id']} at token {pos}")
-        per_prompt.append(entry)
-        bar.set_postfix_str(" ".join(f"{m}:{entry['methods'][m]['tau']:.2f}" for m in methods))
+            outputs[m] = []
+            for k, (turn_ids, run, wall_ms) in enumerate(converse(m, p, ids, args.seed + i)):
+                pooled[m].extend(run)
+                wall[m] += wall_ms
+                turn_steps[k][m].extend(run)
+                turn_wall[k][m] += wall_ms
+                steps = [step_record(s) for s in run]
+                outputs[m].append([t for s in run for t in s.tokens])
+                figures = method_figures(run, wall_ms)
+                figures.pop("accept_hist")
+                entry = entries[k]
+                if k:  # a follow-up's input holds the method's own first answer
+                    figures["prompt_tokens"] = len(turn_ids)
+                    if not entry["methods"]:
+                        entry["prompt_tokens"] = len(turn_ids)
+                entry["methods"][m] = {**figures, "stop_reason": steps[-1].get("stop_reason"), "steps": steps}
+                if sampling.greedy and m != "ar" and "ar" in outputs:
+                    pos = first_difference(outputs[m][k], outputs["ar"][k])
+                    if pos is not None:
+                        mm = {"prompt_id": p["id"], **({"turn": k + 1} if tags[k] else {}), "method": m,
+                              "position": pos, "method_tokens": len(outputs[m][k]),
+                              "ar_tokens": len(outputs["ar"][k])}
+                        mismatches.append(mm)
+                        where = f" turn {k + 1}" if tags[k] else ""
+                        tqdm.write(f"MISMATCH: {m} differs from AR on prompt {p['id']}{where} at token {pos}")
+        per_prompt.extend(entries)
+        bar.set_postfix_str(" ".join(f"{m}:{entries[0]['methods'][m]['tau']:.2f}" for m in methods))
 
-    summary = summarize_methods(pooled)
+    summary = summarize_methods(pooled, wall)
+    per_turn = ({str(k + 1): summarize_methods(turn_steps[k], turn_wall[k]) for k in range(n_turns)}
+                if n_turns > 1 else None)
     checked = sampling.greedy and "ar" in methods and len(methods) > 1
     report = {
         "config": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
                    "resolved": {"base": src.base, "dart": src.dart, "eagle3": src.eagle3, "ngram": src.ngram,
-                                "prompts": str(src.prompts), "chat": chat,
+                                "prompts": str(src.prompts) if src.prompts is not None else None,
+                                "dataset": src.dataset, "turns": n_turns, "chat": chat,
                                 "trees": {m: dataclasses.asdict(t) for m, t in trees.items()}}, "methods": methods,
                    "n_prompts": len(prompts)},
         "environment": environment(arena),
-        "notes": {"tokens_per_s": "all emitted tokens over all measured time of that method, prefill included",
+        "notes": {"tokens_per_s": "engine stopwatches: all emitted tokens over the sum of that method's step times "
+                                  "(draft + tree search + verify), prefill included",
+                  "tokens_per_s_wall": "all emitted tokens over the wall-clock time around each whole generation "
+                                       "(input ids to last token, stream loop glue included, detokenization "
+                                       "excluded), prefill included",
+                  "speedup_vs_ar": "tokens_per_s_wall / AR's tokens_per_s_wall (speedup_vs_ar_engine: the same "
+                                   "with the engine stopwatches)",
                   "tau": "tokens of verify steps / verify steps (bonus token included; 1 for AR)",
-                  "accept_hist": "tokens emitted per verify step (accepted drafts + bonus)"},
+                  "accept_hist": "tokens emitted per verify step (accepted drafts + bonus)",
+                  **({"summary_per_turn": "the same figures over turn 1 / turn 2 only; `summary` pools both; "
+                                          "prompts holds one entry per prompt and turn"} if per_turn else {})},
         "summary": summary,
+        **({"summary_per_turn": per_turn} if per_turn else {}),
         "mismatches": mismatches if checked else None,
         "prompts": per_prompt,
     }
     out = args.out or Path(".bench") / f"e2e-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     (out / "e2e.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
-    print_table(summary, methods, len(prompts), sampling)
+    print_table(summary, methods, len(prompts), sampling, per_turn)
     if not checked:
         print("mismatches: not checked (needs greedy and AR plus another method)")
     elif mismatches:
         print(f"mismatches: {len(mismatches)}")
         for mm in mismatches:
-            print(f"  {mm['method']} on prompt {mm['prompt_id']}: first difference at token {mm['position']}")
+            where = f" turn {mm['turn']}" if "turn" in mm else ""
+            print(f"  {mm['method']} on prompt {mm['prompt_id']}{where}: first difference at token {mm['position']}")
     else:
         print("mismatches: 0")
     print(f"wrote {out / 'e2e.json'}")
@@ -297,26 +403,39 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def summarize_methods(pooled: dict[str, list[Step]]) -> dict[str, dict[str, Any]]:
-    """Overall figures per method over every counted prompt (pooled steps) + speedup vs AR."""
-    summary = {m: method_figures(steps) for m, steps in pooled.items()}
-    ar = summary.get("ar", {}).get("tokens_per_s")
+def summarize_methods(pooled: dict[str, list[Step]], wall_ms: dict[str, float]) -> dict[str, dict[str, Any]]:
+    """Overall figures per method over every counted prompt (pooled steps, summed wall clock) + speedups vs AR
+    (``speedup_vs_ar`` by wall clock, ``speedup_vs_ar_engine`` by the engine's stopwatches)."""
+    summary = {m: method_figures(steps, wall_ms[m]) for m, steps in pooled.items()}
+    ar = summary.get("ar", {})
     for s in summary.values():
-        s["speedup_vs_ar"] = s["tokens_per_s"] / ar if ar else None
+        s["speedup_vs_ar"] = s["tokens_per_s_wall"] / ar["tokens_per_s_wall"] if ar.get("tokens_per_s_wall") else None
+        s["speedup_vs_ar_engine"] = s["tokens_per_s"] / ar["tokens_per_s"] if ar.get("tokens_per_s") else None
     return summary
 
 
-def print_table(summary: dict[str, dict[str, Any]], methods: list[str], n: int, sampling: SamplingConfig) -> None:
+def print_table(summary: dict[str, dict[str, Any]], methods: list[str], n: int, sampling: SamplingConfig,
+                per_turn: dict[str, dict[str, dict[str, Any]]] | None = None) -> None:
+    """One row per method (and per turn when ``per_turn`` is given: ``all`` pools the turns)."""
     mode = "greedy" if sampling.greedy else f"T={sampling.temperature} top-p={sampling.top_p} top-k={sampling.top_k}"
-    print(f"\n{n} prompts, {mode}; tokens/s include the prefill; ms are means per verify step")
-    print(f"{'method':<8} {'tokens':>7} {'steps':>6} {'tau':>6} {'tok/s':>9} {'vs AR':>6} "
-          f"{'draft ms':>9} {'search ms':>10} {'verify ms':>10}")
-    for m in methods:
-        s = summary[m]
+    turns = f" x {len(per_turn)} turns" if per_turn else ""
+    print(f"\n{n} prompts{turns}, {mode}; tok/s include the prefill (eng: sum of the engine's step stopwatches, "
+          "wall: clock around each generation)\nvs AR by wall tok/s; ms are means per verify step")
+    turn = f" {'turn':>4}" if per_turn else ""
+    print(f"{'method':<8}{turn} {'tokens':>7} {'steps':>6} {'tau':>6} {'tok/s eng':>9} {'tok/s wall':>10} "
+          f"{'vs AR wall':>10} {'draft ms':>9} {'search ms':>10} {'verify ms':>10}")
+
+    def row(m: str, t: str, s: dict[str, Any]) -> None:
         speed = f"{s['speedup_vs_ar']:.2f}x" if s["speedup_vs_ar"] else "-"
-        print(f"{m:<8} {s['tokens']:>7} {s['verify_steps']:>6} {s['tau']:>6.2f} {s['tokens_per_s']:>9.1f} "
-              f"{speed:>6} {s['draft_ms_per_step']:>9.2f} {s['search_ms_per_step']:>10.2f} "
-              f"{s['verify_ms_per_step']:>10.2f}")
+        col = f" {t:>4}" if per_turn else ""
+        print(f"{m:<8}{col} {s['tokens']:>7} {s['verify_steps']:>6} {s['tau']:>6.2f} {s['tokens_per_s']:>9.1f} "
+              f"{s['tokens_per_s_wall']:>10.1f} {speed:>10} {s['draft_ms_per_step']:>9.2f} "
+              f"{s['search_ms_per_step']:>10.2f} {s['verify_ms_per_step']:>10.2f}")
+
+    for m in methods:
+        row(m, "all", summary[m])
+        for t, figures in (per_turn or {}).items():
+            row(m, t, figures[m])
 
 
 def build_figures(report: dict[str, Any]) -> list[Any]:
@@ -356,11 +475,12 @@ def build_figures(report: dict[str, Any]) -> list[Any]:
     f2.update_layout(title=FIGURE_TITLES[1], barmode="stack", yaxis_title="ms per verify step", **layout)
 
     f3 = go.Figure()
-    ids = [e["id"] for e in prompts]
+    multi = "summary_per_turn" in report
+    ids = [f"{e['id']} t{e['turn']}" if multi else e["id"] for e in prompts]
     for m in methods:
-        f3.add_bar(x=ids, y=[e["methods"][m]["tokens_per_s"] for e in prompts], name=m, marker_color=color(m))
-    f3.update_layout(title=FIGURE_TITLES[2], barmode="group", xaxis_title="prompt id", xaxis_type="category",
-                     yaxis_title="tokens/s (prefill included)", **layout)
+        f3.add_bar(x=ids, y=[e["methods"][m]["tokens_per_s_wall"] for e in prompts], name=m, marker_color=color(m))
+    f3.update_layout(title=FIGURE_TITLES[2], barmode="group", xaxis_title="prompt id" + (" and turn" if multi else ""),
+                     xaxis_type="category", yaxis_title="tokens/s (wall clock, prefill included)", **layout)
 
     f4 = go.Figure()
     for m in methods:
@@ -385,18 +505,23 @@ def write_html(report: dict[str, Any], path: Path) -> None:
 
     figs = build_figures(report)
     parts = [f.to_html(full_html=False, include_plotlyjs=(i == 0)) for i, f in enumerate(figs)]
-    summary = report["summary"]
+    tables = {"all": report["summary"], **report.get("summary_per_turn", {})}
+    multi = len(tables) > 1
     rows = "".join(
-        f"<tr><td>{html.escape(m)}</td><td>{s['tokens']}</td><td>{s['verify_steps']}</td><td>{s['tau']:.2f}</td>"
-        f"<td>{s['tokens_per_s']:.1f}</td><td>{_speed(s['speedup_vs_ar'])}</td>"
+        f"<tr><td>{html.escape(m)}</td>" + (f"<td>{t}</td>" if multi else "") +
+        f"<td>{s['tokens']}</td><td>{s['verify_steps']}</td><td>{s['tau']:.2f}</td>"
+        f"<td>{s['tokens_per_s']:.1f}</td><td>{s['tokens_per_s_wall']:.1f}</td><td>{_speed(s['speedup_vs_ar'])}</td>"
         f"<td>{s['draft_ms_per_step']:.2f}</td><td>{s['search_ms_per_step']:.2f}</td>"
         f"<td>{s['verify_ms_per_step']:.2f}</td></tr>"
-        for m, s in summary.items())
+        for m in report["config"]["methods"] for t, table in tables.items() for s in [table[m]])
     mm = report["mismatches"]
     mm_text = ("not checked" if mm is None else "0" if not mm else
-               "; ".join(f"{x['method']} on prompt {html.escape(x['prompt_id'])} at token {x['position']}"
-                         for x in mm))
+               "; ".join(f"{x['method']} on prompt {html.escape(x['prompt_id'])}"
+                         + (f" turn {x['turn']}" if "turn" in x else "") + f" at token {x['position']}" for x in mm))
     env = report["environment"]
+    resolved = report["config"]["resolved"]
+    source = (f"prompts of {html.escape(resolved['dataset'])} ({resolved['turns']} turn(s) each)"
+              if resolved.get("dataset") else "prompts")
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>DART Arena: end-to-end benchmark</title>
 <style>
@@ -407,10 +532,12 @@ body {{ font-family: system-ui, sans-serif; margin: 24px; background: Canvas; co
 table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #999999; padding: 4px 10px; text-align: right; }}
 </style></head><body>
 <h1>End-to-end benchmark</h1>
-<p>{report['config']['n_prompts']} prompts, max {report['config']['max_new_tokens']} new tokens,
+<p>{report['config']['n_prompts']} {source}, max {report['config']['max_new_tokens']} new tokens,
 temperature {report['config']['temperature']}; torch {html.escape(env['torch'])} on {html.escape(env['device'])}
-({env['torch_threads']} threads). Tokens/s include the prefill; ms are means per verify step.</p>
-<div class="card"><table><tr><th>method</th><th>tokens</th><th>steps</th><th>τ</th><th>tok/s</th><th>vs AR</th>
+({env['torch_threads']} threads). Tokens/s include the prefill (engine: sum of the step stopwatches; wall: clock
+around each generation); vs AR by wall tokens/s; ms are means per verify step.</p>
+<div class="card"><table><tr><th>method</th>{'<th>turn</th>' if multi else ''}<th>tokens</th><th>steps</th><th>τ</th>
+<th>tok/s eng</th><th>tok/s wall</th><th>vs AR wall</th>
 <th>draft ms</th><th>search ms</th><th>verify ms</th></tr>{rows}</table>
 <p>mismatches vs AR: {mm_text}</p></div>
 {''.join(f'<div class="card"><h2>{html.escape(t)}</h2>{p}</div>' for t, p in zip(FIGURE_TITLES, parts, strict=True))}

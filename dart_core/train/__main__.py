@@ -1,4 +1,14 @@
-"""``python -m dart_core.train {tokenizer,target,ngram,drafters,all} --out DIR [--quick]``: rebuild the bundle.
+"""``python -m dart_core.train``: drafter training for any HF causal LM, and the recipes of the bundles.
+
+For any target (Hub id, local dir, or ``smollm2``, the packaged default), by self-distillation:
+
+    python -m dart_core.train distill --target T --prompts P.jsonl --out WORK/distill.jsonl
+    python -m dart_core.train fit --target T --data WORK/distill.jsonl --out DIR      # DIR/dart, DIR/eagle3
+    python -m dart_core.train smollm2 --out assets/smollm2 [--quick]                  # the default bundle
+
+(``python -m dart_core.train distill --help`` etc. for their options.) The stdlib toy bundle ``assets/tiny`` (a
+6.8 M code model the tests use for speed) is rebuilt by the stages below:
+``python -m dart_core.train {tokenizer,target,ngram,drafters,all} --out DIR [--quick]``.
 
 Layout written under DIR: ``target/`` (HF model + tokenizer), ``ngram/small.ngram``, ``prompts.jsonl`` (held-out
 benchmark prompts), ``recipe.json`` (Python version, split, seeds, hyperparameters, timings, sizes, the history
@@ -253,10 +263,16 @@ STAGES = {"tokenizer": [stage_tokenizer], "target": [stage_target], "ngram": [st
 
 
 def main(argv: list[str] | None = None) -> int:
+    from dart_core.train import any_target
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in any_target.COMMANDS:
+        return any_target.main(argv)
     p = argparse.ArgumentParser(prog="python -m dart_core.train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("stage", choices=list(STAGES),
-                   help="tokenizer: BPE + held-out prompts; target: train the Qwen3 target (needs the tokenizer); "
+    p.add_argument("stage", choices=[*any_target.COMMANDS, *STAGES],
+                   help="distill / fit / smollm2: see above (each has its own --help). Stdlib toy: tokenizer: BPE + "
+                        "held-out prompts; target: train the Qwen3 target (needs the tokenizer); "
                         "ngram: order-3 store over the training split (needs the tokenizer); drafters: the DART "
                         "drafter and EAGLE-3 head on the existing target (same data and budget), then the model card; "
                         "all: every stage in that order")

@@ -29,12 +29,17 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def load_frozen_target(target_dir: str | os.PathLike[str]) -> TargetModel:
-    """The target in float32 on CPU, frozen (only its features and logits are used)."""
+def load_frozen_target(target: str | os.PathLike[str], *, device: str | None = "cpu",
+                       dtype: str | torch.dtype | None = "float32") -> TargetModel:
+    """The target frozen (only its features and logits are used; no tokenizer needed): a local dir, a Hub id or a
+    packaged model, in float32 on CPU by default (bfloat16 is the usual choice on a GPU)."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(os.fspath(target_dir), dtype=torch.float32)
-    return TargetModel(model.eval().requires_grad_(False))
+    from dart_core.models import resolve_dtype, resolve_model_ref
+
+    device = device or "cpu"
+    model = AutoModelForCausalLM.from_pretrained(resolve_model_ref(target), dtype=resolve_dtype(dtype, device))
+    return TargetModel(model.to(device).eval().requires_grad_(False))
 
 
 def _rope_theta(cfg: Any) -> float:
@@ -125,6 +130,23 @@ def target_batch(target: TargetModel, windows: torch.Tensor, draft_ids: torch.Te
     return torch.cat(feats), torch.cat(teach)
 
 
+class OnlineWindows:
+    """Training windows whose target features and teacher are computed by the target at each use (cheap only for
+    a target as small as the stdlib bundle's; a real target uses ``features.StoredWindows``)."""
+
+    def __init__(self, target: TargetModel, windows: torch.Tensor, draft_ids: torch.Tensor) -> None:
+        self.target, self.windows, self.draft_ids = target, windows, draft_ids
+
+    def __len__(self) -> int:
+        return int(self.windows.shape[0])
+
+    def get(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(ids [B, n], features [B, n, 3H], teacher log-probs [B, n, Vd]) of windows ``idx``."""
+        batch = self.windows[idx]
+        feats, teach = target_batch(self.target, batch, self.draft_ids)
+        return batch, feats, teach
+
+
 def batched_attention(attn: Attention, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                       past_k: torch.Tensor | None, past_v: torch.Tensor | None,
                       mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -205,9 +227,9 @@ def save_checkpoint(model: DrafterLayer, cfg: dict[str, Any], t2d: torch.Tensor,
 class JsonlLog:
     """Append-only JSON-lines log (one object per logged step) in the output directory."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, append: bool = False) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.f = path.open("w")
+        self.f = path.open("a" if append else "w")
 
     def write(self, record: dict[str, Any]) -> None:
         self.f.write(json.dumps(record) + "\n")
@@ -217,13 +239,24 @@ class JsonlLog:
         self.f.close()
 
 
-def train_loop(kind: str, model: DrafterLayer, target: TargetModel, windows: torch.Tensor, draft_ids: torch.Tensor,
-               loss_fn: Any, *, steps: int, batch_windows: int, lr: float, warmup: int | None, weight_decay: float,
-               clip: float, seed: int, out_dir: Path, log_every: int, eval_windows: torch.Tensor | None,
-               eval_fn: Any, progress: bool) -> dict[str, Any]:
-    """The loop both trainers share: sample windows (seeded), target features + teacher under no_grad, the
-    drafter loss, AdamW + warmup/cosine, grad clipping, tqdm postfix and a JSONL log. ``loss_fn(model, feats,
-    teach, windows, generator) -> (loss, kl per depth, top1 per depth)``."""
+def _autocast(device: torch.device) -> Any:
+    """bfloat16 autocast for the drafter on CUDA (fp32 master weights); plain fp32 elsewhere."""
+    import contextlib
+
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def train_loop(kind: str, model: DrafterLayer, source: Any, loss_fn: Any, *, steps: int, batch_windows: int,
+               lr: float, warmup: int | None, weight_decay: float, clip: float, seed: int, out_dir: Path,
+               log_every: int, eval_source: Any | None, eval_fn: Any, progress: bool,
+               checkpoint: Any | None = None, checkpoint_every: int = 0) -> dict[str, Any]:
+    """The loop both trainers share: sample windows (seeded) from ``source`` (``len`` + ``get(idx)`` → ids,
+    features, teacher), the drafter loss, AdamW + warmup/cosine, grad clipping, tqdm postfix and a JSONL log.
+    ``loss_fn(model, feats, teach, windows, generator) -> (loss, kl per depth, top1 per depth)``.
+    ``checkpoint(step, model, opt, sched, generator)`` is called every ``checkpoint_every`` steps (resumable runs);
+    a ``resume`` dict from an earlier checkpoint restarts the loop where it stopped."""
     import time
 
     from tqdm.auto import tqdm
@@ -231,21 +264,28 @@ def train_loop(kind: str, model: DrafterLayer, target: TargetModel, windows: tor
     g = torch.Generator().manual_seed(seed)
     opt, sched = make_optimizer(model, lr, steps, warmup if warmup is not None else max(1, steps // 20),
                                 weight_decay)
-    log = JsonlLog(out_dir / "train_log.jsonl")
-    stats: dict[str, Any] = {"kind": kind, "windows": int(windows.shape[0]), "steps": steps}
-    if eval_windows is not None:
-        stats["eval_before"] = eval_fn(model, eval_windows)
+    first = 0
+    resume = getattr(checkpoint, "resume_state", None)
+    if resume is not None:
+        opt.load_state_dict(resume["optimizer"])
+        sched.load_state_dict(resume["scheduler"])
+        g.set_state(resume["generator"])
+        first = int(resume["step"])
+    log = JsonlLog(out_dir / "train_log.jsonl", append=first > 0)
+    stats: dict[str, Any] = {"kind": kind, "windows": len(source), "steps": steps}
+    if eval_source is not None and first == 0:
+        stats["eval_before"] = eval_fn(model, eval_source)
     model.train()
     t_target = t_train = 0.0
-    bar = tqdm(range(steps), desc=f"train {kind}", disable=not progress)
+    bar = tqdm(range(first, steps), desc=f"train {kind}", disable=not progress, initial=first, total=steps)
     last: dict[str, Any] = {}
     for step in bar:
-        idx = torch.randint(0, windows.shape[0], (batch_windows,), generator=g)
-        batch = windows[idx]
+        idx = torch.randint(0, len(source), (batch_windows,), generator=g)
         t0 = time.perf_counter()
-        feats, teach = target_batch(target, batch, draft_ids)
+        batch, feats, teach = source.get(idx)
         t1 = time.perf_counter()
-        loss, kl, top1 = loss_fn(model, feats, teach, batch, g)
+        with _autocast(feats.device):
+            loss, kl, top1 = loss_fn(model, feats, teach, batch, g)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gnorm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip))
@@ -258,32 +298,34 @@ def train_loop(kind: str, model: DrafterLayer, target: TargetModel, windows: tor
         if (step + 1) % max(1, log_every) == 0 or step + 1 == steps:
             log.write(last)
         bar.set_postfix(loss=f"{float(loss.detach()):.3f}", top1="/".join(f"{float(x):.2f}" for x in top1[:4]))
+        if checkpoint is not None and checkpoint_every and (step + 1) % checkpoint_every == 0 and step + 1 < steps:
+            checkpoint(step + 1, model, opt, sched, g)
     log.close()
     model.eval()
-    n_seen = steps * batch_windows
-    stats.update(last=last, target_s=t_target, train_s=t_train,
+    n_seen = (steps - first) * batch_windows
+    stats.update(last=last, target_s=t_target, train_s=t_train, resumed_from=first,
                  windows_per_s=n_seen / max(1e-9, t_target + t_train),
                  train_windows_per_s=n_seen / max(1e-9, t_train))
-    if eval_windows is not None:
-        stats["eval_after"] = eval_fn(model, eval_windows)
+    if eval_source is not None:
+        stats["eval_after"] = eval_fn(model, eval_source)
     return stats
 
 
 @torch.no_grad()
-def evaluate(model: DrafterLayer, target: TargetModel, windows: torch.Tensor, draft_ids: torch.Tensor,
-             loss_fn: Any, batch_windows: int, seed: int = 1234) -> dict[str, Any]:
-    """Held-out loss / per-depth KL / per-depth top-1 agreement with fixed sampling (same anchors every call)."""
+def evaluate(model: DrafterLayer, source: Any, loss_fn: Any, batch_windows: int, seed: int = 1234) -> dict[str, Any]:
+    """Held-out loss / per-depth KL / per-depth top-1 agreement over every window of ``source``, with fixed
+    sampling (same anchors every call)."""
     was = model.training
     model.eval()
     g = torch.Generator().manual_seed(seed)
     losses, kls, tops = [], [], []
-    for i in range(0, windows.shape[0], batch_windows):
-        batch = windows[i : i + batch_windows]
-        feats, teach = target_batch(target, batch, draft_ids)
-        loss, kl, top1 = loss_fn(model, feats, teach, batch, g)
+    for i in range(0, len(source), batch_windows):
+        batch, feats, teach = source.get(torch.arange(i, min(i + batch_windows, len(source))))
+        with _autocast(feats.device):
+            loss, kl, top1 = loss_fn(model, feats, teach, batch, g)
         losses.append(float(loss))
-        kls.append(kl)
-        tops.append(top1)
+        kls.append(kl.float())
+        tops.append(top1.float())
     model.train(was)
     return {"loss": sum(losses) / len(losses), "kl": torch.stack(kls).mean(0).tolist(),
             "top1": torch.stack(tops).mean(0).tolist()}
@@ -296,40 +338,91 @@ def eos_id(target: TargetModel) -> int | None:
     return None if eos is None else int(eos)
 
 
-def prepare_drafter(cls: type, kind: str, target_dir: str | os.PathLike[str], sequences: Sequence[Sequence[int]], *,
-                    draft_vocab_size: int, draft_length: int | None, config_overrides: dict[str, Any] | None,
-                    eos_token_id: int | None, seed: int, threads: int) -> tuple[Any, ...]:
-    """The set-up both trainers share: threads and seeds, the frozen target, the frequency-ranked draft vocab,
-    the inference module itself (embedding shared and frozen) warm-started from the target.
-    Returns (target, model, config dict, draft ids, t2d)."""
-    torch.set_num_threads(threads)
+def prepare_drafter(cls: type, kind: str, target: str | os.PathLike[str] | TargetModel,
+                    sequences: Sequence[Sequence[int]], *, draft_vocab_size: int, draft_length: int | None,
+                    config_overrides: dict[str, Any] | None, eos_token_id: int | None, seed: int,
+                    threads: int | None, device: str = "cpu") -> tuple[Any, ...]:
+    """The set-up both trainers share: threads and seeds, the frozen target (a loaded one is reused), the
+    frequency-ranked draft vocab, the inference module itself (embedding shared and frozen) warm-started from the
+    target, in float32 on ``device``. Returns (target, model, config dict, draft ids, t2d)."""
+    if threads:
+        torch.set_num_threads(threads)
     seed_everything(seed)
-    target = load_frozen_target(target_dir)
+    if not isinstance(target, TargetModel):
+        target = load_frozen_target(target, device=device)
     eos = eos_token_id if eos_token_id is not None else eos_id(target)
     draft_ids, d2t, t2d = build_draft_vocab(sequences, target.vocab_size, draft_vocab_size, eos)
     from dart_core.drafters.config import DrafterConfig
 
     cfg_dict = drafter_config_dict(target, kind, draft_vocab_size, draft_length, config_overrides)
-    model = cls(DrafterConfig.from_dict(cfg_dict), target.embed_tokens.weight.detach().float())
+    model = cls(DrafterConfig.from_dict(cfg_dict), target.embed_tokens.weight.detach().float().cpu())
     model.d2t.copy_(d2t)
     init_from_target(model, target, draft_ids, seed=seed)
-    return target, model, cfg_dict, draft_ids, t2d
+    return target, model.to(device), cfg_dict, draft_ids, t2d
 
 
-def fit_drafter(kind: str, prepared: tuple[Any, ...], loss_fn: Any, sequences: Sequence[Sequence[int]],
+class Checkpointer:
+    """Resumable training: ``train_state.pt`` (drafter weights, optimizer, schedule, sampler state, step) in the
+    output directory, written atomically, read back with ``weights_only=True``, removed when training ends."""
+
+    def __init__(self, out_dir: Path, model: nn.Module, resume: bool) -> None:
+        self.path = out_dir / "train_state.pt"
+        self.resume_state: dict[str, Any] | None = None
+        if resume and self.path.is_file():
+            state = torch.load(self.path, map_location="cpu", weights_only=True)
+            model.load_state_dict(state["model"])
+            self.resume_state = state
+
+    def __call__(self, step: int, model: nn.Module, opt: Any, sched: Any, g: torch.Generator) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        torch.save({"step": step, "model": model.state_dict(), "optimizer": opt.state_dict(),
+                    "scheduler": sched.state_dict(), "generator": g.get_state()}, tmp)
+        os.replace(tmp, self.path)
+
+    def finish(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def fit_drafter(kind: str, prepared: tuple[Any, ...], loss_fn: Any, sequences: Sequence[Sequence[int]] | None,
                 eval_sequences: Sequence[Sequence[int]] | None, *, min_len: int, window: int, batch_windows: int,
-                out_dir: str | os.PathLike[str], **loop: Any) -> dict[str, Any]:
-    """The rest both trainers share: windows, the training loop with held-out eval, the published-format save."""
+                out_dir: str | os.PathLike[str], features: Any = None, eval_windows: int = 0, resume: bool = False,
+                checkpoint_every: int = 0, **loop: Any) -> dict[str, Any]:
+    """The rest both trainers share: the window source (stored ``features`` of a real target — the last
+    ``eval_windows`` windows held out —, or windows of ``sequences`` run through the target online), the training
+    loop with held-out eval and checkpoints, the published-format save."""
     target, model, cfg_dict, draft_ids, t2d = prepared
     out = Path(out_dir)
-    windows = make_windows(sequences, window, min_len)
-    evw = make_windows(eval_sequences, window, min_len) if eval_sequences else None
+    out.mkdir(parents=True, exist_ok=True)
+    if window < min_len:
+        raise ValueError(f"training window of {window} tokens is too short (need >= {min_len})")
+    if features is not None:
+        from dart_core.train.features import StoredWindows
 
-    def eval_fn(m: Any, w: torch.Tensor) -> dict[str, Any]:
-        return evaluate(m, target, w, draft_ids, loss_fn, batch_windows)
+        head = target.model.get_output_embeddings()
+        softcap = getattr(target.text_config, "final_logit_softcapping", None)
+        device = next(model.parameters()).device
+        total = features.n_tokens // window
+        if eval_windows >= total:
+            raise ValueError(f"eval_windows={eval_windows} leaves no training window (the store holds {total})")
+        kw = {"head_bias": head.bias, "softcap": softcap, "device": device}
+        source = StoredWindows(features, window, head.weight, draft_ids, count=total - eval_windows, **kw)
+        eval_source = (StoredWindows(features, window, head.weight, draft_ids, first=total - eval_windows, **kw)
+                       if eval_windows else None)
+    else:
+        if not sequences:
+            raise ValueError("no training sequences")
+        source = OnlineWindows(target, make_windows(sequences, window, min_len), draft_ids)
+        eval_source = (OnlineWindows(target, make_windows(eval_sequences, window, min_len), draft_ids)
+                       if eval_sequences else None)
 
-    stats = train_loop(kind, model, target, windows, draft_ids, loss_fn, batch_windows=batch_windows, out_dir=out,
-                       eval_windows=evw, eval_fn=eval_fn, **loop)
+    def eval_fn(m: Any, src: Any) -> dict[str, Any]:
+        return evaluate(m, src, loss_fn, batch_windows)
+
+    ckpt = Checkpointer(out, model, resume)
+    stats = train_loop(kind, model, source, loss_fn, batch_windows=batch_windows, out_dir=out,
+                       eval_source=eval_source, eval_fn=eval_fn, checkpoint=ckpt, checkpoint_every=checkpoint_every,
+                       **loop)
     save_checkpoint(model, cfg_dict, t2d, out)
+    ckpt.finish()
     stats["draft_vocab_size"] = int(cfg_dict["draft_vocab_size"])
     return stats

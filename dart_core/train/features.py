@@ -1,0 +1,229 @@
+"""The frozen target's features, computed once and kept on disk, so drafter training never runs the target again.
+
+A training step of a one-layer drafter costs a small fraction of a target forward over the same tokens; running
+the target inside every step (as the stdlib recipe does on its 7 M model) would dominate training on a real model.
+So every distillation sequence goes through the target once: per token, the three feature hidden states
+(``[3·H]``) and the input of the output head (``[H]``, from which the teacher distribution over any draft vocab is
+one small matmul), both float16, in flat memory-mapped files. The sequences are packed end to end; training windows
+are cut from that stream. Each sequence's features come from its own forward (exact), only the drafter's window
+may span the end of one conversation and the start of the next, as a multi-turn context would.
+
+Building is resumable: the files are preallocated, ``meta.json`` records how many sequences are done and is
+rewritten atomically after each chunk, and a digest of the sequences guards against resuming on other data."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from dart_core.target import TargetModel
+
+FORMAT = 1
+FP16_MAX = 65504.0
+
+
+def sequences_digest(sequences: Sequence[Sequence[int]]) -> str:
+    h = hashlib.sha256()
+    for s in sequences:
+        h.update(np.asarray(s, dtype=np.int64).tobytes())
+        h.update(b"|")
+    return h.hexdigest()
+
+
+@dataclass
+class FeatureStore:
+    """Memory-mapped feature files: ``tokens`` [N] int32, ``features`` [N, 3H] and ``head_input`` [N, H]
+    float16, of N tokens (the packed sequences)."""
+
+    root: Path
+    meta: dict[str, Any]
+    tokens: np.ndarray
+    features: np.ndarray
+    head_input: np.ndarray
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.meta["n_tokens"])
+
+    @classmethod
+    def open(cls, root: str | os.PathLike[str], mode: str = "r") -> FeatureStore:
+        root = Path(root)
+        meta_path = root / "meta.json"
+        if not meta_path.is_file():
+            raise FileNotFoundError(f"no feature store in {root} (meta.json missing)")
+        meta = json.loads(meta_path.read_text())
+        if meta.get("format") != FORMAT:
+            raise ValueError(f"{meta_path}: feature-store format {meta.get('format')!r}, expected {FORMAT}")
+        n, h = int(meta["n_tokens"]), int(meta["hidden_size"])
+        files = {"tokens": (np.int32, (n,)), "features": (np.float16, (n, 3 * h)),
+                 "head_input": (np.float16, (n, h))}
+        arrays = {}
+        for name, (dtype, shape) in files.items():
+            path = root / f"{name}.bin"
+            want = int(np.prod(shape)) * np.dtype(dtype).itemsize
+            if not path.is_file() or path.stat().st_size != want:
+                have = path.stat().st_size if path.is_file() else "missing"
+                raise ValueError(f"{path}: expected {want} bytes for {shape} {np.dtype(dtype).name}, found {have}")
+            arrays[name] = np.memmap(path, dtype=dtype, mode=mode, shape=shape)
+        return cls(root, meta, arrays["tokens"], arrays["features"], arrays["head_input"])
+
+    def complete(self) -> bool:
+        return int(self.meta["done_sequences"]) == int(self.meta["n_sequences"])
+
+    def save_meta(self) -> None:
+        tmp = self.root / "meta.json.tmp"
+        tmp.write_text(json.dumps(self.meta, indent=1))
+        os.replace(tmp, self.root / "meta.json")
+
+
+def _create(root: Path, sequences: Sequence[Sequence[int]], target: TargetModel, digest: str) -> FeatureStore:
+    root.mkdir(parents=True, exist_ok=True)
+    n = int(sum(len(s) for s in sequences))
+    h = target.hidden_size
+    for name, dtype, width in (("tokens", np.int32, 1), ("features", np.float16, 3 * h),
+                               ("head_input", np.float16, h)):
+        with (root / f"{name}.bin").open("wb") as f:
+            f.truncate(n * width * np.dtype(dtype).itemsize)
+    meta = {"format": FORMAT, "n_tokens": n, "n_sequences": len(sequences), "done_sequences": 0,
+            "hidden_size": h, "feature_layers": list(target.feature_layers), "sequences_sha256": digest,
+            "target": str(getattr(target.config, "_name_or_path", "")), "offsets": []}
+    store = FeatureStore(root, meta, *(np.empty(0) for _ in range(3)))
+    store.save_meta()
+    return FeatureStore.open(root, "r+")
+
+
+class _HeadInput:
+    """Captures the input of the output head during a forward (exactly what the logits are computed from)."""
+
+    def __init__(self, head: torch.nn.Module) -> None:
+        self.value: torch.Tensor | None = None
+        self.handle = head.register_forward_pre_hook(self._hook)
+
+    def _hook(self, _module: torch.nn.Module, args: tuple[Any, ...]) -> None:
+        self.value = args[0]
+
+    def close(self) -> None:
+        self.handle.remove()
+
+
+def _fp16(x: torch.Tensor, what: str) -> np.ndarray:
+    x = x.float()
+    peak = float(x.abs().max()) if x.numel() else 0.0
+    if not np.isfinite(peak) or peak > FP16_MAX:
+        raise ValueError(f"target {what} reach {peak:.3g}, beyond float16: cannot store them")
+    return x.cpu().numpy().astype(np.float16)
+
+
+@torch.no_grad()
+def build_features(target: TargetModel, sequences: Sequence[Sequence[int]], root: str | os.PathLike[str], *,
+                   batch_tokens: int = 4096, progress: bool = True) -> FeatureStore:
+    """Run the target once over every sequence (batches of similar lengths, right-padded) and store its features;
+    resume a partial store of the same sequences, or refuse one of other data."""
+    from tqdm.auto import tqdm
+
+    root = Path(root)
+    if not sequences or any(len(s) == 0 for s in sequences):
+        raise ValueError("feature extraction needs non-empty sequences")
+    longest = max(len(s) for s in sequences)
+    if longest > target.max_context:
+        raise ValueError(f"a training sequence has {longest} tokens, beyond the target's context "
+                         f"{target.max_context}")
+    digest = sequences_digest(sequences)
+    if (root / "meta.json").is_file():
+        store = FeatureStore.open(root, "r+")
+        if store.meta["sequences_sha256"] != digest or store.meta["feature_layers"] != list(target.feature_layers):
+            raise ValueError(f"{root} holds features of other sequences or feature layers: remove it, or pass "
+                             "another directory")
+    else:
+        store = _create(root, sequences, target, digest)
+    offsets = np.concatenate([[0], np.cumsum([len(s) for s in sequences])]).tolist()
+    store.meta["offsets"] = offsets
+    head = target.model.get_output_embeddings()
+    if head is None:
+        raise ValueError("the target has no output head (get_output_embeddings() is None)")
+    hook = _HeadInput(head)
+    start = int(store.meta["done_sequences"])
+    bar = tqdm(total=len(sequences), initial=start, desc="target features", unit="seq", disable=not progress)
+    try:
+        i = start
+        while i < len(sequences):
+            # Sequences stay in file order (resume is by count); one batch fills ``batch_tokens`` of padded width.
+            j, width = i, 0
+            while j < len(sequences) and (j == i or max(width, len(sequences[j])) * (j - i + 1) <= batch_tokens):
+                width = max(width, len(sequences[j]))
+                j += 1
+            batch = sequences[i:j]
+            ids = torch.zeros((len(batch), width), dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for r, s in enumerate(batch):
+                ids[r, : len(s)] = torch.as_tensor(list(s))
+                mask[r, : len(s)] = 1
+            out = target.model(input_ids=ids.to(target.device), attention_mask=mask.to(target.device),
+                               output_hidden_states=True, use_cache=False, return_dict=True)
+            feats = torch.cat([out.hidden_states[k] for k in target.feature_layers], dim=-1)
+            last = hook.value
+            assert last is not None
+            for r, s in enumerate(batch):
+                a, b = offsets[i + r], offsets[i + r + 1]
+                store.tokens[a:b] = np.asarray(s, dtype=np.int32)
+                store.features[a:b] = _fp16(feats[r, : len(s)], "hidden states")
+                store.head_input[a:b] = _fp16(last[r, : len(s)], "output-head inputs")
+            for arr in (store.tokens, store.features, store.head_input):
+                arr.flush()
+            store.meta["done_sequences"] = j
+            store.save_meta()
+            bar.update(j - i)
+            i = j
+    finally:
+        hook.close()
+        bar.close()
+    return FeatureStore.open(root)
+
+
+class StoredWindows:
+    """Training windows cut from a complete :class:`FeatureStore`: non-overlapping runs of ``window`` tokens of
+    the packed stream, with the teacher (the target's log-probs over the draft vocab) computed on demand from the
+    stored head inputs."""
+
+    def __init__(self, store: FeatureStore, window: int, head_weight: torch.Tensor, draft_ids: torch.Tensor,
+                 *, head_bias: torch.Tensor | None = None, softcap: float | None = None,
+                 device: torch.device | str = "cpu", first: int = 0, count: int | None = None) -> None:
+        if not store.complete():
+            raise ValueError(f"feature store {store.root} is incomplete ({store.meta['done_sequences']} of "
+                             f"{store.meta['n_sequences']} sequences): run the features stage again to finish it")
+        total = store.n_tokens // window
+        if total < 1:
+            raise ValueError(f"{store.n_tokens} tokens make no training window of {window}")
+        self.store, self.window, self.device = store, window, torch.device(device)
+        self.first = first
+        self.n = (total - first) if count is None else min(count, total - first)
+        if self.n < 1:
+            raise ValueError(f"no training window left after the first {first} (of {total})")
+        ids = draft_ids.to(self.device)
+        self.head = head_weight.detach().float().to(self.device)[ids]
+        self.bias = None if head_bias is None else head_bias.detach().float().to(self.device)[ids]
+        self.softcap = softcap
+
+    def __len__(self) -> int:
+        return self.n
+
+    def get(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(ids [B, n], features [B, n, 3H] float32, teacher log-probs [B, n, Vd]) of windows ``idx``."""
+        starts = [(self.first + int(i)) * self.window for i in idx]
+        rows = np.concatenate([np.arange(s, s + self.window) for s in starts])
+        ids = torch.from_numpy(np.asarray(self.store.tokens[rows], dtype=np.int64)).view(len(starts), -1)
+        feats = torch.from_numpy(np.asarray(self.store.features[rows], dtype=np.float32))
+        last = torch.from_numpy(np.asarray(self.store.head_input[rows], dtype=np.float32)).to(self.device)
+        logits = torch.nn.functional.linear(last, self.head, self.bias)
+        if self.softcap:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        teach = torch.log_softmax(logits, dim=-1).view(len(starts), self.window, -1)
+        return ids.to(self.device), feats.view(len(starts), self.window, -1).to(self.device), teach

