@@ -157,7 +157,6 @@ def run_fit(target_ref: str, data: Path, out: Path, *, work: Path, only: str | N
             continue
         t1 = time.perf_counter()
         rec = fn(target, train_seqs, out / name, steps=steps[name], **common)
-        rec = {k: v for k, v in rec.items()}
         rec.update(stage_seconds=round(time.perf_counter() - t1, 1), steps=steps[name], draft_vocab=draft_vocab,
                    intermediate_size=intermediate, window=window, batch_windows=batch_windows,
                    eval_windows=eval_windows, data=str(data),
@@ -169,12 +168,10 @@ def run_fit(target_ref: str, data: Path, out: Path, *, work: Path, only: str | N
     return results
 
 
-def run_ngram(tokenizer: Any, seqs: list[list[int]], path: Path, *, order: int, min_count: int,
-              progress: bool) -> dict[str, Any]:
+def run_ngram(seqs: list[list[int]], path: Path, *, order: int, min_count: int, progress: bool) -> dict[str, Any]:
     """An N-gram store over the distillation sequences (the target's own text, in its tokenizer)."""
     from dart_core.ngram import NgramStore, build_to_file
 
-    del tokenizer
     t0 = time.perf_counter()
     path.parent.mkdir(parents=True, exist_ok=True)
     build_to_file(seqs, path, order=order, min_count=min_count, progress=progress)
@@ -210,7 +207,7 @@ def cmd_smollm2(args: argparse.Namespace, command: str) -> int:
                     seed=args.seed, threads=args.threads, progress=not args.no_progress, loaded=loaded)
     _record(out, "distill", d, command)
     seqs = read_sequences(work / "distill.jsonl")
-    ng = run_ngram(loaded[1], seqs, out / "ngram" / "small.ngram", order=hp["ngram_order"],
+    ng = run_ngram(seqs, out / "ngram" / "small.ngram", order=hp["ngram_order"],
                    min_count=hp["ngram_min_count"], progress=not args.no_progress)
     _record(out, "ngram", ng, command)
     run_fit(hp["target"], work / "distill.jsonl", out, work=work, only=None, steps=hp["steps"],
