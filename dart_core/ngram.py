@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -108,9 +109,13 @@ class NgramStore:
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the store in our format (atomically: a temporary file renamed into place)."""
         out = Path(path)
-        tmp = out.with_name(out.name + ".tmp")
-        with open(tmp, "wb") as f:
-            f.write(memoryview(self._buffer))
+        tmp = _temp_sibling(out)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(memoryview(self._buffer))
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         os.replace(tmp, out)
         return out
 
@@ -204,13 +209,26 @@ def _fill_builder(sequences: Iterable[Any], order: int, progress: bool, min_coun
     return builder
 
 
+def _temp_sibling(out: Path) -> Path:
+    """A fresh, unique file next to ``out`` to write into before an atomic rename: two writers of the same
+    output (two processes converting one ``.trie`` into a shared cache) never share a temporary file."""
+    fd, name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    os.close(fd)
+    os.chmod(name, 0o644)  # mkstemp's 0600 would make a shared cache unreadable to other users
+    return Path(name)
+
+
 def build_to_file(sequences: Iterable[Any], path: str | os.PathLike[str], order: int = 3, *,
                   min_count: int = 1, progress: bool = False) -> Path:
     """Build a store straight into a file (no second copy in memory); ``min_count`` as in ``build``."""
     builder = _fill_builder(sequences, order, progress, min_count)
     out = Path(path)
-    tmp = out.with_name(out.name + ".tmp")
-    builder.write_file(str(tmp))
+    tmp = _temp_sibling(out)
+    try:
+        builder.write_file(str(tmp))
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, out)
     return out
 
@@ -228,7 +246,8 @@ def convert_trie(
     if not src.is_file():
         raise FileNotFoundError(f"reference .trie not found: {src}")
     out = Path(out_path)
-    tmp = out.with_name(out.name + ".tmp")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temp_sibling(out)
     bar = None
     callback = None
     if progress:

@@ -29,11 +29,18 @@ __all__ = [
 ]
 
 
+# Below this a temperature is greedy: logits scaled by 1/T >= 1e6 give any token 1e-4 or more below the maximum a
+# probability under 1e-43 (float32's denormal range), and much smaller T overflows the division itself.
+MIN_SAMPLING_TEMPERATURE = 1e-6
+
+
 @dataclass(frozen=True)
 class SamplingConfig:
     """How the target's next-token distribution is post-processed.
 
     ``temperature == 0`` means greedy (argmax); ``top_p == 1.0`` and ``top_k == 0`` switch those filters off.
+    A temperature below :data:`MIN_SAMPLING_TEMPERATURE` is stored as 0 (greedy): dividing logits by it would
+    overflow float32 (1e-38 already does), and its distribution is the argmax's one-hot to float32 precision anyway.
     """
 
     temperature: float = 0.0
@@ -48,7 +55,7 @@ class SamplingConfig:
             raise ValueError(f"SamplingConfig.top_p must be in (0, 1] (1.0 = off), got {p!r}")
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
             raise ValueError(f"SamplingConfig.top_k must be an integer >= 0 (0 = off), got {k!r}")
-        object.__setattr__(self, "temperature", float(t))
+        object.__setattr__(self, "temperature", float(t) if t >= MIN_SAMPLING_TEMPERATURE else 0.0)
         object.__setattr__(self, "top_p", float(p))
         object.__setattr__(self, "top_k", int(k))
 

@@ -258,6 +258,19 @@ def test_eagle3_loader_errors(tmp_path: Path, target: torch.nn.Module) -> None:
         Eagle3Drafter.from_pretrained(C.write_drafter(tmp_path / "b", cfg, state), target=target)
 
 
+@pytest.mark.parametrize(("kind", "fmt"), [("dart", "safetensors"), ("eagle3", "safetensors"), ("eagle3", "bin")])
+def test_non_finite_weights_are_refused_by_name(tmp_path: Path, target: torch.nn.Module, kind: str,
+                                                fmt: str) -> None:
+    """A head full of NaN used to load: EAGLE-3 then raced as "done" proposing garbage, DART failed mid-race."""
+    cls = DartDrafter if kind == "dart" else Eagle3Drafter
+    cfg = C.drafter_config(kind, vocab=V, hidden=H, draft_vocab=48)
+    state = C.random_drafter_state(cfg, kind=kind)
+    state["fc.weight"] = torch.full_like(state["fc.weight"], float("nan"))
+    state["norm.weight"][3] = float("inf")
+    with pytest.raises(ValueError, match=r"non-finite values \(NaN or inf\) in \['fc.weight', 'norm.weight'\]"):
+        cls.from_pretrained(C.write_drafter(tmp_path / "nan", cfg, state, fmt=fmt), target=target)
+
+
 class Evil:
     def __reduce__(self) -> tuple:
         return (print, ("pwned",))

@@ -202,6 +202,21 @@ def test_steps_report_timings_and_trees(tmp_path: Path) -> None:
         assert stats.new_tokens == 12 and stats.tokens_per_s > 0
 
 
+def test_tiny_temperature_generates_the_greedy_output(tmp_path: Path) -> None:
+    """A temperature too small to divide by (the app's slider accepts down to 5e-324) races like greedy decoding
+    instead of failing every method with "no finite logit"."""
+    model = make_target("qwen3")
+    target = TargetModel(model)
+    plain = drafters(tmp_path, model, oracle=False)
+    prompt = prompts(seed=5)[0]
+    want = reference(model, prompt, NEW)
+    tiny = SamplingConfig(temperature=5e-324)
+    for drafter in (None, plain["dart"], plain["eagle3"]):
+        got, _ = generate(target, prompt, drafter, sampling=tiny, max_new_tokens=NEW,
+                          generator=torch.Generator().manual_seed(0))
+        assert got == want
+
+
 def test_sampling_keeps_target_distribution(tmp_path: Path) -> None:
     """Second emitted token (the first one from a verify step) under DART with a rigged drafter vs the exact
     target distribution Σ_x1 p(x1) q(x2 | x1), chi-square at fixed seeds."""

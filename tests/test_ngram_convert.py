@@ -412,3 +412,40 @@ def test_missing_and_unwritable_paths(tmp_path: Path, base: object) -> None:
         _native.convert_trie(src, str(tmp_path / "x.ngram"), str(missing), 1 << 20, None)
     with pytest.raises(RuntimeError, match="cannot open"):
         _native.convert_trie(src, str(missing / "x.ngram"), str(tmp_path), 1 << 20, None)
+
+
+def test_two_conversions_of_one_file_at_once_both_succeed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two writers of one output (two app processes converting one .trie into the shared cache) used to share
+    ``out.ngram.tmp``: the first rename took the other's file away ("No such file or directory"). Here the second
+    conversion runs to completion inside the first one's last progress callback, after the first has written its
+    file and before it renames it: deterministically the window where they collided."""
+    import tqdm.auto
+
+    rng = random.Random(3)
+    seqs = H.random_corpus(rng, 80, 30, VOCABS["medium"])
+    src = H.RefTrie.build(seqs, 3).write(tmp_path / "ref.trie")
+    out = tmp_path / "cache" / "ref.ngram"
+    out.parent.mkdir()
+    nested: list[dict[str, int]] = []
+
+    class Bar:
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            self.total = self.n = 0
+            self.phase = ""
+
+        def set_postfix_str(self, phase: str, **kwargs: object) -> None:
+            self.phase = phase
+
+        def refresh(self) -> None:
+            if self.phase == "done" and not nested:  # the first writer's file is complete, not yet renamed
+                nested.append(convert(src, out))
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
+    stats = ngram.convert_trie(src, out, progress=True)
+    assert nested and nested[0] == stats
+    assert out.read_bytes() == store_bytes(NgramStore.build(seqs, 3))
+    assert [p.name for p in out.parent.iterdir()] == [out.name]  # no temporary file left behind
+    assert out.stat().st_mode & 0o777 == 0o644

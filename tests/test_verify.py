@@ -293,3 +293,16 @@ def test_bad_inputs():
 def test_config_combinations_construct():
     for t, p, k in itertools.product([0, 0.5, 2], [0.1, 1.0], [0, 1, 50]):
         assert SamplingConfig(t, p, k).greedy == (t == 0)
+
+
+@pytest.mark.parametrize("temperature", [1e-7, 1e-38, 5e-324])
+def test_tiny_temperature_is_greedy(temperature):
+    """Dividing by such a temperature overflows float32 (every row became all -inf/NaN, "no finite logit");
+    the limit T -> 0 is the argmax, so the config treats it as greedy."""
+    cfg = SamplingConfig(temperature=temperature, top_p=0.9, top_k=5)
+    assert cfg.greedy and cfg.temperature == 0.0
+    logits = torch.tensor([[1.0, 7.5, -3.0, 7.25], [40.0, -40.0, 0.0, 39.0]])
+    probs = processed_probs(logits, cfg)
+    assert torch.equal(probs, torch.tensor([[0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]]))
+    kept = SamplingConfig(temperature=1e-5)  # still sampling, and finite
+    assert not kept.greedy and torch.isfinite(processed_probs(logits, kept)).all()

@@ -58,7 +58,8 @@ def check_state(
     optional: frozenset[str] = frozenset(),
     source: str,
 ) -> None:
-    """Fail loudly (unlike the reference's ``strict=False``) on missing, unexpected or mis-shaped tensors."""
+    """Fail loudly (unlike the reference's ``strict=False``) on missing, unexpected, mis-shaped or non-finite
+    tensors."""
     missing = sorted(k for k in expected if k not in state and k not in optional)
     unexpected = sorted(k for k in state if k not in expected)
     wrong = [f"{k}: {tuple(state[k].shape)} != expected {expected[k]}" for k in sorted(expected)
@@ -70,6 +71,9 @@ def check_state(
         problems.append(f"unexpected keys {unexpected}")
     if wrong:
         problems.append("shape mismatches: " + "; ".join(wrong))
+    bad = sorted(k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all()))
+    if bad:  # such a drafter would load and propose garbage every step (or fail mid-race)
+        problems.append(f"non-finite values (NaN or inf) in {bad}")
     if problems:
         raise ValueError(f"{source}: checkpoint does not match its config: " + ", ".join(problems))
 
