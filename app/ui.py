@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import json
 import logging
+import math
 import secrets
 import threading
 import time
@@ -70,6 +71,32 @@ def encode(arena: Any, turns: list[dict[str, Any]], method: str, *, chat: bool) 
     return tok(text, add_special_tokens=False)["input_ids"]
 
 
+# The settings controls in the order the page passes them to a race (labels as the page shows them).
+CONTROL_LABELS = ("Temperature", "Top-p", "Top-k", "Max new tokens", "DART tree size", "EAGLE-3 depth",
+                  "EAGLE-3 top-k", "EAGLE-3 total")
+
+
+def control_number(value: Any, label: str) -> float:
+    """One control's value as a finite float, or a ValueError naming the control (an API caller can send a
+    string, null or NaN where the page's slider would send a number)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise ValueError(f"{label}: expected a number, got {shown}")
+    if not math.isfinite(value):
+        raise ValueError(f"{label}: expected a finite number, got {value}")
+    return float(value)
+
+
+def check_text(text: str) -> None:
+    """A prompt must be encodable as UTF-8: a lone surrogate (possible through the API, e.g. "\\ud800") would
+    otherwise fail inside the tokenizer with an unhelpful TypeError."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"The prompt holds a character that is not valid Unicode (a lone surrogate, "
+                         f"U+{ord(text[e.start]):04X}, at character {e.start}): remove it and send again.") from None
+
+
 def model_worker() -> ThreadPoolExecutor:
     """The one thread that touches the model (see :class:`ArenaUI`)."""
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="dart-arena-model")
@@ -119,8 +146,13 @@ class ArenaUI:
     # ------------------------------------------------------------------------------------------- events
     def settings(self, temperature: float, top_p: float, top_k: float, max_new_tokens: float, dart_nodes: float,
                  e3_depth: float, e3_top_k: float, e3_total: float) -> RaceSettings:
-        """The controls' values as race settings (ValueError with a readable message when out of range)."""
-        sampling = SamplingConfig(float(temperature), float(top_p), int(top_k))
+        """The controls' values as race settings (ValueError naming the control when one is not a finite number,
+        or with a readable message when out of range)."""
+        temperature, top_p, top_k, max_new_tokens, dart_nodes, e3_depth, e3_top_k, e3_total = (
+            control_number(v, label) for v, label in zip(
+                (temperature, top_p, top_k, max_new_tokens, dart_nodes, e3_depth, e3_top_k, e3_total),
+                CONTROL_LABELS, strict=True))
+        sampling = SamplingConfig(temperature, top_p, int(top_k))
         seed = 0 if sampling.greedy else secrets.randbelow(2**31)
         return RaceSettings(
             sampling=sampling, max_new_tokens=int(max_new_tokens), max_length=self.config.max_length,
@@ -133,6 +165,9 @@ class ArenaUI:
         """The generation event: validate, race, stream updates (tuples in the order of the page's outputs)."""
         conv = conv or new_conversation()
         turns = list(conv["turns"])
+        if prompt is not None and not isinstance(prompt, str):  # only an API caller can send that
+            yield self._warn(f"The prompt must be text, got {type(prompt).__name__}.", "", conv)
+            return
         if regenerate:
             if not turns:
                 yield self._warn("Nothing to regenerate yet: send a prompt first.", prompt, conv)
@@ -147,6 +182,7 @@ class ArenaUI:
         if not self.config.chat:
             turns = []  # completion mode: every prompt stands alone
         try:
+            check_text(text)
             settings = self.settings(*controls)
             turns.append({"user": text, "replies": {}})
             limit = context_limit(self.arena, settings.max_length)

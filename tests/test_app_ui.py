@@ -3,6 +3,7 @@ template, Stop from another thread and a cancelled (closed) event, on the toy bu
 
 from __future__ import annotations
 
+import html
 import threading
 from typing import Any
 
@@ -123,3 +124,27 @@ def test_a_closed_event_closes_the_race(arena: Any) -> None:
     assert live.closed.is_set() and live.race.stopped and not live.race._gens
     cleared = ui.clear("v")
     assert "v" not in ui.active and cleared[1] == new_conversation()
+
+
+@pytest.mark.parametrize(("prompt", "index", "value", "message"), [
+    ("def f():\ud800", None, None, "not valid Unicode (a lone surrogate, U+D800, at character 8)"),
+    (42, None, None, "The prompt must be text, got int"),
+    ("x = 1", 0, "hot", "Temperature: expected a number, got 'hot'"),
+    ("x = 1", 1, None, "Top-p: expected a number, got None"),
+    ("x = 1", 3, float("nan"), "Max new tokens: expected a finite number, got nan"),
+    ("x = 1", 4, float("inf"), "DART tree size: expected a finite number, got inf"),
+    ("x = 1", 7, True, "EAGLE-3 total: expected a number, got True"),
+])
+def test_malformed_api_values_get_a_message_naming_the_input(arena: Any, prompt: Any, index: int | None,
+                                                             value: Any, message: str) -> None:
+    """What only an API caller can send (a lone surrogate used to raise TypeError in the tokenizer, NaN gave
+    "cannot convert float NaN to integer", null a TypeError): one warning that names the control, no race."""
+    values = list(controls(8))
+    if index is not None:
+        values[index] = value
+    conv = new_conversation()
+    with pytest.warns(UserWarning):
+        out = list(ui_for(arena).run(prompt, conv, *values, session="s"))
+    assert len(out) == 1
+    assert html.escape(message) in out[0][STATUS] and "banner-warn" in out[0][STATUS]
+    assert conv["turns"] == []
