@@ -11,7 +11,8 @@ import hashlib
 import mmap
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -109,14 +110,8 @@ class NgramStore:
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the store in our format (atomically: a temporary file renamed into place)."""
         out = Path(path)
-        tmp = _temp_sibling(out)
-        try:
-            with open(tmp, "wb") as f:
-                f.write(memoryview(self._buffer))
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        os.replace(tmp, out)
+        with _atomic_output(out) as tmp, open(tmp, "wb") as f:
+            f.write(memoryview(self._buffer))
         return out
 
     def close(self) -> None:
@@ -209,13 +204,21 @@ def _fill_builder(sequences: Iterable[Any], order: int, progress: bool, min_coun
     return builder
 
 
-def _temp_sibling(out: Path) -> Path:
-    """A fresh, unique file next to ``out`` to write into before an atomic rename: two writers of the same
-    output (two processes converting one ``.trie`` into a shared cache) never share a temporary file."""
+@contextmanager
+def _atomic_output(out: Path) -> Iterator[Path]:
+    """A fresh, unique file next to ``out`` to write into, renamed onto ``out`` when the block succeeds and
+    removed when it fails: two writers of the same output (two processes converting one ``.trie`` into a
+    shared cache) never share a temporary file, and a reader never sees a partial store."""
     fd, name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
     os.close(fd)
-    os.chmod(name, 0o644)  # mkstemp's 0600 would make a shared cache unreadable to other users
-    return Path(name)
+    tmp = Path(name)
+    try:
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would make a shared cache unreadable to other users
+        yield tmp
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, out)
 
 
 def build_to_file(sequences: Iterable[Any], path: str | os.PathLike[str], order: int = 3, *,
@@ -223,13 +226,8 @@ def build_to_file(sequences: Iterable[Any], path: str | os.PathLike[str], order:
     """Build a store straight into a file (no second copy in memory); ``min_count`` as in ``build``."""
     builder = _fill_builder(sequences, order, progress, min_count)
     out = Path(path)
-    tmp = _temp_sibling(out)
-    try:
+    with _atomic_output(out) as tmp:
         builder.write_file(str(tmp))
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    os.replace(tmp, out)
     return out
 
 
@@ -247,7 +245,6 @@ def convert_trie(
         raise FileNotFoundError(f"reference .trie not found: {src}")
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temp_sibling(out)
     bar = None
     callback = None
     if progress:
@@ -262,17 +259,13 @@ def convert_trie(
             bar.refresh()
 
     try:
-        stats = _native.convert_trie(str(src), str(tmp), str(tmp_dir or ""), int(memory_budget), callback)
+        with _atomic_output(out) as tmp:
+            stats = _native.convert_trie(str(src), str(tmp), str(tmp_dir or ""), int(memory_budget), callback)
     except NgramFormatError as e:
-        tmp.unlink(missing_ok=True)
         raise NgramFormatError(f"{src}: {e}") from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     finally:
         if bar is not None:
             bar.close()
-    os.replace(tmp, out)
     return stats
 
 

@@ -96,18 +96,12 @@ def run_distill(target_ref: str, records: list[dict[str, Any]], out: Path, *, de
         torch.set_num_threads(threads)
     target, tok = loaded or _load_target(target_ref, device, dtype)
     t0 = time.perf_counter()
-    stop_ids = stop_token_ids(tok, target.config)
-    stats = distill(target.model, tok, records, out, stop_ids=stop_ids,
+    stats = distill(target.model, tok, records, out, stop_ids=stop_token_ids(tok, target.config),
                     max_new_tokens=max_new_tokens, batch_size=batch_size, temperature=temperature, seed=seed,
                     progress=progress)
     stats.update(seconds=round(time.perf_counter() - t0, 1), max_new_tokens=max_new_tokens, batch_size=batch_size,
                  temperature=temperature, prompts=len(records))
     stats["answer_tokens_per_s"] = round(stats["answer_tokens"] / max(1e-9, stats["seconds"]), 1)
-    # Totals of the whole file (a resumed run answers only what was missing).
-    recs = [json.loads(line) for line in Path(out).read_text(encoding="utf-8").splitlines() if line.strip()]
-    stats["file"] = {"records": len(recs), "tokens": sum(len(r["ids"]) for r in recs),
-                     "answer_tokens": sum(len(r["ids"]) - r["n_prompt"] for r in recs),
-                     "hit_limit": sum(1 for r in recs if r["n_prompt"] and r["ids"][-1] not in stop_ids)}
     return stats
 
 

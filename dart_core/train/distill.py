@@ -78,10 +78,11 @@ def prompt_ids(tokenizer: Any, rec: dict[str, Any]) -> list[int]:
     return [int(t) for t in out]
 
 
-def _done_ids(path: Path) -> set[str]:
-    """Ids already answered; a torn last line (killed mid-write) is cut off the file."""
+def _resume(path: Path, stop_ids: list[int]) -> tuple[set[str], dict[str, int]]:
+    """Ids already answered and the totals of their records; a torn last line (killed mid-write) is cut off."""
+    totals = {"records": 0, "tokens": 0, "answer_tokens": 0, "hit_limit": 0}
     if not path.exists():
-        return set()
+        return set(), totals
     done: set[str] = set()
     good = 0
     with path.open("rb") as f:
@@ -92,10 +93,20 @@ def _done_ids(path: Path) -> set[str]:
             except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError):
                 break
             good += len(raw)
+            ids, n_prompt = rec.get("ids") or [], rec.get("n_prompt") or 0
+            _count(totals, len(ids), len(ids) - n_prompt, bool(n_prompt and ids) and ids[-1] not in stop_ids)
     if good != path.stat().st_size:
         with path.open("r+b") as f:
             f.truncate(good)
-    return done
+    return done, totals
+
+
+def _count(totals: dict[str, int], tokens: int, answer_tokens: int, hit_limit: bool) -> None:
+    """Add one record of the distillation file to its totals."""
+    totals["records"] += 1
+    totals["tokens"] += tokens
+    totals["answer_tokens"] += answer_tokens
+    totals["hit_limit"] += hit_limit
 
 
 def _similarity_key(item: tuple[dict[str, Any], list[int]]) -> tuple[str, int]:
@@ -123,14 +134,15 @@ def distill(
     seed: int = 0,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Answer every record the target has not answered yet in ``out_path`` and append them there. Returns counts."""
+    """Answer every record the target has not answered yet in ``out_path`` and append them there. Returns counts
+    of this run and, under ``file``, the totals of the whole file (a resumed run answers only what was missing)."""
     from tqdm.auto import tqdm
 
     if not stop_ids:
         raise DistillError("no end-of-turn token known for the target: cannot tell where an answer ends")
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    done = _done_ids(out)
+    done, totals = _resume(out, stop_ids)
     todo: list[tuple[dict[str, Any], list[int]]] = []
     raw: list[dict[str, Any]] = []
     for rec in records:
@@ -146,12 +158,13 @@ def distill(
     todo = [r for i in range(0, len(todo), run) for r in sorted(todo[i : i + run], key=_similarity_key)]
     device = next(model.parameters()).device
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_ids[0]
-    stats = {"skipped_done": len(done), "answered": 0, "raw": 0, "answer_tokens": 0, "hit_limit": 0}
+    stats = {"skipped_done": len(done), "answered": 0, "raw": 0, "answer_tokens": 0, "hit_limit": 0, "file": totals}
     with out.open("a", encoding="utf-8") as f:
         for rec in raw:
             ids = [int(t) for t in tokenizer.encode(rec["text"], add_special_tokens=False)]
             f.write(json.dumps({"id": str(rec["id"]), "ids": ids, "n_prompt": 0, "answer": rec["text"]}) + "\n")
             stats["raw"] += 1
+            _count(totals, len(ids), len(ids), False)
         f.flush()
         bar = tqdm(total=len(todo), desc="distill", unit="prompt", disable=not progress)
         torch.manual_seed(seed)
@@ -180,6 +193,7 @@ def distill(
                                    ensure_ascii=False) + "\n")
                 stats["answer_tokens"] += len(answer)
                 stats["answered"] += 1
+                _count(totals, len(p) + len(answer), len(answer), bool(answer) and answer[-1] not in stop_ids)
             f.flush()
             os.fsync(f.fileno())
             bar.update(len(batch))
