@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dart_core.bundle import Bundle, BundleError, default_bundle_dir, open_bundle
+from dart_core.racers import BASELINE, drafting_racers, label, racer
 
 REPO = Path(__file__).resolve().parent.parent
 COMPLETION_TEMPLATES = ("raw", "none", "completion")
@@ -52,20 +53,23 @@ def build_parser() -> argparse.ArgumentParser:
                         "stdlib toy); used unless --base-model-name-or-path is given")
     m.add_argument("--base-model-name-or-path", default=None, metavar="MODEL",
                    help="target model, e.g. Qwen/Qwen3-8B (default: the bundle's target)")
-    m.add_argument("--dart-model-name-or-path", default=None, metavar="MODEL",
-                   help="DART drafter, e.g. fvliang/qwen8b-dart (default: the bundle's dart/ when the target is "
-                        "the bundle's; without one there is no DART column)")
     m.add_argument("--ngram-model-name-or-path", default=None, metavar="PATH",
                    help="N-gram store for DART's tree search: a file, or a dir / Hub repo with small.trie / "
                         "full.trie, e.g. fvliang/dart-qwen3-ngram (default: the bundle's ngram/small.ngram)")
     m.add_argument("--use-small-ngram", action="store_true",
                    help="load small.trie (quick to load, good for demos) instead of full.trie")
-    m.add_argument("--compare-eagle3", action=argparse.BooleanOptionalAction, default=None,
-                   help="add an EAGLE-3 column on the same target (default: on when the bundle has an EAGLE-3 "
-                        "head, off with --base-model-name-or-path)")
-    m.add_argument("--eagle3-model-name-or-path", default=None, metavar="MODEL",
-                   help="EAGLE-3 head for --compare-eagle3, e.g. AngelSlim/Qwen3-8B_eagle3 (default: the "
-                        "bundle's eagle3/)")
+    for r in drafting_racers():  # one model flag per racer (and --compare-<key> for the opt-in ones)
+        if r.opt_in:
+            m.add_argument(f"--compare-{r.key}", action=argparse.BooleanOptionalAction, default=None,
+                           help=f"add a {r.label} column on the same target (default: on when the bundle has "
+                                f"{r.key}/, off with --base-model-name-or-path)")
+            m.add_argument(f"--{r.key}-model-name-or-path", default=None, metavar="MODEL",
+                           help=f"{r.label} drafter for --compare-{r.key}, e.g. {r.example} (default: the bundle's "
+                                f"{r.key}/)")
+        else:
+            m.add_argument(f"--{r.key}-model-name-or-path", default=None, metavar="MODEL",
+                           help=f"{r.label} drafter, e.g. {r.example} (default: the bundle's {r.key}/ when the "
+                                f"target is the bundle's; without one there is no {r.label} column)")
     m.add_argument("--template-name", default="auto", metavar="NAME",
                    help="'auto' (default): the bundle's mode (chat for SmolLM2, completion for the toy); with "
                         "--base-model-name-or-path the tokenizer's chat template when it has one (Qwen3: thinking "
@@ -103,28 +107,31 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
                              "stdlib toy; --base-model-name-or-path MODEL another target)") from None
     elif getattr(args, "bundle", None) is not None:
         log.warning("--bundle is ignored: --base-model-name-or-path gives the target")
-    compare = args.compare_eagle3 if args.compare_eagle3 is not None else (
-        bundle is not None and bundle.eagle3 is not None)
-    eagle3 = args.eagle3_model_name_or_path
-    if compare and eagle3 is None:
-        if bundle is None:
-            raise SystemExit("error: --compare-eagle3 needs --eagle3-model-name-or-path (e.g. "
-                             "AngelSlim/Qwen3-8B_eagle3)")
-        if bundle.eagle3 is None:
-            raise SystemExit(f"error: --compare-eagle3: the bundle {bundle.root} has no eagle3/; pass "
-                             "--eagle3-model-name-or-path")
-        eagle3 = str(bundle.eagle3)
-    if not compare and eagle3 is not None:
-        log.warning("--eagle3-model-name-or-path is ignored without --compare-eagle3")
-
-    def part(given: str | None, path: Path | None) -> str | None:
-        return given or (str(path) if path is not None else None)
+    drafters: dict[str, str | None] = {}
+    for r in drafting_racers():
+        given = getattr(args, f"{r.dest}_model_name_or_path")
+        in_bundle = bundle.drafter(r.key) if bundle is not None else None
+        if not r.opt_in:
+            drafters[r.key] = given or (str(in_bundle) if in_bundle is not None else None)
+            continue
+        flag = f"--compare-{r.key}"
+        compare = getattr(args, f"compare_{r.dest}")
+        compare = compare if compare is not None else in_bundle is not None
+        if compare and given is None:
+            if bundle is None:
+                raise SystemExit(f"error: {flag} needs --{r.key}-model-name-or-path (e.g. {r.example})")
+            if in_bundle is None:
+                raise SystemExit(f"error: {flag}: the bundle {bundle.root} has no {r.key}/; pass "
+                                 f"--{r.key}-model-name-or-path")
+            given = str(in_bundle)
+        if not compare and given is not None:
+            log.warning("--%s-model-name-or-path is ignored without %s", r.key, flag)
+        drafters[r.key] = given if compare else None
 
     return {
         "base": bundle.target if bundle is not None else args.base_model_name_or_path,
-        "dart": part(args.dart_model_name_or_path, bundle.dart if bundle is not None else None),
-        "eagle3": eagle3 if compare else None,
-        "ngram": part(args.ngram_model_name_or_path, bundle.ngram if bundle is not None else None),
+        "drafters": drafters,
+        "ngram": args.ngram_model_name_or_path or (str(bundle.ngram) if bundle and bundle.ngram else None),
         "bundle": bundle,
     }
 
@@ -177,13 +184,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     log = setup_logging()
     src = resolve(args)
-    log.info("loading target %s%s%s%s", short(src["base"]), f", DART {short(src['dart'])}" if src["dart"] else "",
-             f", EAGLE-3 {short(src['eagle3'])}" if src["eagle3"] else "",
+    loaded = {k: v for k, v in src["drafters"].items() if v}
+    log.info("loading target %s%s%s", short(src["base"]),
+             "".join(f", {label(k)} {short(v)}" for k, v in loaded.items()),
              f", N-gram {short(src['ngram'])}" if src["ngram"] else "")
 
     from app.race import RaceSettings, warm_up
     from app.ui import AppConfig, ArenaUI, encode, launch, model_worker
-    from dart_core.generate import tree_defaults
     from dart_core.hub import HubFileError
     from dart_core.models import load_arena
     from dart_core.ngram import NgramFormatError
@@ -192,16 +199,19 @@ def main(argv: list[str] | None = None) -> int:
     worker = model_worker()
     t0 = time.perf_counter()
     try:
-        arena = worker.submit(load_arena, src["base"], dart=src["dart"], eagle3=src["eagle3"], ngram=src["ngram"],
-                              small_ngram=args.use_small_ngram, device=args.device, dtype=args.dtype).result()
+        arena = worker.submit(load_arena, src["base"], ngram=src["ngram"], small_ngram=args.use_small_ngram,
+                              device=args.device, dtype=args.dtype, **loaded).result()
     except (HubFileError, NgramFormatError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if arena.dart is None:
-        log.warning("no DART drafter given (--dart-model-name-or-path): the page shows %s only",
-                    " and ".join(arena.methods))
-    elif arena.store is None:
-        log.warning("no N-gram store given (--ngram-model-name-or-path): DART's tree search runs without it")
+    for r in drafting_racers():
+        if not r.opt_in and r.key not in arena.drafters:
+            log.warning("no %s drafter given (--%s-model-name-or-path): the page shows %s only", r.label, r.key,
+                        " and ".join(label(m) for m in arena.methods))
+    searching = [label(k) for k in arena.drafters if racer(k).uses_store]
+    if searching and arena.store is None:
+        log.warning("no N-gram store given (--ngram-model-name-or-path): the tree search of %s runs without it",
+                    " and ".join(searching))
     device = arena.target.device
     dtype = str(arena.target.dtype).removeprefix("torch.")
     log.info("loaded in %.1f s on %s (%s)", time.perf_counter() - t0, device, dtype)
@@ -222,21 +232,20 @@ def main(argv: list[str] | None = None) -> int:
     else:
         chat = True
 
-    dart_tree, eagle3_tree = tree_defaults(device)
+    trees = {k: racer(k).default_settings(device) for k in arena.drafters}
     examples = bundle_examples(bundle) if bundle is not None else (CHAT_EXAMPLES if chat else [])
     parts = [f"target {short(src['base'])}"]
-    parts += [f"DART {short(src['dart'])}"] if arena.dart is not None else []
-    parts += [f"EAGLE-3 {short(src['eagle3'])}"] if arena.eagle3 is not None else []
+    parts += [f"{label(k)} {short(loaded[k])}" for k in arena.drafters]
     parts += [f"N-gram {short(src['ngram'])}"] if arena.store is not None else []
     parts += [f"{device} · {dtype} · {'chat' if chat else 'completion'} mode"]
-    config = AppConfig(chat=chat, max_new_tokens=args.max_new_tokens, max_length=args.max_length, dart=dart_tree,
-                       eagle3=eagle3_tree, examples=examples, subtitle=" · ".join(parts))
+    config = AppConfig(chat=chat, max_new_tokens=args.max_new_tokens, max_length=args.max_length, trees=trees,
+                       examples=examples, subtitle=" · ".join(parts))
 
     ui = ArenaUI(arena, config, worker=worker)
     log.info("warming up (a short race, not shown)")
     # the first example (a question in chat mode, code to continue in completion mode), encoded as a race encodes it
-    ids = encode(arena, [{"user": examples[0][1] if examples else WARM_UP[chat]}], "ar", chat=chat)
-    warm_up(arena, ids, RaceSettings(max_length=args.max_length, dart=dart_tree, eagle3=eagle3_tree), worker=ui.worker)
+    ids = encode(arena, [{"user": examples[0][1] if examples else WARM_UP[chat]}], BASELINE, chat=chat)
+    warm_up(arena, ids, RaceSettings(max_length=args.max_length, trees=trees), worker=ui.worker)
     demo = ui.build()
     host = "0.0.0.0" if args.listen else "127.0.0.1"
     log.info("serving on http://%s:%d%s", host, args.server_port, " (+ a public share link)" if args.share else "")

@@ -1,5 +1,5 @@
 """The race's live plotly figures: τ per step, drafting latency per step, tokens/s over each method's own clock,
-and the last DART draft tree with its accepted path.
+and the last draft tree with its accepted path.
 
 Figures have transparent backgrounds, mid-grey grid lines and method colours that read on white and on near-black;
 ``app/style.css`` recolours the axis text in the dark theme, so the plots follow the page's theme.
@@ -12,9 +12,10 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from app.race import LABELS, Lane
+from app.race import Lane
+from dart_core.racers import BASELINE, label
+from dart_core.racers import color as racer_color
 
-COLORS = {"dart": "#f97316", "eagle3": "#3b82f6", "ar": "#94a3b8"}
 TEXT = "#374151"  # light theme; style.css overrides it under .dark
 GRID = "rgba(128, 128, 128, 0.22)"
 HEIGHT = 300
@@ -22,7 +23,7 @@ TREE_MAX_NODES = 80  # beyond this the labels would overlap: show the accepted p
 
 
 def color(method: str) -> str:
-    return COLORS.get(method, "#14b8a6")
+    return racer_color(method)
 
 
 def _figure(traces: list[dict[str, Any]], title: str, x: str, y: str, *, height: int = HEIGHT,
@@ -56,12 +57,13 @@ def tau_figure(lanes: Iterable[Lane]) -> go.Figure:
     """Tokens per verify step (accepted drafts + bonus) as dots, the running mean τ as a line."""
     traces: list[dict[str, Any]] = []
     lanes = [lane for lane in lanes if _verify_steps(lane)]
-    longest = max((len(_verify_steps(lane)) for lane in lanes if lane.method != "ar"), default=0)
+    longest = max((len(_verify_steps(lane)) for lane in lanes if lane.method != BASELINE), default=0)
     for lane in lanes:
         steps = _verify_steps(lane)
-        if lane.method == "ar" and longest:  # τ = 1 by definition: a reference line over the drafters' steps
-            traces.append({"type": "scatter", "x": [1, longest], "y": [1, 1], "mode": "lines", "name": "AR (τ = 1)",
-                           "line": {"color": color("ar"), "width": 2, "dash": "dot"}, "hoverinfo": "skip"})
+        if lane.method == BASELINE and longest:  # τ = 1 by definition: a reference line over the drafters' steps
+            traces.append({"type": "scatter", "x": [1, longest], "y": [1, 1], "mode": "lines",
+                           "name": f"{label(BASELINE)} (τ = 1)", "hoverinfo": "skip",
+                           "line": {"color": color(BASELINE), "width": 2, "dash": "dot"}})
             continue
         ys = [len(s.tokens) for s in steps]
         xs = list(range(1, len(ys) + 1))
@@ -70,14 +72,14 @@ def tau_figure(lanes: Iterable[Lane]) -> go.Figure:
             total += y
             mean.append(total / k)
         c, name = color(lane.method), lane.label
-        if lane.method != "ar":
+        if lane.method != BASELINE:
             traces.append({"type": "scatter", "x": xs, "y": ys, "mode": "markers", "name": f"{name} per step",
                            "legendgroup": lane.method, "showlegend": False,
                            "marker": {"color": c, "size": 5, "opacity": 0.45},
                            "hovertemplate": f"{name} step %{{x}}: %{{y}} tokens<extra></extra>"})
         traces.append({"type": "scatter", "x": xs, "y": mean, "mode": "lines", "name": name,
                        "legendgroup": lane.method,
-                       "line": {"color": c, "width": 2.5, "dash": "dot" if lane.method == "ar" else "solid"},
+                       "line": {"color": c, "width": 2.5, "dash": "dot" if lane.method == BASELINE else "solid"},
                        "hovertemplate": f"{name} running τ after %{{x}} steps: %{{y:.2f}}<extra></extra>"})
     return _figure(traces, "τ per step (dots) and running mean (line)", "verify step", "tokens per step",
                    empty=None if traces else "waiting for a prompt")
@@ -88,7 +90,7 @@ def latency_figure(lanes: Iterable[Lane]) -> go.Figure:
     traces: list[dict[str, Any]] = []
     for lane in lanes:
         steps = _verify_steps(lane)
-        if lane.method == "ar" or not steps:
+        if lane.method == BASELINE or not steps:
             continue
         traces.append({
             "type": "scatter", "x": list(range(1, len(steps) + 1)), "y": [s.draft_ms + s.search_ms for s in steps],
@@ -114,7 +116,7 @@ def speed_figure(lanes: Iterable[Lane]) -> go.Figure:
             ys.append(toks / (ms / 1e3) if ms > 0 else 0.0)
         traces.append({"type": "scatter", "x": xs, "y": ys, "mode": "lines", "name": lane.label,
                        "line": {"color": color(lane.method), "width": 2.5,
-                                "dash": "dot" if lane.method == "ar" else "solid"},
+                                "dash": "dot" if lane.method == BASELINE else "solid"},
                        "hovertemplate": f"{lane.label} at %{{x:.3f}} s: %{{y:.1f}} tok/s<extra></extra>"})
     return _figure(traces, "Tokens/s over time (each method's own clock)", "own time (s)", "tokens/s",
                    empty=None if traces else "waiting for a prompt")
@@ -146,11 +148,11 @@ def _tree_layout(parents: list[int]) -> tuple[list[float], list[int]]:
     return y, depth
 
 
-def tree_figure(step: Any | None, label: Callable[[int], str], *, method: str = "dart") -> go.Figure:
+def tree_figure(step: Any | None, token_label: Callable[[int], str], *, method: str | None = None) -> go.Figure:
     """The draft tree verified by ``step`` (its ``tree`` and ``accepted_nodes``): depth left to right, the
     accepted path drawn thick in the method's colour, the other nodes grey."""
     tree = getattr(step, "tree", None)
-    title = f"Last {LABELS.get(method, method)} draft tree"
+    title = f"Last {label(method)} draft tree" if method else "Last draft tree"
     if tree is None:
         return _figure([], title, "depth", "", empty="no draft tree yet")
     parents = [int(p) for p in tree.parents]
@@ -167,7 +169,7 @@ def tree_figure(step: Any | None, label: Callable[[int], str], *, method: str = 
     index = {old: new for new, old in enumerate(keep)}
     sub_parents = [index[parents[i]] if parents[i] >= 0 else -1 for i in keep]
     y, depth = _tree_layout(sub_parents)
-    c = color(method)
+    c = color(method or "")
     edges: dict[bool, tuple[list[Any], list[Any]]] = {False: ([], []), True: ([], [])}
     for new, old in enumerate(keep):
         p = sub_parents[new]
@@ -182,7 +184,7 @@ def tree_figure(step: Any | None, label: Callable[[int], str], *, method: str = 
          "line": {"color": GRID, "width": 1.2}, "hoverinfo": "skip", "showlegend": False},
         {"type": "scatter", "x": edges[True][0], "y": edges[True][1], "mode": "lines",
          "line": {"color": c, "width": 3.5}, "hoverinfo": "skip", "showlegend": False},
-        {"type": "scatter", "x": depth, "y": y, "mode": "markers+text", "text": [label(tokens[o]) for o in keep],
+        {"type": "scatter", "x": depth, "y": y, "mode": "markers+text", "text": [token_label(tokens[o]) for o in keep],
          "textposition": "middle right", "textfont": {"size": 10},
          "marker": {"size": [11 if a else 7 for a in on], "color": [c if a else "#9ca3af" for a in on]},
          "customdata": [[o, "accepted" if a else "rejected"] for o, a in zip(keep, on, strict=True)],

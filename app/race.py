@@ -1,4 +1,5 @@
-"""The race: DART, EAGLE-3 and plain AR decoding the same prompt on one shared target, one step at a time.
+"""The race: every loaded racer (DART, EAGLE-3, …, and plain AR decoding) on the same prompt and one shared target,
+one step at a time.
 
 The methods take turns — one target forward (one :class:`~dart_core.generate.Step`) each per round — so they
 run side by side on one device. Each method's clock adds up only its own steps' measured draft / tree-search /
@@ -12,19 +13,16 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
-from dart_core.generate import DartSettings, Eagle3Settings, RunStats, Step, summarize
+from dart_core.generate import RunStats, Step, summarize
+from dart_core.racers import BASELINE, label
 from dart_core.verify import SamplingConfig
 
 log = logging.getLogger("dart_arena.app")
-
-METHOD_ORDER = ("dart", "eagle3", "ar")
-LABELS = {"dart": "DART", "eagle3": "EAGLE-3", "ar": "AR"}
-
 
 class PromptError(ValueError):
     """A problem with the user's input (empty, or longer than the context): shown to the user as is."""
@@ -37,8 +35,7 @@ class RaceSettings:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     max_new_tokens: int = 256
     max_length: int | None = None
-    dart: DartSettings = field(default_factory=DartSettings)
-    eagle3: Eagle3Settings = field(default_factory=Eagle3Settings)
+    trees: Mapping[str, Any] = field(default_factory=dict)  # racer key -> its settings (missing: its defaults)
     seed: int = 0
 
 
@@ -70,7 +67,7 @@ class Lane:
 
     @property
     def label(self) -> str:
-        return LABELS.get(self.method, self.method)
+        return label(self.method)
 
     @property
     def finished(self) -> bool:
@@ -144,7 +141,7 @@ class Race:
                 gen = torch.Generator(device=device).manual_seed(s.seed)
                 self._gens[m] = self.arena.stream(
                     m, self.prompts[m], sampling=s.sampling, max_new_tokens=s.max_new_tokens,
-                    max_length=s.max_length, generator=gen, dart=s.dart, eagle3=s.eagle3)
+                    max_length=s.max_length, generator=gen, settings=s.trees.get(m))
                 self.lanes[m].status = "running"
             while not self._stop.is_set():
                 active = [lane for lane in self.lanes.values() if lane.status == "running"]
@@ -211,18 +208,18 @@ class Race:
 
     def speedup(self, method: str) -> float | None:
         """tokens/s of ``method`` over AR's, both on their own clocks so far (None without AR figures)."""
-        ar = self.lanes.get("ar")
+        ar = self.lanes.get(BASELINE)
         mine = self.lanes[method].stats()
         return mine.speedup_over(ar.stats() if ar is not None else None) if mine is not None else None
 
     def greedy_matches(self) -> dict[str, bool] | None:
         """Greedy only, once every lane finished normally: does each method's output equal AR's?"""
-        ar = self.lanes.get("ar")
+        ar = self.lanes.get(BASELINE)
         if not self.settings.sampling.greedy or ar is None or ar.status != "done":
             return None
         if any(lane.status != "done" for lane in self.lanes.values()):
             return None
-        return {m: lane.tokens == ar.tokens for m, lane in self.lanes.items() if m != "ar"}
+        return {m: lane.tokens == ar.tokens for m, lane in self.lanes.items() if m != BASELINE}
 
     def summary(self) -> dict[str, dict[str, Any]]:
         """Per method: tokens, verify steps, τ, tokens/s, speedup vs AR, ms per step, status — plain numbers."""
@@ -240,7 +237,7 @@ class Race:
                 "verify_steps": st.forwards if st else 0,
                 "tau": st.tau if st else None,
                 "tokens_per_s": st.tokens_per_s if st else None,
-                "speedup_vs_ar": st.speedup_over(stats.get("ar")) if st else None,
+                "speedup_vs_ar": st.speedup_over(stats.get(BASELINE)) if st else None,
                 "own_ms": lane.own_ms,
                 "prefill_ms": st.prefill_ms if st else None,
                 "draft_ms_per_step": st.draft_ms_per_step if st else None,
@@ -254,7 +251,6 @@ def warm_up(arena: Any, input_ids: Sequence[int], settings: RaceSettings, *, tok
             worker: Executor | None = None) -> None:
     """One short race, thrown away: the first forwards pay one-off costs (allocator, kernels, caches, the CPU
     thread team) that would otherwise be charged to whichever method goes first in the first real race."""
-    s = RaceSettings(settings.sampling, min(tokens, settings.max_new_tokens), settings.max_length, settings.dart,
-                     settings.eagle3, settings.seed)
+    s = replace(settings, max_new_tokens=min(tokens, settings.max_new_tokens))
     for _ in Race(arena, input_ids, settings=s, worker=worker).run():
         pass

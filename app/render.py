@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.race import LABELS
+from dart_core.racers import BASELINE, RACERS, label
 
 DRAFT, TARGET = "d", "t"  # origin of a piece of text: an accepted draft token, or the target's own token
 _WINDOW = 16  # tokens of left context used to decode a new token (decoders may depend on neighbours)
@@ -103,11 +103,11 @@ def lane_header(method: str, figures: dict[str, Any] | None) -> str:
     state = STOP_TEXT.get(f.get("stop_reason") or "", "done") if status == "done" else STATUS_TEXT.get(status, status)
     chips = (f'<span class="chip"><b>τ</b> {_fmt(f.get("tau"), ".2f")}</span>'
              f'<span class="chip"><b>{_fmt(f.get("tokens_per_s"), ".1f")}</b> tok/s</span>')
-    if method != "ar":
+    if method != BASELINE:
         chips += f'<span class="chip"><b>{_fmt(f.get("speedup_vs_ar"), ".2f", "×")}</b> vs AR</span>'
     chips += f'<span class="chip chip-tokens">{f.get("tokens", 0)} tok</span>'
     return (f'<div class="lane-top"><div class="lane-head"><span class="lane-name lane-{method}">'
-            f'{html.escape(LABELS.get(method, method))}</span><span class="lane-state state-{html.escape(status)}">'
+            f'{html.escape(label(method))}</span><span class="lane-state state-{html.escape(status)}">'
             f'{html.escape(state)}</span></div><div class="chips">{chips}</div></div>')
 
 
@@ -139,7 +139,7 @@ def summary_html(summary: dict[str, dict[str, Any]], matches: dict[str, bool] | 
     """The summary row: one card per method with τ, tokens/s and speedup vs AR, plus the greedy check."""
     cards = []
     for m, f in summary.items():
-        speed = _fmt(f.get("speedup_vs_ar"), ".2f", "×") if m != "ar" else "1.00×"
+        speed = _fmt(f.get("speedup_vs_ar"), ".2f", "×") if m != BASELINE else "1.00×"
         cards.append(
             f'<div class="card card-{m}"><div class="card-name lane-name lane-{m}">{html.escape(f["label"])}</div>'
             f'<div class="card-speed">{speed}<span> vs AR</span></div>'
@@ -151,8 +151,8 @@ def summary_html(summary: dict[str, dict[str, Any]], matches: dict[str, bool] | 
             f'<span>verify {_fmt(f.get("verify_ms_per_step"), ".2f")} ms/step</span></div></div>')
     note = ""
     if matches:
-        same = [LABELS.get(m, m) for m, ok in matches.items() if ok]
-        diff = [LABELS.get(m, m) for m, ok in matches.items() if not ok]
+        same = [label(m) for m, ok in matches.items() if ok]
+        diff = [label(m) for m, ok in matches.items() if not ok]
         if same:
             note += f'<div class="check ok">✓ greedy output of {" and ".join(same)} identical to AR</div>'
         if diff:
@@ -170,3 +170,18 @@ def token_label(tokenizer: Any, token: int) -> str:
     text = tokenizer.decode([int(token)], skip_special_tokens=False, clean_up_tokenization_spaces=False)
     text = text.replace("\n", "↵").replace("\t", "⇥").replace(" ", "·")
     return text if len(text) <= 12 else text[:11] + "…"
+
+
+def racer_css() -> str:
+    """Each racer's colour on the page (column top, name dot, highlighted draft tokens, summary card), from the
+    registry, so a new racer needs no stylesheet edit."""
+    rules = []
+    for r in RACERS:
+        c = r.color.lstrip("#")
+        rgb = ", ".join(str(int(c[i : i + 2], 16)) for i in (0, 2, 4))
+        rules.append(
+            f".lane-box-{r.key} .lane-top {{ border-top: 4px solid {r.color}; }}\n"
+            f".lane-{r.key}::before {{ background: {r.color}; }}\n"
+            f".card-{r.key} {{ border-left: 5px solid {r.color}; }}\n"
+            f".tok-{r.key} {{ background: rgba({rgb}, 0.24); box-shadow: inset 0 -2px 0 rgba({rgb}, 0.55); }}")
+    return "\n".join(rules) + "\n"

@@ -1,5 +1,6 @@
-"""The Gradio Blocks page: one prompt, the methods racing in columns, live plots, a summary row, the last
-DART draft tree, and the controls (sampling, token budget, tree sizes; Send, Stop, Regenerate, Clear).
+"""The Gradio Blocks page: one prompt, the racers in columns, live plots, a summary row, the last draft tree,
+and the controls (sampling, token budget, each racer's tree settings; Send, Stop, Regenerate, Clear). Columns,
+controls and colours come from the racer registry (``dart_core.racers``); this module names no method.
 
 Every generation event shares one concurrency group with a limit of one: the methods share one target model,
 so requests queue (their place in the queue shows in the status bar) instead of interleaving on it. Stop and
@@ -10,6 +11,7 @@ closes every method's step generator.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import logging
@@ -20,7 +22,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,8 @@ import gradio as gr
 
 from app import plots, render
 from app.race import PromptError, Race, RaceSettings, check_prompt, context_limit
-from dart_core.generate import DartSettings, Eagle3Settings
+from dart_core.drafters.interface import check_settings
+from dart_core.racers import BASELINE, Racer, racer
 from dart_core.verify import SamplingConfig
 
 log = logging.getLogger("dart_arena.app")
@@ -45,8 +48,7 @@ class AppConfig:
     chat: bool  # chat template (multi-turn) or completion mode
     max_new_tokens: int = 256
     max_length: int | None = None
-    dart: DartSettings = field(default_factory=DartSettings)
-    eagle3: Eagle3Settings = field(default_factory=Eagle3Settings)
+    trees: dict[str, Any] = field(default_factory=dict)  # racer key -> its settings' defaults (missing: the racer's)
     examples: list[tuple[str, str]] = field(default_factory=list)  # (label, prompt)
     subtitle: str = ""
     # seconds between UI updates while racing (text / plots): the browser must keep up, or input events (Stop!)
@@ -71,9 +73,62 @@ def encode(arena: Any, turns: list[dict[str, Any]], method: str, *, chat: bool) 
     return tok(text, add_special_tokens=False)["input_ids"]
 
 
-# The settings controls in the order the page passes them to a race (labels as the page shows them).
-CONTROL_LABELS = ("Temperature", "Top-p", "Top-k", "Max new tokens", "DART tree size", "EAGLE-3 depth",
-                  "EAGLE-3 top-k", "EAGLE-3 total")
+# The sampling controls, first in the order the page passes controls to a race; each loaded racer's tree
+# controls follow (``ArenaUI.tree_controls``).
+SAMPLING_LABELS = ("Temperature", "Top-p", "Top-k", "Max new tokens")
+PLOTS = ("tau", "latency", "speed", "tree")
+
+
+class _Keep:
+    """The value of a :class:`PageUpdate` field that leaves its output as it is."""
+
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+KEEP: Any = _Keep()
+
+
+@dataclass
+class PageUpdate:
+    """One update of the page, by name: a field left at ``KEEP`` (a lane or plot left out) is not changed."""
+
+    prompt: Any = KEEP
+    conv: Any = KEEP
+    status: Any = KEEP
+    lanes: dict[str, str] = field(default_factory=dict)  # racer key -> column HTML
+    cards: Any = KEEP
+    plots: dict[str, Any] = field(default_factory=dict)  # PLOTS name -> figure
+    result: Any = KEEP
+
+
+@dataclass
+class Page:
+    """The page's output components, by name (``outputs`` is the order Gradio and API callers see)."""
+
+    prompt: Any
+    conv: Any
+    status: Any
+    lanes: dict[str, Any]
+    cards: Any
+    plots: dict[str, Any]
+    result: Any
+
+    @property
+    def outputs(self) -> list[Any]:
+        return [self.prompt, self.conv, self.status, *self.lanes.values(), self.cards, *self.plots.values(),
+                self.result]
+
+    def updates(self, u: PageUpdate) -> dict[Any, Any]:
+        """``u`` as Gradio's {component: value} (components not in it keep their value)."""
+        out: dict[Any, Any] = {}
+        for f in fields(PageUpdate):
+            value, target = getattr(u, f.name), getattr(self, f.name)
+            if isinstance(target, dict):
+                out.update({target[k]: v for k, v in value.items()})
+            elif value is not KEEP:
+                out[target] = value
+        return out
 
 
 def control_number(value: Any, label: str) -> float:
@@ -115,10 +170,21 @@ class ArenaUI:
         CPU, PyTorch work split over two threads (two OpenMP teams) ran every step 2-3× slower."""
         self.arena = arena
         self.config = config
-        self.methods = [m for m in ("dart", "eagle3", "ar") if m in arena.methods]
+        self.methods = list(arena.methods)  # the loaded racers, registry order, the baseline last
+        self.racers: list[Racer] = [racer(m) for m in self.methods]
+        # every loaded racer's settings shown as sliders: (racer, knob), in page order after SAMPLING_LABELS
+        self.tree_controls = [(r, k) for r in self.racers for k in r.knobs() if k.ui]
         self.worker = worker or model_worker()
         self._label_cache: dict[int, str] = {}
         self.active: OrderedDict[str, LiveRace] = OrderedDict()  # session hash -> its last race (Stop, Clear)
+
+    @property
+    def control_labels(self) -> list[str]:
+        """Every control's caption, in the order the page passes them to :meth:`run`."""
+        return [*SAMPLING_LABELS, *(f"{r.label} {k.label}" for r, k in self.tree_controls)]
+
+    def tree_defaults(self, r: Racer) -> Any:
+        return self.config.trees.get(r.key) or r.default_settings(self.arena.target.device)
 
     # ------------------------------------------------------------------------------------------- rendering
     def token_label(self, token: int) -> str:
@@ -126,43 +192,53 @@ class ArenaUI:
             self._label_cache[token] = render.token_label(self.arena.tokenizer, token)
         return self._label_cache[token]
 
-    def lanes_html(self, conv: dict[str, Any]) -> list[str]:
+    def lanes_html(self, conv: dict[str, Any]) -> dict[str, str]:
         figures = conv.get("summary") or {}
-        return [render.lane_html(m, conv["turns"], chat=self.config.chat, figures=figures.get(m))
-                for m in self.methods]
+        return {m: render.lane_html(m, conv["turns"], chat=self.config.chat, figures=figures.get(m))
+                for m in self.methods}
 
-    def empty_plots(self) -> list[Any]:
-        return [plots.tau_figure([]), plots.latency_figure([]), plots.speed_figure([]),
-                plots.tree_figure(None, self.token_label)]
+    def empty_plots(self) -> dict[str, Any]:
+        return dict(zip(PLOTS, (plots.tau_figure([]), plots.latency_figure([]), plots.speed_figure([]),
+                                plots.tree_figure(None, self.token_label)), strict=True))
 
-    def race_plots(self, race: Race) -> list[Any]:
+    def race_plots(self, race: Race) -> dict[str, Any]:
+        """The figures of a race; the tree view shows the first drafting racer (registry order) with a tree."""
         lanes = list(race.lanes.values())
-        dart = race.lanes.get("dart")
-        tree_lane = dart or race.lanes.get("eagle3")
+        drafting = [lane for lane in lanes if racer(lane.method).drafts]
+        tree_lane = next((lane for lane in drafting if lane.last_tree_step is not None),
+                         drafting[0] if drafting else None)
         step = tree_lane.last_tree_step if tree_lane is not None else None
-        return [plots.tau_figure(lanes), plots.latency_figure(lanes), plots.speed_figure(lanes),
-                plots.tree_figure(step, self.token_label, method=tree_lane.method if tree_lane else "dart")]
+        return dict(zip(PLOTS, (plots.tau_figure(lanes), plots.latency_figure(lanes), plots.speed_figure(lanes),
+                                plots.tree_figure(step, self.token_label,
+                                                  method=tree_lane.method if tree_lane else None)), strict=True))
 
     # ------------------------------------------------------------------------------------------- events
-    def settings(self, temperature: float, top_p: float, top_k: float, max_new_tokens: float, dart_nodes: float,
-                 e3_depth: float, e3_top_k: float, e3_total: float) -> RaceSettings:
-        """The controls' values as race settings (ValueError naming the control when one is not a finite number,
-        or with a readable message when out of range)."""
-        temperature, top_p, top_k, max_new_tokens, dart_nodes, e3_depth, e3_top_k, e3_total = (
-            control_number(v, label) for v, label in zip(
-                (temperature, top_p, top_k, max_new_tokens, dart_nodes, e3_depth, e3_top_k, e3_total),
-                CONTROL_LABELS, strict=True))
+    def settings(self, *values: Any) -> RaceSettings:
+        """The controls' values (``control_labels`` order) as race settings: a ValueError names the control
+        when one is not a finite number or is out of its range."""
+        labels = self.control_labels
+        if len(values) != len(labels):
+            raise ValueError(f"expected {len(labels)} control values ({', '.join(labels)}), got {len(values)}")
+        numbers = [control_number(v, label) for v, label in zip(values, labels, strict=True)]
+        temperature, top_p, top_k, max_new_tokens = numbers[:4]
+        for value, label in zip((top_k, max_new_tokens), labels[2:4], strict=True):
+            if value != int(value):
+                raise ValueError(f"{label}: expected a whole number, got {value:g}")
+        if max_new_tokens < 1:
+            raise ValueError(f"{labels[3]} must be at least 1, got {max_new_tokens:g}")
         sampling = SamplingConfig(temperature, top_p, int(top_k))
         seed = 0 if sampling.greedy else secrets.randbelow(2**31)
-        return RaceSettings(
-            sampling=sampling, max_new_tokens=int(max_new_tokens), max_length=self.config.max_length,
-            dart=replace(self.config.dart, max_nodes=int(dart_nodes)),
-            eagle3=Eagle3Settings(total_tokens=int(e3_total), depth=int(e3_depth), top_k=int(e3_top_k)),
-            seed=seed)
+        given: dict[str, dict[str, Any]] = {}
+        for (r, k), value in zip(self.tree_controls, numbers[4:], strict=True):
+            given.setdefault(r.key, {})[k.name] = int(value) if k.kind is int and value == int(value) else value
+        trees = {r.key: check_settings(replace(self.tree_defaults(r), **given.get(r.key, {})), r.label)
+                 for r in self.racers if r.drafts}
+        return RaceSettings(sampling=sampling, max_new_tokens=int(max_new_tokens),
+                            max_length=self.config.max_length, trees=trees, seed=seed)
 
-    def run(self, prompt: str, conv: dict[str, Any], *controls: float, regenerate: bool = False,
-            session: str = "") -> Iterator[tuple]:
-        """The generation event: validate, race, stream updates (tuples in the order of the page's outputs)."""
+    def run(self, prompt: str, conv: dict[str, Any], *controls: Any, regenerate: bool = False,
+            session: str = "") -> Iterator[PageUpdate]:
+        """The generation event: validate, race, stream the page's updates."""
         conv = conv or new_conversation()
         turns = list(conv["turns"])
         if prompt is not None and not isinstance(prompt, str):  # only an API caller can send that
@@ -202,31 +278,31 @@ class ArenaUI:
             self.active.popitem(last=False)
         yield from live.updates()
 
-    def _warn(self, message: str, prompt: str, conv: dict[str, Any]) -> tuple:
+    def _warn(self, message: str, prompt: str, conv: dict[str, Any]) -> PageUpdate:
         gr.Warning(html.escape(message))
-        return (prompt, conv, render.status_html(message, "warn"), *[gr.skip()] * (len(self.methods) + 6))
+        return PageUpdate(prompt=prompt, conv=conv, status=render.status_html(message, "warn"))
 
-    def stop(self, session: str) -> tuple:
+    def stop(self, session: str) -> PageUpdate:
         """Stop pressed: stop this session's race, wait until its generator has closed (so no update of it can
         arrive after this answer), and show the final, stopped state. A request still waiting in the queue is
         dropped by the button's ``cancels=``."""
         live = self.active.get(session)
         if live is None or (live.race.finished and not live.race.stopped):
-            return tuple(gr.skip() for _ in range(len(self.methods) + 9))  # nothing is running
+            return PageUpdate()  # nothing is running
         live.race.stop()
         if not live.closed.wait(timeout=30):
             log.warning("the stopped race did not close within 30 s")
         return live.outputs(final=True)
 
-    def clear(self, session: str) -> tuple:
+    def clear(self, session: str) -> PageUpdate:
         """Clear: stop a running race like Stop does, then empty the conversation, the plots and the summary."""
         live = self.active.pop(session, None)
         if live is not None and not live.race.finished:
             live.race.stop()
             live.closed.wait(timeout=30)
         conv = new_conversation()
-        return ("", conv, render.status_html("", "info"), *self.lanes_html(conv),
-                render.summary_html({}), *self.empty_plots(), None)
+        return PageUpdate(prompt="", conv=conv, status=render.status_html("", "info"), lanes=self.lanes_html(conv),
+                          cards=render.summary_html({}), plots=self.empty_plots(), result=None)
 
     # ------------------------------------------------------------------------------------------- page
     def build(self) -> gr.Blocks:
@@ -234,16 +310,15 @@ class ArenaUI:
         limit = context_limit(self.arena, cfg.max_length)
         with gr.Blocks(title="DART Arena", analytics_enabled=False) as demo:
             conv = gr.State(new_conversation())
+            drafts = " ".join(f'<span class="tok-draft tok-{r.key}">{html.escape(r.label)} draft</span>'
+                              for r in self.racers if r.drafts)
             gr.HTML(f'<div class="hero"><h1>DART Arena</h1><p>{html.escape(cfg.subtitle)}</p>'
-                    '<p class="legend"><span class="tok-draft tok-dart">DART draft</span> '
-                    + ('<span class="tok-draft tok-eagle3">EAGLE-3 draft</span> ' if "eagle3" in self.methods
-                       else "")
-                    + "tokens came from accepted drafts; plain text is the target's own token. Each method's "
-                    "clock counts only its own steps.</p></div>")
+                    f'<p class="legend">{drafts} tokens came from accepted drafts; plain text is the target\'s own '
+                    "token. Each method's clock counts only its own steps.</p></div>")
             status = gr.HTML(render.status_html("", "info"), elem_id="status", min_height=44)
             with gr.Row(equal_height=True, elem_id="lanes"):
-                lanes = [gr.HTML(render.lane_html(m, [], chat=cfg.chat, figures=None), elem_id=f"lane-{m}",
-                                 max_height=520, autoscroll=True, min_width=260) for m in self.methods]
+                lanes = {m: gr.HTML(render.lane_html(m, [], chat=cfg.chat, figures=None), elem_id=f"lane-{m}",
+                                    max_height=520, autoscroll=True, min_width=260) for m in self.methods}
             with gr.Row(elem_id="input-row"):
                 prompt = gr.Textbox(
                     label="Message" if cfg.chat else "Code prompt (the model continues it)", lines=3, max_lines=12,
@@ -264,58 +339,52 @@ class ArenaUI:
                     top_k = gr.Slider(0, 200, value=0, step=1, label="Top-k", info="0 = off")
                     max_new = gr.Slider(1, max(cfg.max_new_tokens, min(limit - 1, 8192)), value=cfg.max_new_tokens,
                                         step=1, label="Max new tokens", elem_id="max-new-tokens")
+                trees = []
                 with gr.Row():
-                    dart_nodes = gr.Slider(1, 128, value=cfg.dart.max_nodes, step=1, label="DART tree size",
-                                           info="nodes below the root", visible="dart" in self.methods)
-                    e3_depth = gr.Slider(1, 12, value=cfg.eagle3.depth, step=1, label="EAGLE-3 depth",
-                                         visible="eagle3" in self.methods)
-                    e3_top_k = gr.Slider(1, 20, value=cfg.eagle3.top_k, step=1, label="EAGLE-3 top-k",
-                                         visible="eagle3" in self.methods)
-                    e3_total = gr.Slider(2, 128, value=cfg.eagle3.total_tokens, step=1, label="EAGLE-3 total",
-                                         info="tree nodes, root included", visible="eagle3" in self.methods)
+                    for r, k in self.tree_controls:
+                        default = getattr(self.tree_defaults(r), k.name)
+                        trees.append(gr.Slider(k.low, k.high, value=default, step=1 if k.kind is int else 0.05,
+                                               label=f"{r.label} {k.label}", info=k.help,
+                                               elem_id=f"{r.key}-{k.flag}"))
             if cfg.examples:
                 gr.Examples([[p] for _, p in cfg.examples], inputs=[prompt], label="Examples",
                             example_labels=[label for label, _ in cfg.examples])
             cards = gr.HTML(render.summary_html({}), elem_id="summary")
             figs = self.empty_plots()
-            with gr.Row(equal_height=True):
-                tau_plot = gr.Plot(figs[0], show_label=False, elem_id="plot-tau", elem_classes="plot-card")
-                lat_plot = gr.Plot(figs[1], show_label=False, elem_id="plot-latency", elem_classes="plot-card")
-            with gr.Row(equal_height=True):
-                speed_plot = gr.Plot(figs[2], show_label=False, elem_id="plot-speed", elem_classes="plot-card")
-                tree_plot = gr.Plot(figs[3], show_label=False, elem_id="plot-tree", elem_classes="plot-card")
+            figures: dict[str, Any] = {}
+            for row in (PLOTS[:2], PLOTS[2:]):
+                with gr.Row(equal_height=True):
+                    for name in row:
+                        figures[name] = gr.Plot(figs[name], show_label=False, elem_id=f"plot-{name}",
+                                                elem_classes="plot-card")
             with gr.Accordion("Run data (JSON)", open=False):
                 result = gr.JSON(label="last race", elem_id="result")
 
-            controls = [temperature, top_p, top_k, max_new, dart_nodes, e3_depth, e3_top_k, e3_total]
-            outputs = [prompt, conv, status, *lanes, cards, tau_plot, lat_plot, speed_plot, tree_plot, result]
-            common = {"outputs": outputs, "concurrency_limit": 1, "concurrency_id": CONCURRENCY_ID,
+            page = Page(prompt=prompt, conv=conv, status=status, lanes=lanes, cards=cards, plots=figures,
+                        result=result)
+            common = {"outputs": page.outputs, "concurrency_limit": 1, "concurrency_id": CONCURRENCY_ID,
                       "show_progress": "full", "show_progress_on": [status]}
 
-            def race(prompt: str, conv: dict[str, Any], temperature: float, top_p: float, top_k: float,
-                     max_new_tokens: float, dart_nodes: float, eagle3_depth: float, eagle3_top_k: float,
-                     eagle3_total: float, request: gr.Request) -> Iterator[tuple]:
+            def race(request: gr.Request, prompt: str, conv: dict[str, Any], *controls: float) -> Iterator[dict]:
                 """Race the loaded methods on one prompt; the last update carries the figures as JSON."""
-                yield from self.run(prompt, conv, temperature, top_p, top_k, max_new_tokens, dart_nodes,
-                                    eagle3_depth, eagle3_top_k, eagle3_total, session=request.session_hash)
+                for update in self.run(prompt, conv, *controls, session=request.session_hash):
+                    yield page.updates(update)
 
-            def regenerate(prompt: str, conv: dict[str, Any], temperature: float, top_p: float, top_k: float,
-                           max_new_tokens: float, dart_nodes: float, eagle3_depth: float, eagle3_top_k: float,
-                           eagle3_total: float, request: gr.Request) -> Iterator[tuple]:
+            def regenerate(request: gr.Request, prompt: str, conv: dict[str, Any],
+                           *controls: float) -> Iterator[dict]:
                 """Race again on the last prompt (its answers are replaced)."""
-                yield from self.run(prompt, conv, temperature, top_p, top_k, max_new_tokens, dart_nodes,
-                                    eagle3_depth, eagle3_top_k, eagle3_total, regenerate=True,
-                                    session=request.session_hash)
+                for update in self.run(prompt, conv, *controls, regenerate=True, session=request.session_hash):
+                    yield page.updates(update)
 
-            def stop_race(request: gr.Request) -> tuple:
+            def stop_race(request: gr.Request) -> dict:
                 """Stop this session's race; answers with its final (stopped) state."""
-                return self.stop(request.session_hash)
+                return page.updates(self.stop(request.session_hash))
 
-            def clear_all(request: gr.Request) -> tuple:
+            def clear_all(request: gr.Request) -> dict:
                 """Stop any race and empty the page."""
-                return self.clear(request.session_hash)
+                return page.updates(self.clear(request.session_hash))
 
-            inputs = [prompt, conv, *controls]
+            inputs = [prompt, conv, temperature, top_p, top_k, max_new, *trees]
             waiting = render.status_html("Waiting for the model (one race at a time on the shared target)…", "info")
             for trigger in (send.click, prompt.submit, regen.click):  # instant feedback, in the browser only
                 trigger(None, None, status, js=f"() => {json.dumps(waiting)}")
@@ -324,8 +393,8 @@ class ArenaUI:
             ev_regen = regen.click(regenerate, inputs, api_name="regenerate", **common)
             running = [ev_send, ev_submit, ev_regen]
             # queue=False: Stop and Clear must not wait behind the race they stop
-            stop.click(stop_race, None, outputs, cancels=running, queue=False, api_name="stop")
-            clear.click(clear_all, None, outputs, cancels=running, queue=False, api_name="clear")
+            stop.click(stop_race, None, page.outputs, cancels=running, queue=False, api_name="stop")
+            clear.click(clear_all, None, page.outputs, cancels=running, queue=False, api_name="clear")
         return demo
 
 
@@ -345,13 +414,13 @@ class LiveRace:
                  "greedy" if settings.sampling.greedy else f"T={settings.sampling.temperature}",
                  settings.max_new_tokens)
 
-    def updates(self) -> Iterator[tuple]:
+    def updates(self) -> Iterator[PageUpdate]:
         """Step the race, yielding the page's outputs at most every ``update_every`` seconds and at the end."""
         started, last, last_plot, completed = time.perf_counter(), 0.0, 0.0, False
         try:
             # chat: the message moves into the conversation; completion: the prompt stays for editing
-            yield ("" if self.ui.config.chat else gr.skip(), self.conv, render.status_html("Prefilling…", "info"),
-                   *self.ui.lanes_html(self.conv), *[gr.skip()] * 6)
+            yield PageUpdate(prompt="" if self.ui.config.chat else KEEP, conv=self.conv,
+                             status=render.status_html("Prefilling…", "info"), lanes=self.ui.lanes_html(self.conv))
             for lane, step in self.race.run():
                 self.streams[lane.method].add_step(step.tokens, step.accepted)
                 now = time.perf_counter()
@@ -368,7 +437,7 @@ class LiveRace:
                      "finished" if completed else "cancelled", time.perf_counter() - started,
                      {lane.label: len(lane.tokens) for lane in self.race.lanes.values()})
 
-    def outputs(self, *, final: bool, plots: bool = True) -> tuple:
+    def outputs(self, *, final: bool, plots: bool = True) -> PageUpdate:
         race, turn = self.race, self.conv["turns"][-1]
         for m, lane in race.lanes.items():
             if final:
@@ -382,10 +451,10 @@ class LiveRace:
         else:
             counts = " · ".join(f"{lane.label} {len(lane.tokens)}" for lane in race.lanes.values())
             banner = render.status_html(f"Racing… tokens so far: {counts}", "info")
-            result = gr.skip()
-        figures = self.ui.race_plots(race) if plots or final else [gr.skip()] * 4
-        return (gr.skip(), self.conv, banner, *self.ui.lanes_html(self.conv),
-                render.summary_html(summary, self.conv["matches"]), *figures, result)
+            result = KEEP
+        return PageUpdate(conv=self.conv, status=banner, lanes=self.ui.lanes_html(self.conv),
+                          cards=render.summary_html(summary, self.conv["matches"]),
+                          plots=self.ui.race_plots(race) if plots or final else {}, result=result)
 
     def final_message(self, stopped: bool) -> str:
         race = self.race
@@ -393,7 +462,7 @@ class LiveRace:
         for m, lane in race.lanes.items():
             if lane.status == "error":
                 parts.append(f"{lane.label} failed")
-            elif m != "ar" and (s := race.speedup(m)) is not None:
+            elif m != BASELINE and (s := race.speedup(m)) is not None:
                 parts.append(f"{lane.label} {s:.2f}× vs AR")
         figures = ", ".join(parts) or "AR only"
         if stopped:
@@ -414,8 +483,7 @@ class LiveRace:
         return {"methods": summary, "greedy_matches_ar": self.race.greedy_matches(),
                 "settings": {"temperature": s.sampling.temperature, "top_p": s.sampling.top_p,
                              "top_k": s.sampling.top_k, "max_new_tokens": s.max_new_tokens, "seed": s.seed,
-                             "dart_nodes": s.dart.max_nodes, "eagle3_total": s.eagle3.total_tokens,
-                             "eagle3_depth": s.eagle3.depth, "eagle3_top_k": s.eagle3.top_k}}
+                             "trees": {m: dataclasses.asdict(t) for m, t in s.trees.items()}}}
 
 
 def launch(demo: gr.Blocks, *, listen: bool = False, port: int | None = None, share: bool = False,

@@ -32,8 +32,7 @@ class Bundle:
 
     root: Path
     target: str
-    dart: Path | None
-    eagle3: Path | None
+    drafters: dict[str, Path]  # racer key -> its drafter dir (``<key>/`` in the bundle), for those it holds
     ngram: Path | None
     prompts: Path | None
     chat: bool
@@ -41,6 +40,9 @@ class Bundle:
     @property
     def name(self) -> str:
         return self.root.name
+
+    def drafter(self, key: str) -> Path | None:
+        return self.drafters.get(key)
 
 
 def default_bundle_dir() -> Path:
@@ -81,5 +83,8 @@ def open_bundle(root: str | os.PathLike[str] | None = None) -> Bundle:
     def part(rel: str) -> Path | None:
         return root / rel if (root / rel).exists() else None
 
-    return Bundle(root=root, target=target, dart=part("dart"), eagle3=part("eagle3"),
-                  ngram=part("ngram/small.ngram"), prompts=part("prompts.jsonl"), chat=meta.get("mode") == "chat")
+    from dart_core.racers import drafting_racers
+
+    drafters = {r.key: path for r in drafting_racers() if (path := part(r.key)) is not None}
+    return Bundle(root=root, target=target, drafters=drafters, ngram=part("ngram/small.ngram"),
+                  prompts=part("prompts.jsonl"), chat=meta.get("mode") == "chat")

@@ -1,4 +1,6 @@
-"""The speculative decoding loop, one for every method: DART, EAGLE-3, or none (plain autoregressive).
+"""The speculative decoding loop, one for every racer: it talks to a
+:class:`~dart_core.drafters.interface.Drafter` (which target layers it reads, a per-generation state, a proposed
+tree or none) and knows no method by name; plain decoding is the drafter that proposes nothing.
 
 ``stream(...)`` yields a :class:`Step` per target forward — the prefill, then one verify (or one AR forward) per
 step — with the new tokens, how many came from accepted drafts, the tree size and the measured draft / search /
@@ -15,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from dart_core.drafters.interface import Drafter, DraftInput, PlainDecoding
 from dart_core.target import TargetModel
 from dart_core.timing import Stopwatch
 from dart_core.tree import DraftTree
@@ -22,39 +25,10 @@ from dart_core.verify import SamplingConfig, accept, processed_probs
 
 
 @dataclass(frozen=True)
-class DartSettings:
-    """DART's tree: top-k per level, beam width and nodes below the root (reference defaults)."""
-
-    top_k: int = 25
-    beam_width: int = 20
-    max_nodes: int = 60
-    ngram_weight: float = 0.5
-
-
-@dataclass(frozen=True)
-class Eagle3Settings:
-    """EAGLE-3's tree: nodes including the root, expansion depth, top-k per node (reference defaults)."""
-
-    total_tokens: int = 60
-    depth: int = 7
-    top_k: int = 10
-
-
-def tree_defaults(device: str | torch.device) -> tuple[DartSettings, Eagle3Settings]:
-    """Tree sizes for a device. On accelerators, the reference's (a 60-node verify costs about what a 1-node one
-    does). On CPU a verify forward costs time in proportion to its nodes, so smaller trees win: DART 16 nodes,
-    EAGLE-3 21 nodes / depth 6 / top-k 4, the fastest settings measured on the bundle (README, "End-to-end
-    benchmark")."""
-    if torch.device(device).type == "cpu":
-        return DartSettings(max_nodes=16), Eagle3Settings(total_tokens=21, depth=6, top_k=4)
-    return DartSettings(), Eagle3Settings()
-
-
-@dataclass(frozen=True)
 class Step:
     """One target forward's worth of output."""
 
-    method: str  # "dart" | "eagle3" | "ar"
+    method: str  # the racer's key (``dart_core.racers``)
     tokens: list[int]  # token ids emitted by this forward; the first ``accepted`` came from drafts
     accepted: int
     tree_size: int  # nodes verified, root included (0 for the prefill and AR steps)
@@ -164,22 +138,21 @@ def _stop_reason(stopped: bool, emitted: int, max_new_tokens: int, length: int, 
 def stream(
     target: TargetModel,
     input_ids: Any,
-    drafter: Any = None,
+    drafter: Drafter | None = None,
     *,
-    store: Any = None,
+    settings: Any = None,
     sampling: SamplingConfig | None = None,
     max_new_tokens: int = 256,
     max_length: int | None = None,
     stop_token_ids: Iterable[int] = (),
     generator: torch.Generator | None = None,
-    dart: DartSettings | None = None,
-    eagle3: Eagle3Settings | None = None,
 ) -> Iterator[Step]:
-    """Decode with ``drafter`` (a DartDrafter, an Eagle3Drafter, or None for plain AR) on ``target``.
+    """Decode with ``drafter`` (None: plain decoding) and its ``settings`` (None: its defaults) on ``target``.
 
     Stops on a stop token (emitted, then nothing after it), ``max_new_tokens``, or the context limit
     ``min(max_length, target context)`` on prompt + output. A prompt that does not fit raises ValueError."""
     sampling = sampling or SamplingConfig()
+    drafter = drafter if drafter is not None else PlainDecoding()
     prompt = _as_prompt(input_ids)
     stops = frozenset(int(t) for t in stop_token_ids)
     limit = target.max_context if max_length is None else min(int(max_length), target.max_context)
@@ -190,62 +163,57 @@ def stream(
     if len(prompt) >= limit:
         raise ValueError(f"the prompt has {len(prompt)} tokens but the context limit is {limit}: "
                          "shorten it or raise max_length")
-    method = "ar" if drafter is None else drafter.kind
+    method, layers = drafter.key, drafter.feature_layers  # None: the target's default layers
+    dstate = drafter.new_state(settings)
     state = target.new_state()
     ids = torch.tensor([prompt], device=target.device)
     with Stopwatch(target.device) as sw:
-        logits, feats = target.prefill(state, ids)
+        logits, feats = target.prefill(state, ids, layers)
         x = choose_token(logits, sampling, generator)
-    context = [*prompt, x]
+    context = np.zeros(limit + 1, dtype=np.int32)  # prompt + output, written in place (views go to the drafter)
+    length = len(prompt) + 1
+    context[:length] = [*prompt, x]
     emitted = 1
-    reason = _stop_reason(x in stops, emitted, max_new_tokens, len(context), limit)
+    reason = _stop_reason(x in stops, emitted, max_new_tokens, length, limit)
     yield Step(method, [x], 0, 0, 0.0, 0.0, sw.ms, prefill=True, stop_reason=reason)
     if reason:
         return
 
-    if drafter is None:
-        while True:
-            with Stopwatch(target.device) as sw:
-                logits, _ = target.forward_tokens(state, [x], features=False)
-                x = choose_token(logits, sampling, generator)
-            context.append(x)
-            emitted += 1
-            reason = _stop_reason(x in stops, emitted, max_new_tokens, len(context), limit)
-            yield Step(method, [x], 0, 0, 0.0, 0.0, sw.ms, stop_reason=reason)
-            if reason:
-                return
-
-    dstate = drafter.new_state()
-    if method == "dart":
-        s = dart or DartSettings()
-        opts: dict[str, Any] = {"store": store, "top_k": s.top_k, "beam_width": s.beam_width,
-                                "max_nodes": s.max_nodes, "ngram_weight": s.ngram_weight}
-    else:
-        e = eagle3 or Eagle3Settings()
-        opts = {"total_tokens": e.total_tokens, "depth": e.depth, "top_k": e.top_k}
-    new_feats, new_shifted = feats, torch.tensor([*prompt[1:], x])
+    new_ids = [*prompt[1:], x]  # the token following each row whose features the drafter has not seen yet
     while True:
-        room = min(limit - len(context), max_new_tokens - emitted)  # tokens this step may still emit
-        proposal = drafter.propose(dstate, new_feats, new_shifted, np.asarray(context, dtype=np.int32), **opts)
-        tree = proposal.tree.truncate(room - 1)
-        with Stopwatch(target.device) as sw:
-            logits, tfeats = target.verify(state, tree)
-            result = accept(tree, logits, sampling, generator)
-            target.commit(state, result.nodes)
-        tokens, stopped = _cut(result.tokens, stops, room)
-        context.extend(tokens)
+        room = min(limit - length, max_new_tokens - emitted)  # tokens this step may still emit
+        step = DraftInput(feats, torch.tensor(new_ids), context[:length], stops)
+        proposal = drafter.propose(dstate, step)
+        if proposal is None:  # no draft: the target decodes one token (with the drafter's features, if any)
+            with Stopwatch(target.device) as sw:
+                logits, feats = target.forward_tokens(state, [x], layers=layers)
+                x = choose_token(logits, sampling, generator)
+            tokens, accepted, size, draft_ms, search_ms, tree, nodes = [x], 0, 0, 0.0, 0.0, None, []
+            stopped = x in stops
+            new_ids = [x]
+        else:
+            tree = proposal.tree.truncate(room - 1)
+            with Stopwatch(target.device) as sw:
+                logits, tfeats = target.verify(state, tree, layers)
+                result = accept(tree, logits, sampling, generator)
+                target.commit(state, result.nodes)
+            tokens, stopped = _cut(result.tokens, stops, room)
+            accepted, size, nodes = min(result.accepted, len(tokens)), tree.size, result.nodes
+            draft_ms, search_ms = proposal.draft_ms, proposal.search_ms
+            feats = tfeats[torch.tensor(nodes, device=tfeats.device)] if tfeats is not None else None
+            new_ids, x = list(result.tokens), result.tokens[-1]
+        context[length : length + len(tokens)] = tokens
+        length += len(tokens)
         emitted += len(tokens)
-        reason = _stop_reason(stopped, emitted, max_new_tokens, len(context), limit)
-        yield Step(method, tokens, min(result.accepted, len(tokens)), tree.size, proposal.draft_ms,
-                   proposal.search_ms, sw.ms, stop_reason=reason, tree=tree, accepted_nodes=result.nodes)
+        reason = _stop_reason(stopped, emitted, max_new_tokens, length, limit)
+        yield Step(method, tokens, accepted, size, draft_ms, search_ms, sw.ms, stop_reason=reason, tree=tree,
+                   accepted_nodes=nodes)
         if reason:
             return
-        nodes = torch.tensor(result.nodes, device=tfeats.device)
-        new_feats = tfeats[nodes]
-        new_shifted = torch.tensor(result.tokens)
 
 
-def generate(target: TargetModel, input_ids: Any, drafter: Any = None, **kwargs: Any) -> tuple[list[int], list[Step]]:
+def generate(target: TargetModel, input_ids: Any, drafter: Drafter | None = None,
+             **kwargs: Any) -> tuple[list[int], list[Step]]:
     """Run :func:`stream` to the end: (new token ids, steps)."""
     steps = list(stream(target, input_ids, drafter, **kwargs))
     return [t for s in steps for t in s.tokens], steps

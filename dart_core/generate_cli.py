@@ -6,15 +6,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from dart_core.generate import DartSettings, Eagle3Settings, Step, summarize, tree_defaults
+from dart_core.drafters.interface import check_settings
+from dart_core.generate import Step, summarize
 from dart_core.hub import HubFileError
 from dart_core.models import load_arena
 from dart_core.ngram import NgramFormatError
+from dart_core.racers import BASELINE, RACERS, drafting_racers
 from dart_core.verify import SamplingConfig
 
 EXAMPLES = """examples:
@@ -30,8 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     m = p.add_argument_group("models (local directories or Hub ids)")
     m.add_argument("--base", required=True, help="target model (e.g. Qwen/Qwen3-1.7B)")
-    m.add_argument("--dart", help="DART drafter (e.g. fvliang/qwen1.7b-dart)")
-    m.add_argument("--eagle3", help="EAGLE-3 head (e.g. AngelSlim/Qwen3-1.7B_eagle3)")
+    for r in drafting_racers():
+        m.add_argument(f"--{r.key}", metavar="MODEL", help=f"{r.label} drafter ({r.blurb}), e.g. {r.example}")
     m.add_argument("--ngram", help="N-gram store: a file, or a dir / Hub repo with small.trie / full.trie")
     m.add_argument("--small-ngram", action="store_true", help="use small.trie (quick demos) instead of full.trie")
     m.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (spread over GPUs); default: cuda if "
@@ -42,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--prompt", help="the prompt text")
     src.add_argument("--prompt-file", help="read the prompt from this file")
     g.add_argument("--methods", default=None,
-                   help="comma-separated subset of dart,eagle3,ar (default: every loaded one, then ar)")
+                   help=f"comma-separated subset of {','.join(r.key for r in RACERS)} (default: every loaded one, "
+                        f"then {BASELINE})")
     g.add_argument("--raw", action="store_true", help="completion mode: no chat template")
     g.add_argument("--system", default=None, help="system prompt (chat mode)")
     g.add_argument("--max-new-tokens", type=int, default=256)
@@ -58,34 +62,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_tree_arguments(p: argparse.ArgumentParser) -> None:
-    """The draft-tree knobs shared by this CLI and the benchmark (unset = ``tree_defaults`` of the device)."""
-    d, e = DartSettings(), Eagle3Settings()
-    dc, ec = tree_defaults("cpu")
-    t = p.add_argument_group("draft trees (defaults: the reference's on GPUs; smaller on CPU, where a verify "
-                             "forward costs time in proportion to its nodes)")
-    t.add_argument("--dart-top-k", type=int, default=None, help=f"candidates per tree level (default {d.top_k})")
-    t.add_argument("--dart-beam", type=int, default=None, help=f"beam width (default {d.beam_width})")
-    t.add_argument("--dart-nodes", type=int, default=None,
-                   help=f"nodes below the root (default {d.max_nodes}; CPU {dc.max_nodes})")
-    t.add_argument("--ngram-weight", type=float, default=None, help=f"N-gram term weight (default {d.ngram_weight})")
-    t.add_argument("--eagle3-total", type=int, default=None,
-                   help=f"nodes including the root (default {e.total_tokens}; CPU {ec.total_tokens})")
-    t.add_argument("--eagle3-depth", type=int, default=None,
-                   help=f"expansion depth (default {e.depth}; CPU {ec.depth})")
-    t.add_argument("--eagle3-top-k", type=int, default=None, help=f"top-k per node (default {e.top_k}; CPU {ec.top_k})")
+    """Every racer's settings as ``--<racer>-<flag>`` options, shared by this CLI and the benchmark (unset: the
+    racer's defaults for the device)."""
+    for r in drafting_racers():
+        ks = r.knobs()
+        if not ks:
+            continue
+        g = p.add_argument_group(f"{r.label} settings (defaults: the reference's on GPUs; where a CPU default is "
+                                 "given, a verify forward there costs time in proportion to its nodes)")
+        for k in ks:
+            cpu = f"; CPU {k.cpu}" if k.cpu is not None else ""
+            g.add_argument(f"--{r.key}-{k.flag}", dest=f"{r.dest}__{k.name}", type=k.kind, default=None,
+                           metavar="N" if k.kind is int else "X",
+                           help=f"{k.help} (default {k.default}{cpu}; {k.low:g}..{k.high:g})")
 
 
-def tree_settings(args: argparse.Namespace, device: str | torch.device) -> tuple[DartSettings, Eagle3Settings]:
-    """The device's ``tree_defaults`` with every option the user set applied on top."""
-    d, e = tree_defaults(device)
-
-    def pick(value: Any, default: Any) -> Any:
-        return default if value is None else value
-
-    return (DartSettings(pick(args.dart_top_k, d.top_k), pick(args.dart_beam, d.beam_width),
-                         pick(args.dart_nodes, d.max_nodes), pick(args.ngram_weight, d.ngram_weight)),
-            Eagle3Settings(pick(args.eagle3_total, e.total_tokens), pick(args.eagle3_depth, e.depth),
-                           pick(args.eagle3_top_k, e.top_k)))
+def tree_settings(args: argparse.Namespace, device: str | torch.device) -> dict[str, Any]:
+    """Per racer key: its settings for ``device`` with every option the user set applied on top (ValueError
+    naming the option when out of bounds)."""
+    out = {}
+    for r in RACERS:
+        given = {k.name: getattr(args, f"{r.dest}__{k.name}", None) for k in r.knobs()}
+        settings = replace(r.default_settings(device), **{n: v for n, v in given.items() if v is not None})
+        out[r.key] = check_settings(settings, f"--{r.key}:")
+    return out
 
 
 def encode_prompt(tokenizer: Any, text: str, *, raw: bool, system: str | None) -> list[int]:
@@ -99,15 +99,16 @@ def encode_prompt(tokenizer: Any, text: str, *, raw: bool, system: str | None) -
 
 
 def run(args: argparse.Namespace) -> int:
-    arena = load_arena(args.base, dart=args.dart, eagle3=args.eagle3, ngram=args.ngram, small_ngram=args.small_ngram,
-                       device=args.device, dtype=args.dtype)
+    drafters = {r.key: getattr(args, r.dest) for r in drafting_racers()}
+    arena = load_arena(args.base, ngram=args.ngram, small_ngram=args.small_ngram, device=args.device,
+                       dtype=args.dtype, **drafters)
     methods = args.methods.split(",") if args.methods else arena.methods
     for m in methods:
         arena.drafter(m)  # clear error for a method that is not loaded
     text = args.prompt if args.prompt is not None else Path(args.prompt_file).read_text(encoding="utf-8")
     ids = encode_prompt(arena.tokenizer, text, raw=args.raw, system=args.system)
     sampling = SamplingConfig(args.temperature, args.top_p, args.top_k)
-    dart, eagle3 = tree_settings(args, arena.target.device)
+    settings = tree_settings(args, arena.target.device)
     results: dict[str, tuple[list[int], list[Step]]] = {}
     for method in methods:
         generator = torch.Generator(device=arena.target.feature_device).manual_seed(args.seed)
@@ -117,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.no_stream:
             print(f"\n=== {method} ===", flush=True)
         for step in arena.stream(method, ids, sampling=sampling, max_new_tokens=args.max_new_tokens,
-                                 max_length=args.max_length, generator=generator, dart=dart, eagle3=eagle3):
+                                 max_length=args.max_length, generator=generator, settings=settings[method]):
             steps.append(step)
             tokens.extend(step.tokens)
             if not args.no_stream:
@@ -133,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
 
 def print_summary(results: dict[str, tuple[list[int], list[Step]]], *, greedy: bool, as_json: bool) -> None:
     stats = {m: summarize(steps) for m, (_, steps) in results.items()}
-    ar = stats.get("ar")
+    ar = stats.get(BASELINE)
     rows = []
     for m, s in stats.items():
         speedup = s.speedup_over(ar)
@@ -143,8 +144,8 @@ def print_summary(results: dict[str, tuple[list[int], list[Step]]], *, greedy: b
                "draft_ms_per_step": round(s.draft_ms_per_step, 3),
                "search_ms_per_step": round(s.search_ms_per_step, 3),
                "verify_ms_per_step": round(s.verify_ms_per_step, 3), "prefill_ms": round(s.prefill_ms, 2)}
-        if greedy and "ar" in results and m != "ar":
-            row["matches_ar"] = results[m][0] == results["ar"][0]
+        if greedy and BASELINE in results and m != BASELINE:
+            row["matches_ar"] = results[m][0] == results[BASELINE][0]
         rows.append(row)
     if as_json:
         print(json.dumps(rows, indent=2))

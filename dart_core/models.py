@@ -3,6 +3,7 @@ scripts written for the reference implementation working (``DartModel.from_pretr
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -11,13 +12,13 @@ from typing import Any
 
 import torch
 
-from dart_core.drafters.dart import DartDrafter
-from dart_core.drafters.eagle3 import Eagle3Drafter
-from dart_core.generate import DartSettings, Eagle3Settings, Step, stream
+from dart_core.drafters.interface import Drafter
+from dart_core.generate import Step, stream
 from dart_core.hub import HubFileError, looks_local, resolve_file
 from dart_core.ngram import NgramStore
 from dart_core.packaged import ensure_checkpoint, packaged_model
-from dart_core.target import TargetModel, feature_layer_ids
+from dart_core.racers import BASELINE, PLAIN, RACERS, drafting_racers, racer
+from dart_core.target import TargetModel
 from dart_core.verify import SamplingConfig
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
@@ -115,74 +116,82 @@ def stop_token_ids(tokenizer: Any, config: Any = None) -> list[int]:
 
 @dataclass
 class Arena:
-    """Everything loaded once and shared: one target, its tokenizer, the drafters and the N-gram store."""
+    """Everything loaded once and shared: one target, its tokenizer, the drafters (racer key → drafter, in
+    registry order) and the N-gram store."""
 
     target: TargetModel
     tokenizer: Any
-    dart: DartDrafter | None = None
-    eagle3: Eagle3Drafter | None = None
+    drafters: dict[str, Drafter] = field(default_factory=dict)
     store: NgramStore | None = None
     stop_ids: list[int] = field(default_factory=list)
 
-    def drafter(self, method: str) -> Any:
-        if method == "ar":
-            return None
-        d = {"dart": self.dart, "eagle3": self.eagle3}.get(method)
+    def drafter(self, method: str) -> Drafter:
+        """The drafter of a loaded racer (plain decoding for the baseline); a ValueError names the loaded ones."""
+        if method == BASELINE:
+            return PLAIN
+        d = self.drafters.get(method)
         if d is None:
+            racer(method)  # an unknown name: the list of racers
             raise ValueError(f"method {method!r} is not loaded (have: {', '.join(self.methods)})")
         return d
 
     @property
     def methods(self) -> list[str]:
-        return [m for m, d in (("dart", self.dart), ("eagle3", self.eagle3)) if d is not None] + ["ar"]
+        """The loaded racers' keys in registry order, the baseline last."""
+        return [r.key for r in RACERS if r.key in self.drafters] + [BASELINE]
 
     def stream(self, method: str, input_ids: Any, **kwargs: Any) -> Iterator[Step]:
+        """:func:`~dart_core.generate.stream` with ``method``'s drafter; ``settings`` are that racer's."""
         kwargs.setdefault("stop_token_ids", self.stop_ids)
-        store = self.store if method == "dart" else None
-        return stream(self.target, input_ids, self.drafter(method), store=store, **kwargs)
+        return stream(self.target, input_ids, self.drafter(method), **kwargs)
 
 
 def load_arena(
     base: str | os.PathLike[str],
     *,
-    dart: str | os.PathLike[str] | None = None,
-    eagle3: str | os.PathLike[str] | None = None,
     ngram: str | os.PathLike[str] | None = None,
     small_ngram: bool = False,
     device: str | None = None,
     dtype: str | torch.dtype | None = None,
     progress: bool = True,
-    **hf_kwargs: Any,
+    **kwargs: Any,
 ) -> Arena:
-    """Load the target once and every drafter on it (their device and dtype follow the target's embedding)."""
+    """Load the target once and every drafter on it (their device and dtype follow the target's embedding).
+    Drafters come as keyword arguments named by racer key (``dart=``, ``eagle3=``: local dirs or Hub ids; None
+    skips one); the other keyword arguments go to ``from_pretrained`` of the target. Each drafter reads its own
+    target layers, so drafters whose layers differ share the target too."""
     from tqdm.auto import tqdm
 
-    steps = ["target", *(["DART"] if dart else []), *(["EAGLE-3"] if eagle3 else []), *(["N-gram"] if ngram else [])]
+    parts = {}
+    for r in drafting_racers():  # by key, or by its identifier form (``dflash_tree=`` for "dflash-tree")
+        ref = kwargs.pop(r.key, None) or kwargs.pop(r.dest, None)
+        if ref:
+            parts[r.key] = ref
+    steps = ["target", *(racer(k).label for k in parts), *(["N-gram"] if ngram else [])]
     bar = tqdm(total=len(steps), desc="loading", unit="part", disable=not progress)
 
     def done(name: str) -> None:
         bar.set_postfix_str(name)
         bar.update(1)
 
-    target, tokenizer = load_target(base, device=device, dtype=dtype, **hf_kwargs)
+    target, tokenizer = load_target(base, device=device, dtype=dtype, **kwargs)
     done("target")
     embed = target.embed_tokens.weight
     arena = Arena(target=target, tokenizer=tokenizer, stop_ids=stop_token_ids(tokenizer, target.config))
-    if dart:
-        arena.dart = DartDrafter.from_pretrained(dart, target=embed)
-        done("DART")
-    if eagle3:
-        arena.eagle3 = Eagle3Drafter.from_pretrained(eagle3, target=embed)
-        wanted = feature_layer_ids(target.config, arena.eagle3.config.aux_layer_ids)
-        if wanted != target.feature_layers:
-            if arena.dart is not None:
-                raise ValueError(f"the EAGLE-3 head reads target layers {wanted} but DART reads "
-                                 f"{target.feature_layers}: one shared target forward serves one set of layers")
-            target.feature_layers = wanted
-        done("EAGLE-3")
+    for key, ref in parts.items():
+        r = racer(key)
+        drafter = r.load(ref, embed)  # type: ignore[misc]
+        bind = getattr(drafter, "bind", None)
+        if bind is not None:
+            bind(target.config)
+        arena.drafters[key] = drafter
+        done(r.label)
     if ngram:
         arena.store = load_ngram(ngram, small=small_ngram, progress=progress)
         done("N-gram")
+    for key, drafter in arena.drafters.items():
+        if racer(key).uses_store:
+            drafter.store = arena.store  # type: ignore[attr-defined]
     bar.close()
     return arena
 
@@ -195,8 +204,9 @@ class DartModel:
         output_ids = model.dart_generate(input_ids, temperature=0.7, top_p=0.9, top_k=50,
                                          max_new_token_num=512, max_length=2048)
 
-    Outputs are ``[1, prompt + new]`` LongTensors, like Hugging Face ``generate``. ``eagle3_generate`` (when an
-    EAGLE-3 head is given) and ``ar_generate`` run on the same loaded target.
+    Outputs are ``[1, prompt + new]`` LongTensors, like Hugging Face ``generate``. Every racer of
+    ``dart_core.racers`` has its ``<key>_model_name_or_path`` argument and its ``<key>_generate`` method
+    (``eagle3_generate`` with an EAGLE-3 head given, ``ar_generate`` always), all on the same loaded target.
     """
 
     def __init__(self, arena: Arena) -> None:
@@ -211,56 +221,55 @@ class DartModel:
         dart_model_name_or_path: str | None = None,
         ngram_model_name_or_path: str | None = None,
         is_small_ngram: bool = False,
-        eagle3_model_name_or_path: str | None = None,
         device: str | None = None,
         **hf_kwargs: Any,
     ) -> DartModel:
         if hf_kwargs.get("device_map") == "auto":
             device = "auto"
             hf_kwargs.pop("device_map")
-        return cls(load_arena(base_model_name_or_path, dart=dart_model_name_or_path,
-                              eagle3=eagle3_model_name_or_path, ngram=ngram_model_name_or_path,
-                              small_ngram=is_small_ngram, device=device, **hf_kwargs))
+        parts = {r.key: hf_kwargs.pop(f"{r.dest}_model_name_or_path", None) for r in drafting_racers()}
+        parts["dart"] = parts.get("dart") or dart_model_name_or_path
+        return cls(load_arena(base_model_name_or_path, ngram=ngram_model_name_or_path, small_ngram=is_small_ngram,
+                              device=device, **parts, **hf_kwargs))
 
     def to(self, device: str | torch.device) -> DartModel:
         """Move target and drafters (a no-op for a target spread with ``device_map``)."""
         model = self.arena.target.model
         if getattr(model, "hf_device_map", None) is None:
             model.to(device)
-        for d in (self.arena.dart, self.arena.eagle3):
-            if d is not None:
-                d.to(self.arena.target.embed_tokens.weight.device)
-                d.embed_weight = self.arena.target.embed_tokens.weight.detach()
+        for d in self.arena.drafters.values():
+            d.to(self.arena.target.embed_tokens.weight.device)  # type: ignore[attr-defined]
+            d.embed_weight = self.arena.target.embed_tokens.weight.detach()  # type: ignore[attr-defined]
         return self
 
     def eval(self) -> DartModel:
         return self
 
-    def _generate(self, method: str, input_ids: torch.Tensor, temperature: float, top_p: float, top_k: int,
-                  max_new_token_num: int, max_length: int | None, seed: int | None, **kwargs: Any) -> torch.Tensor:
+    def generate(self, method: str, input_ids: torch.Tensor, temperature: float = 0.0, top_p: float = 1.0,
+                 top_k: int = 0, max_new_token_num: int = 512, max_length: int | None = 2048, seed: int | None = None,
+                 settings: Any = None) -> torch.Tensor:
+        """``method``'s output ids ``[1, prompt + new]``; ``settings``: that racer's (None: its defaults)."""
         sampling = SamplingConfig(temperature=temperature, top_p=top_p, top_k=top_k)
         generator = None
         if seed is not None:
             generator = torch.Generator(device=self.arena.target.feature_device).manual_seed(seed)
         steps = list(self.arena.stream(method, input_ids, sampling=sampling, max_new_tokens=max_new_token_num,
-                                       max_length=max_length, generator=generator, **kwargs))
+                                       max_length=max_length, generator=generator, settings=settings))
         self.last_steps = steps
         new = torch.tensor([[t for s in steps for t in s.tokens]], dtype=torch.long, device=input_ids.device)
         return torch.cat([input_ids.reshape(1, -1).long(), new], dim=1)
 
     def dart_generate(self, input_ids: torch.Tensor, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
                       max_new_token_num: int = 512, max_length: int | None = 2048, seed: int | None = None,
-                      settings: DartSettings | None = None) -> torch.Tensor:
-        return self._generate("dart", input_ids, temperature, top_p, top_k, max_new_token_num, max_length, seed,
-                              dart=settings)
+                      settings: Any = None) -> torch.Tensor:
+        """The reference's entry point."""
+        return self.generate("dart", input_ids, temperature, top_p, top_k, max_new_token_num, max_length, seed,
+                             settings)
 
-    def eagle3_generate(self, input_ids: torch.Tensor, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
-                        max_new_token_num: int = 512, max_length: int | None = 2048, seed: int | None = None,
-                        settings: Eagle3Settings | None = None) -> torch.Tensor:
-        return self._generate("eagle3", input_ids, temperature, top_p, top_k, max_new_token_num, max_length, seed,
-                              eagle3=settings)
-
-    def ar_generate(self, input_ids: torch.Tensor, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
-                    max_new_token_num: int = 512, max_length: int | None = 2048,
-                    seed: int | None = None) -> torch.Tensor:
-        return self._generate("ar", input_ids, temperature, top_p, top_k, max_new_token_num, max_length, seed)
+    def __getattr__(self, name: str) -> Any:
+        """``<key>_generate`` for every racer (``eagle3_generate``, ``ar_generate``, …)."""
+        dest = name.removesuffix("_generate")
+        found = next((r.key for r in RACERS if r.dest == dest), None)
+        if name.endswith("_generate") and found is not None:
+            return functools.partial(self.generate, found)
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")

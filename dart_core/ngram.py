@@ -1,6 +1,6 @@
 """N-gram store: the Python face of the native, memory-mapped N-gram counts.
 
-A store answers ``probability(context, tokens)`` exactly as ``specs/ngram.md`` defines it. It is built from
+A store answers ``probability(context, tokens)`` exactly as ``docs/formats.md`` defines it. It is built from
 token sequences, saved in our compact format (``native/README.md``) and memory-mapped on load; a reference
 ``.trie`` file is converted once (streaming, bounded memory) into a cached file of our format.
 """
@@ -155,7 +155,7 @@ class NgramStore:
         return self._view
 
     def probability(self, context: Any, tokens: Any) -> tuple[np.ndarray, np.ndarray]:
-        """For each candidate token: (float32 probability, matched context length) per ``specs/ngram.md``."""
+        """For each candidate token: (float32 probability, matched context length) per ``docs/formats.md``."""
         return self._view.probability(as_token_array(context, "context"), as_token_array(tokens, "tokens"))
 
     def count(self, ngram: Any) -> int:

@@ -191,8 +191,12 @@ class TargetModel:
         positions: torch.Tensor,
         mask: torch.Tensor | None,
         last_only: bool,
-        features: bool = True,
+        layers: Sequence[int] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One forward; features = the ``layers`` of ``hidden_states`` (default ``feature_layers``; none: no
+        hidden states are asked for) concatenated per row."""
+        layers = self.feature_layers if layers is None else tuple(layers)
+        features = bool(layers)
         kwargs: dict[str, Any] = {
             "input_ids": ids,
             "position_ids": positions,
@@ -208,7 +212,7 @@ class TargetModel:
         with torch.no_grad():
             out = self.model(**kwargs)
         dev = self.feature_device
-        feats = torch.cat([out.hidden_states[i][0].to(dev) for i in self.feature_layers], dim=-1) if features else None
+        feats = torch.cat([out.hidden_states[i][0].to(dev) for i in layers], dim=-1) if features else None
         logits = out.logits[0].to(device=dev, dtype=torch.float32)
         if last_only:
             logits = logits[-1]
@@ -222,11 +226,13 @@ class TargetModel:
             raise ValueError(f"{what}: expected token ids of shape [1, n] (batch 1), got {tuple(ids.shape)}")
         return ids.to(self.device)
 
-    def prefill(self, state: TargetState, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def prefill(self, state: TargetState, input_ids: torch.Tensor,
+                layers: Sequence[int] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Run the prompt into an empty state and commit it.
 
         Returns the float32 logits of the last position ``[V]`` and the features of every prompt token
-        ``[n, 3H]`` (the drafter needs the whole prompt's features to start).
+        ``[n, F]`` (the drafter needs the whole prompt's features to start; ``layers``: which hidden states,
+        default ``feature_layers``, ``()`` for none).
         """
         ids = self._as_ids(input_ids, "prefill")
         n = ids.shape[1]
@@ -237,18 +243,19 @@ class TargetModel:
         if state.length or state.cache.get_seq_length():
             raise ValueError("prefill: the state already holds tokens; use a fresh target.new_state()")
         positions = torch.arange(n, device=self.device)[None]
-        logits, feats = self._run(state, ids, positions, None, last_only=True)
+        logits, feats = self._run(state, ids, positions, None, last_only=True, layers=layers)
         state.length = n
         return logits, feats
 
     def forward_tokens(
-        self, state: TargetState, input_ids: torch.Tensor | Sequence[int], *, features: bool = True
+        self, state: TargetState, input_ids: torch.Tensor | Sequence[int], *, features: bool = True,
+        layers: Sequence[int] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Append one or more tokens and commit them (plain AR step, or feeding a bonus token).
 
         Any uncommitted tree rows are discarded first. Returns the last position's float32 logits ``[V]`` and
         the features of the new tokens ``[n, 3H]`` (None with ``features=False``: plain decoding needs no
-        hidden states, and the AR baseline should not pay for them).
+        hidden states, and the AR baseline should not pay for them; ``layers`` picks them, as in :meth:`prefill`).
         """
         ids = self._as_ids(input_ids, "forward_tokens")
         n = ids.shape[1]
@@ -261,7 +268,7 @@ class TargetModel:
                 f"of {self.max_context}"
             )
         positions = torch.arange(state.length, state.length + n, device=self.device)[None]
-        logits, feats = self._run(state, ids, positions, None, last_only=True, features=features)
+        logits, feats = self._run(state, ids, positions, None, last_only=True, layers=layers if features else ())
         state.length += n
         return logits, feats
 
@@ -273,12 +280,13 @@ class TargetModel:
                     "support only full-attention DynamicLayer caches"
                 )
 
-    def verify(self, state: TargetState, tree: DraftTree) -> tuple[torch.Tensor, torch.Tensor]:
+    def verify(self, state: TargetState, tree: DraftTree,
+               layers: Sequence[int] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Run every tree node in one forward after the committed prefix, with tree attention.
 
         Node i sits at position ``length + depth(i)`` and attends to the whole prefix plus its own ancestors.
-        Returns float32 logits ``[n_tree, V]`` and features ``[n_tree, 3H]``; the cache then also holds the
-        (uncommitted) tree rows until :meth:`commit`.
+        Returns float32 logits ``[n_tree, V]`` and features ``[n_tree, F]`` (``layers`` as in :meth:`prefill`);
+        the cache then also holds the (uncommitted) tree rows until :meth:`commit`.
         """
         if state.length == 0:
             raise ValueError("verify: the state is empty; call prefill first")
@@ -298,7 +306,7 @@ class TargetModel:
         mask[0, 0, :, prefix:].masked_fill_(hidden, torch.finfo(self.dtype).min)
         ids = torch.from_numpy(tree.tokens.astype(np.int64)).to(dev)[None]
         positions = torch.from_numpy(tree.position_ids(prefix).astype(np.int64)).to(dev)[None]
-        logits, feats = self._run(state, ids, positions, mask, last_only=False)
+        logits, feats = self._run(state, ids, positions, mask, last_only=False, layers=layers)
         state.tree = tree
         return logits, feats
 

@@ -1,4 +1,4 @@
-"""The canonical draft tree (``DESIGN.md``): token ids plus parent indices in topological order.
+"""The canonical draft tree (``docs/architecture.md``): token ids plus parent indices in topological order.
 
 Both drafters return a :class:`DraftTree` and the verifier consumes only this type, so everything the engine
 needs (depths, position ids, the tree attention mask, root-to-leaf paths) is derived here from ``tokens`` and

@@ -1,4 +1,4 @@
-"""N-gram-guided draft-tree search (``specs/tree-search.md``): the Python face of the native search.
+"""N-gram-guided draft-tree search (``docs/tree-search.md``): the Python face of the native search.
 
 The drafter gives, per level, its top-k candidate target tokens and their probabilities; the search grows a
 beam of candidate sequences scored by the drafter's log-probabilities plus the N-gram store's log-probability
@@ -80,17 +80,18 @@ def search_tree(
     level_weights: Any = None,
     logit_weights: Any = None,
     ngram_weight: float = 0.5,
-    eos_token_id: int | None = None,
+    eos_token_id: int | Any = None,
 ) -> DraftTree:
-    """Build the draft tree of ``specs/tree-search.md``.
+    """Build the draft tree of ``docs/tree-search.md``.
 
     ``topk_tokens`` / ``topk_probs``: ``[levels, k]`` candidate target token ids and their probabilities
     (numpy arrays or CPU torch tensors). ``context_tokens``: the prompt, its last token is the root.
     ``store``: an :class:`~dart_core.ngram.NgramStore` or ``None``; ``None`` or ``ngram_weight == 0`` drops
     the N-gram term.
     ``level_weights`` / ``logit_weights``: one float per level, default :func:`default_level_weights` /
-    :func:`default_logit_weights`. Returns at most ``max_nodes`` nodes below the root, ordered by depth, then
-    by score descending.
+    :func:`default_logit_weights`. ``eos_token_id``: an end-of-text id or a collection of them (every stop id
+    of the generation): a beam candidate ending in one ranks after all others in the beam. Returns at most
+    ``max_nodes`` nodes below the root, ordered by depth, then by score descending.
     """
     toks = _to_numpy(topk_tokens)
     probs = _to_numpy(topk_probs)
@@ -129,13 +130,16 @@ def search_tree(
     ngw = float(ngram_weight)
     if not math.isfinite(ngw) or ngw < 0:
         raise ValueError(f"ngram_weight must be finite and >= 0, got {ngram_weight!r}")
+    eos = None
     if eos_token_id is not None:
-        eos_token_id = _count(eos_token_id, "eos_token_id", minimum=_INT32_MIN)
-        if eos_token_id > _INT32_MAX:
-            raise ValueError(f"eos_token_id {eos_token_id} is outside the int32 range")
+        one = isinstance(eos_token_id, (int, np.integer)) or not hasattr(eos_token_id, "__iter__")
+        values = [_count(t, "eos_token_id", minimum=_INT32_MIN) for t in ([eos_token_id] if one else eos_token_id)]
+        if any(t > _INT32_MAX for t in values):
+            raise ValueError(f"eos_token_id {eos_token_id} holds an id outside the int32 range")
+        eos = np.asarray(sorted(set(values)), dtype=np.int32) if values else None
 
     native_store = store.native if store is not None and ngw > 0 else None
     tokens, parents, scores = _native.search_tree(
-        toks, probs, ctx, native_store, beam_width, max_nodes, lw, logw, ngw, eos_token_id
+        toks, probs, ctx, native_store, beam_width, max_nodes, lw, logw, ngw, eos
     )
     return DraftTree(tokens, parents, scores)

@@ -1,4 +1,4 @@
-"""Lossless acceptance rules over a draft tree (``specs/verification.md``).
+"""Lossless acceptance rules over a draft tree (``docs/acceptance.md``).
 
 The target has scored every node of a :class:`~dart_core.tree.DraftTree` in one forward (``logits[i]`` is the
 target's next-token distribution after node i's path). This module decides which root-to-node path to commit and

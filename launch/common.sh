@@ -9,7 +9,7 @@ run_app() {
   exec "${VENV:-.venv}/bin/python" -m app "$@" "${share[@]}"
 }
 
-# One published Qwen3 size: its target, DART drafter and EAGLE-3 head (../shared/specs/README.md), the small
+# One published Qwen3 size: its target, DART drafter and EAGLE-3 head (docs/formats.md), the small
 # N-gram trie, chat template with thinking off, bfloat16 on the GPU, served on all interfaces at port 30000.
 run_qwen3_app() {
   local target=$1 dart=$2 eagle3=$3

@@ -1,4 +1,4 @@
-"""Writers of small checkpoints in exactly the published formats (specs/dart-drafter.md, specs/eagle3.md), and
+"""Writers of small checkpoints in exactly the published formats (docs/formats.md), and
 tiny random targets built from configs, shared by the engine tests."""
 
 from __future__ import annotations

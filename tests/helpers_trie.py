@@ -1,5 +1,5 @@
 """Test helpers: a writer of the reference ``.trie`` format and a pure-Python reference of the counting and
-``probability`` semantics (specs/ngram.md). Imported by the tests from its file path (pytest runs with
+``probability`` semantics (docs/formats.md). Imported by the tests from its file path (pytest runs with
 ``--import-mode=importlib``), see :func:`load_helpers` in the test files."""
 
 from __future__ import annotations

@@ -23,8 +23,9 @@ def test_default_is_the_environment_bundle_with_every_part(monkeypatch: pytest.M
     root = chat_bundle(tmp_path / "smollm2")
     monkeypatch.setenv("DART_ARENA_BUNDLE", str(root))
     src = resolve(args())
+    dr = src["drafters"]
     assert src["base"] == "smollm2"  # the packaged model's name: converted into the cache at load time
-    assert (src["dart"], src["eagle3"], src["ngram"]) == (str(root / "dart"), str(root / "eagle3"),
+    assert (dr["dart"], dr["eagle3"], src["ngram"]) == (str(root / "dart"), str(root / "eagle3"),
                                                           str(root / "ngram/small.ngram"))
     assert src["bundle"].chat and src["bundle"].root == root
 
@@ -33,13 +34,15 @@ def test_bundle_flag_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch, 
     monkeypatch.setenv("DART_ARENA_BUNDLE", str(tmp_path / "missing"))
     root = chat_bundle(tmp_path / "other")
     src = resolve(args("--bundle", str(root), "--no-compare-eagle3", "--ngram-model-name-or-path", "my.ngram"))
-    assert (src["base"], src["dart"], src["eagle3"], src["ngram"]) == ("smollm2", str(root / "dart"), None, "my.ngram")
+    dr = src["drafters"]
+    assert (src["base"], dr["dart"], dr["eagle3"], src["ngram"]) == ("smollm2", str(root / "dart"), None, "my.ngram")
 
 
 def test_a_bundle_without_eagle3_has_no_eagle3_column(tmp_path: Path) -> None:
     root = chat_bundle(tmp_path / "b", meta={"target": "smollm2", "mode": "chat"}, parts=False)
     src = resolve(args("--bundle", str(root)))
-    assert (src["base"], src["dart"], src["eagle3"], src["ngram"]) == ("smollm2", None, None, None)
+    dr = src["drafters"]
+    assert (src["base"], dr["dart"], dr["eagle3"], src["ngram"]) == ("smollm2", None, None, None)
     with pytest.raises(SystemExit, match="has no eagle3/"):
         resolve(args("--bundle", str(root), "--compare-eagle3"))
 
@@ -49,7 +52,8 @@ def test_toy_bundle(monkeypatch: pytest.MonkeyPatch) -> None:
         pytest.skip("assets/tiny is missing")
     monkeypatch.delenv("DART_ARENA_BUNDLE", raising=False)
     src = resolve(args("--bundle", str(BUNDLE)))
-    assert (src["base"], src["dart"], src["eagle3"], src["ngram"]) == (
+    dr = src["drafters"]
+    assert (src["base"], dr["dart"], dr["eagle3"], src["ngram"]) == (
         str(BUNDLE / "target"), str(BUNDLE / "dart"), str(BUNDLE / "eagle3"), str(BUNDLE / "ngram/small.ngram"))
     assert not src["bundle"].chat
     assert short(src["base"]) == "assets/tiny/target"
@@ -58,7 +62,8 @@ def test_toy_bundle(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_an_explicit_target_uses_no_bundle(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("DART_ARENA_BUNDLE", str(tmp_path / "missing"))  # not even opened
     src = resolve(args("--base-model-name-or-path", "Qwen/Qwen3-8B", "--dart-model-name-or-path", "d"))
-    assert (src["base"], src["dart"], src["eagle3"], src["ngram"], src["bundle"]) == ("Qwen/Qwen3-8B", "d", None,
+    dr = src["drafters"]
+    assert (src["base"], dr["dart"], dr["eagle3"], src["ngram"], src["bundle"]) == ("Qwen/Qwen3-8B", "d", None,
                                                                                       None, None)
     with pytest.raises(SystemExit, match="needs --eagle3-model-name-or-path"):
         resolve(args("--base-model-name-or-path", "Qwen/Qwen3-8B", "--compare-eagle3"))

@@ -16,7 +16,7 @@ from helpers_app import MAX_NEW_TOKENS, Server, held_out_prompt
 gradio_client = pytest.importorskip("gradio_client")
 
 # temperature, top-p, top-k, max new tokens, DART nodes, EAGLE-3 depth / top-k / total
-GREEDY = (0.0, 1.0, 0, MAX_NEW_TOKENS, 20, 6, 4, 21)
+GREEDY = (0.0, 1.0, 0, MAX_NEW_TOKENS, 20, 21, 6, 4)  # sampling, budget, DART size, EAGLE-3 total/depth/top-k
 STATUS = 1  # outputs as the client sees them (the session state is left out): prompt, status banner, columns…
 
 

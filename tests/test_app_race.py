@@ -16,13 +16,14 @@ from helpers_app import BUNDLE, held_out_prompt
 
 from app import plots, render
 from app.race import PromptError, Race, RaceSettings, check_prompt, context_limit
-from dart_core.generate import Step, summarize, tree_defaults
+from dart_core.generate import Step, summarize
+from dart_core.racers import racer
 from dart_core.tree import DraftTree
 
 if not (BUNDLE / "target" / "config.json").is_file():
     pytest.skip("the embedded bundle assets/tiny is missing", allow_module_level=True)
 
-CPU_TREES = tree_defaults("cpu")
+CPU_TREES = {m: racer(m).default_settings("cpu") for m in ("dart", "eagle3")}
 
 
 # ------------------------------------------------------------------------------------------ a scripted arena
@@ -166,7 +167,7 @@ def _ids(arena: Any, text: str) -> list[int]:
 
 
 def test_bundle_race_greedy_outputs_equal_ar_and_text_streams_exactly(arena: Any) -> None:
-    settings = RaceSettings(max_new_tokens=40, dart=CPU_TREES[0], eagle3=CPU_TREES[1])
+    settings = RaceSettings(max_new_tokens=40, trees=CPU_TREES)
     race = Race(arena, _ids(arena, held_out_prompt(0)), settings=settings)
     streams = {m: render.TextStream(arena.tokenizer) for m in race.methods}
     for lane, step in race.run():
@@ -187,7 +188,7 @@ def test_bundle_race_greedy_outputs_equal_ar_and_text_streams_exactly(arena: Any
 
 def test_bundle_race_stops_at_the_context_limit(arena: Any) -> None:
     ids = _ids(arena, held_out_prompt(0))
-    settings = RaceSettings(max_new_tokens=100, max_length=len(ids) + 6, dart=CPU_TREES[0], eagle3=CPU_TREES[1])
+    settings = RaceSettings(max_new_tokens=100, max_length=len(ids) + 6, trees=CPU_TREES)
     race = Race(arena, ids, settings=settings)
     list(race.run())
     for lane in race.lanes.values():

@@ -11,18 +11,18 @@ import pytest
 from helpers_app import BUNDLE, held_out_prompt
 
 from app.ui import AppConfig, ArenaUI, encode, new_conversation
-from dart_core.generate import tree_defaults
 
 if not (BUNDLE / "target" / "config.json").is_file():
     pytest.skip("the embedded bundle assets/tiny is missing", allow_module_level=True)
 
-STATUS, LANES = 2, slice(3, 6)  # positions in the page's outputs: prompt, conversation, status, columns…
 CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"
                  "{% if add_generation_prompt %}<|assistant|>{% endif %}")
 
 
 def controls(max_new_tokens: int) -> tuple:
-    return (0.0, 1.0, 0, max_new_tokens, tree_defaults("cpu")[0].max_nodes, 6, 4, 21)
+    """Sampling (greedy), the token budget, then the loaded racers' tree sliders (``ArenaUI.control_labels``:
+    DART tree size, EAGLE-3 total, depth, top-k) at their CPU defaults."""
+    return (0.0, 1.0, 0, max_new_tokens, 16, 21, 6, 4)
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +34,7 @@ def arena() -> Any:
 
 
 def ui_for(arena: Any, *, chat: bool = False) -> ArenaUI:
-    dart, eagle3 = tree_defaults("cpu")
-    return ArenaUI(arena, AppConfig(chat=chat, dart=dart, eagle3=eagle3, update_every=0.0))
+    return ArenaUI(arena, AppConfig(chat=chat, update_every=0.0))
 
 
 @pytest.mark.parametrize(("prompt", "regenerate", "message"), [
@@ -48,21 +47,21 @@ def test_bad_input_is_a_message_not_an_exception(arena: Any, prompt: str, regene
     with pytest.warns(UserWarning, match=message.split()[0]):  # gr.Warning outside a request: a Python warning
         out = list(ui_for(arena).run(prompt, conv, *controls(8), regenerate=regenerate, session="s"))
     assert len(out) == 1
-    assert message in out[0][STATUS] and "banner-warn" in out[0][STATUS]
-    assert out[0][1] is conv and conv["turns"] == []  # nothing added to the conversation
+    assert message in out[0].status and "banner-warn" in out[0].status
+    assert out[0].conv is conv and conv["turns"] == []  # nothing added to the conversation
 
 
 def test_completion_race_and_regenerate(arena: Any) -> None:
     ui = ui_for(arena)
     out = list(ui.run(held_out_prompt(0), new_conversation(), *controls(12), session="s"))
     final = out[-1]
-    assert "Done" in final[STATUS] and "identical to AR" in final[STATUS]
-    result = final[-1]
+    assert "Done" in final.status and "identical to AR" in final.status
+    result = final.result
     assert {m: f["tokens"] for m, f in result["methods"].items()} == {"dart": 12, "eagle3": 12, "ar": 12}
-    conv = final[1]
+    conv = final.conv
     again = list(ui.run("", conv, *controls(12), regenerate=True, session="s"))[-1]
-    assert len(again[1]["turns"]) == 1  # the last prompt raced again, not appended
-    assert again[-1]["methods"]["ar"]["token_ids"] == result["methods"]["ar"]["token_ids"]
+    assert len(again.conv["turns"]) == 1  # the last prompt raced again, not appended
+    assert again.result["methods"]["ar"]["token_ids"] == result["methods"]["ar"]["token_ids"]
 
 
 def test_multi_turn_chat_continues_each_methods_own_conversation(arena: Any) -> None:
@@ -72,9 +71,9 @@ def test_multi_turn_chat_continues_each_methods_own_conversation(arena: Any) -> 
     try:
         ui = ui_for(arena, chat=True)
         first = list(ui.run("def add(a, b):", new_conversation(), *controls(10), session="c"))[-1]
-        conv = first[1]
+        conv = first.conv
         reply = "".join(p for p, _ in conv["turns"][0]["replies"]["dart"]["pieces"])
-        assert reply and reply == first[-1]["methods"]["dart"]["text"]
+        assert reply and reply == first.result["methods"]["dart"]["text"]
         conv["turns"].append({"user": "and <sub>?", "replies": {}})
         ids = encode(arena, conv["turns"], "dart", chat=True)
         text = tok.decode(ids)
@@ -82,8 +81,9 @@ def test_multi_turn_chat_continues_each_methods_own_conversation(arena: Any) -> 
         assert text.endswith("<|assistant|>")
         conv["turns"].pop()
         second = list(ui.run("and <sub>?", conv, *controls(10), session="c"))[-1]
-        assert len(second[1]["turns"]) == 2
-        for column in second[LANES]:
+        assert len(second.conv["turns"]) == 2
+        assert list(second.lanes) == ["dart", "eagle3", "ar"]
+        for column in second.lanes.values():
             assert column.count('class="msg msg-user"') == 2 and "and &lt;sub&gt;?" in column
     finally:
         tok.chat_template = saved
@@ -91,7 +91,7 @@ def test_multi_turn_chat_continues_each_methods_own_conversation(arena: Any) -> 
 
 def test_stop_from_another_thread_ends_the_race_with_the_stopped_state(arena: Any) -> None:
     ui = ui_for(arena)
-    outputs: list[tuple] = []
+    outputs: list[Any] = []
     started = threading.Event()
 
     def consume() -> None:  # Gradio's worker thread, advancing the event's generator
@@ -106,12 +106,12 @@ def test_stop_from_another_thread_ends_the_race_with_the_stopped_state(arena: An
     answer = ui.stop("u")  # what the Stop button's handler does
     worker.join(60)
     assert not worker.is_alive()
-    assert "Stopped" in answer[STATUS] and "Stopped" in outputs[-1][STATUS]
-    result = answer[-1]
+    assert "Stopped" in answer.status and "Stopped" in outputs[-1].status
+    result = answer.result
     assert all(f["status"] in ("stopped", "done") for f in result["methods"].values())
     assert result["methods"]["ar"]["status"] == "stopped" and result["methods"]["ar"]["tokens"] < 800
-    assert all("state-stopped" in column or "token limit" in column for column in answer[LANES])
-    assert ui.stop("u")[STATUS] is not None  # a second Stop is harmless
+    assert all("state-stopped" in column or "token limit" in column for column in answer.lanes.values())
+    assert ui.stop("u") is not None  # a second Stop is harmless
 
 
 def test_a_closed_event_closes_the_race(arena: Any) -> None:
@@ -123,7 +123,8 @@ def test_a_closed_event_closes_the_race(arena: Any) -> None:
     live = ui.active["v"]
     assert live.closed.is_set() and live.race.stopped and not live.race._gens
     cleared = ui.clear("v")
-    assert "v" not in ui.active and cleared[1] == new_conversation()
+    assert "v" not in ui.active and cleared.conv == new_conversation()
+    assert set(cleared.plots) == {"tau", "latency", "speed", "tree"} and cleared.result is None
 
 
 @pytest.mark.parametrize(("prompt", "index", "value", "message"), [
@@ -133,7 +134,11 @@ def test_a_closed_event_closes_the_race(arena: Any) -> None:
     ("x = 1", 1, None, "Top-p: expected a number, got None"),
     ("x = 1", 3, float("nan"), "Max new tokens: expected a finite number, got nan"),
     ("x = 1", 4, float("inf"), "DART tree size: expected a finite number, got inf"),
-    ("x = 1", 7, True, "EAGLE-3 total: expected a number, got True"),
+    ("x = 1", 5, True, "EAGLE-3 total: expected a number, got True"),
+    ("x = 1", 4, 0, "DART tree size must be between 1 and 512, got 0"),
+    ("x = 1", 6, 99, "EAGLE-3 depth must be between 1 and 32, got 99"),
+    ("x = 1", 7, 2.5, "EAGLE-3 top-k: expected an integer, got 2.5"),
+    ("x = 1", 3, 0, "Max new tokens must be at least 1, got 0"),
 ])
 def test_malformed_api_values_get_a_message_naming_the_input(arena: Any, prompt: Any, index: int | None,
                                                              value: Any, message: str) -> None:
@@ -146,5 +151,5 @@ def test_malformed_api_values_get_a_message_naming_the_input(arena: Any, prompt:
     with pytest.warns(UserWarning):
         out = list(ui_for(arena).run(prompt, conv, *values, session="s"))
     assert len(out) == 1
-    assert html.escape(message) in out[0][STATUS] and "banner-warn" in out[0][STATUS]
+    assert html.escape(message) in out[0].status and "banner-warn" in out[0].status
     assert conv["turns"] == []

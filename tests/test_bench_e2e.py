@@ -118,7 +118,7 @@ def test_sources_of_a_chat_bundle_default_to_chat_mode(tmp_path: Path, monkeypat
     monkeypatch.setenv("DART_ARENA_BUNDLE", str(root))  # the default bundle
     for src in (_resolve(), _resolve("--bundle", str(root))):
         assert (src.base, src.chat, src.bundle, src.prompts) == ("smollm2", True, root, root / "prompts.jsonl")
-        assert (src.dart, src.eagle3, src.ngram) == (str(root / "dart"), str(root / "eagle3"),
+        assert (src.drafters["dart"], src.drafters["eagle3"], src.ngram) == (str(root / "dart"), str(root / "eagle3"),
                                                      str(root / "ngram/small.ngram"))
     assert not _resolve("--raw").chat
     (root / "bundle.json").write_text(json.dumps({"target": "smollm2"}))  # no mode: completion
@@ -134,13 +134,13 @@ def test_sources_of_the_toy_layout_default_to_raw(bundle: Path, monkeypatch: pyt
     with pytest.raises(e2e.BenchError, match="model bundle not found"):
         _resolve()
     src = _resolve("--base", "some/model", "--prompts", str(bundle / "prompts.jsonl"))  # no bundle needed
-    assert (src.base, src.bundle, src.dart, src.chat) == ("some/model", None, None, True)
+    assert (src.base, src.bundle, src.drafters["dart"], src.chat) == ("some/model", None, None, True)
     parts = tmp_path / "parts"  # with --base a bundle dir only lends its drafters and prompts: no target needed
     shutil.copytree(bundle / "dart", parts / "dart")
     shutil.copy(bundle / "prompts.jsonl", parts)
     src = _resolve("--base", "some/model", "--bundle", str(parts))
-    assert (src.base, src.dart, src.eagle3, src.prompts) == ("some/model", str(parts / "dart"), None,
-                                                             parts / "prompts.jsonl")
+    assert (src.base, src.drafters, src.prompts) == ("some/model", {"dart": str(parts / "dart"), "eagle3": None},
+                                                     parts / "prompts.jsonl")
     (parts / "bundle.json").write_text("{")
     with pytest.raises(e2e.BenchError, match="not valid JSON"):
         _resolve("--base", "some/model", "--bundle", str(parts))

@@ -20,19 +20,21 @@ def test_chat_bundle_names_its_target_and_parts(tmp_path: Path) -> None:
     root = chat_bundle(tmp_path / "smollm2")
     b = open_bundle(root)
     assert (b.root, b.target, b.chat, b.name) == (root, "smollm2", True, "smollm2")
-    assert (b.dart, b.eagle3, b.ngram, b.prompts) == (root / "dart", root / "eagle3", root / "ngram/small.ngram",
-                                                     root / "prompts.jsonl")
+    assert b.drafters == {"dart": root / "dart", "eagle3": root / "eagle3"}  # registry order
+    assert (b.drafter("dart"), b.ngram, b.prompts) == (root / "dart", root / "ngram/small.ngram",
+                                                       root / "prompts.jsonl")
 
 
 def test_chat_bundle_without_parts_has_none(tmp_path: Path) -> None:
     b = open_bundle(chat_bundle(tmp_path / "b", meta={"target": "smollm2"}, parts=False))
-    assert (b.target, b.chat, b.dart, b.eagle3, b.ngram, b.prompts) == ("smollm2", False, None, None, None, None)
+    assert (b.target, b.chat, b.drafters, b.ngram, b.prompts) == ("smollm2", False, {}, None, None)
 
 
 def test_toy_layout_has_its_target_inside_and_completion_mode(tmp_path: Path) -> None:
     root = toy_bundle(tmp_path / "tiny")
     b = open_bundle(str(root))
-    assert (b.target, b.chat, b.dart, b.eagle3, b.ngram) == (str(root / "target"), False, root / "dart", None, None)
+    assert (b.target, b.chat, b.drafters, b.ngram) == (str(root / "target"), False, {"dart": root / "dart"}, None)
+    assert b.drafter("eagle3") is None
 
 
 def test_the_embedded_toy_opens_as_completion_bundle() -> None:
@@ -41,7 +43,7 @@ def test_the_embedded_toy_opens_as_completion_bundle() -> None:
         pytest.skip("assets/tiny is missing")
     b = open_bundle(toy)
     assert b.target == str(toy / "target") and not b.chat
-    assert None not in (b.dart, b.eagle3, b.ngram, b.prompts)
+    assert set(b.drafters) == {"dart", "eagle3"} and None not in (b.ngram, b.prompts)
 
 
 def test_default_dir_is_assets_smollm2_unless_the_environment_says(monkeypatch: pytest.MonkeyPatch,

@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from dart_core.drafters.dart import DartDrafter
+from dart_core.drafters.dart import DartDrafter, DartSettings
 from dart_core.drafters.eagle3 import Eagle3Drafter
+from dart_core.drafters.interface import DraftInput
+from dart_core.drafters.layers import KVCache
 from dart_core.hub import HubFileError
 
 V, H = 97, 32
@@ -32,7 +34,7 @@ def dart_dir(tmp: Path, *, head_dim: int | None = None, draft_vocab: int | None 
     return C.write_drafter(tmp / "dart", cfg, state), state
 
 
-# ------------------------------------------------------------------ literal reference of specs/dart-drafter.md
+# ------------------------------------------------------------------ literal reference of docs/drafters.md
 def rms(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
@@ -123,7 +125,8 @@ def test_dart_propose_maps_draft_vocab_and_builds_tree(tmp_path: Path, target: t
     feats = torch.randn(6, 3 * H)
     ids = torch.tensor([5, 6, 7, 8, 9, 10])
     context = np.array([4, 5, 6, 7, 8, 9, 10], dtype=np.int32)
-    prop = drafter.propose(drafter.new_state(), feats, ids, context, None, top_k=5, max_nodes=12)
+    state = drafter.new_state(DartSettings(top_k=5, max_nodes=12))
+    prop = drafter.propose(state, DraftInput(feats, ids, context))
     tree = prop.tree
     assert tree.tokens[0] == 10 and tree.size == 13 and prop.draft_ms > 0
     draft_targets = set((torch.arange(48) + sd["d2t"]).tolist())
@@ -207,9 +210,9 @@ def sequential_logp(drafter: Eagle3Drafter, feats: torch.Tensor, ids: torch.Tens
         draft_id = int(torch.nonzero(torch.arange(48) + drafter.d2t == tok)[0])
         total += float(logp[draft_id])
         mask = torch.ones(1, n + i + 1, dtype=torch.bool)
-        h_new, k, v = drafter._layer(torch.tensor([tok]), h[-1:], torch.tensor([n + i]), keys, values, mask)
-        keys, values = torch.cat([keys, k], 1), torch.cat([values, v], 1)
-        h = h_new
+        h_new, k, v = drafter.layer(torch.tensor([[tok]]), h[None, -1:], torch.tensor([n + i]), (keys, values), mask)
+        keys, values = torch.cat([keys, k], 2), torch.cat([values, v], 2)
+        h = h_new[0]
     return total
 
 
@@ -245,6 +248,48 @@ def test_eagle3_incremental_context_and_formats(tmp_path: Path, target: torch.nn
     own, sd = eagle_dir(tmp_path, own_embed=True)
     d = Eagle3Drafter.from_pretrained(own, target=target)
     assert torch.equal(d.embed_weight, sd["embed_tokens.weight"])
+
+
+def test_drafter_cache_is_preallocated_and_grows_in_chunks(tmp_path: Path, target: torch.nn.Module) -> None:
+    """A thousand rows fed 1-3 at a time (plus scratch rows each step) reallocate the buffers a handful of times,
+    write in place otherwise, commit only what is committed; drafting across a growth equals a fresh state."""
+    cache = KVCache()
+    g = torch.Generator().manual_seed(7)
+    kept, buffers = [], []
+    while cache.length < 1000:
+        t = int(torch.randint(1, 4, (1,), generator=g))
+        k = torch.randn(1, 2, t + 4, 8, generator=g)  # t rows to keep, then 4 scratch rows
+        keys, values = cache.write(k, -k, cache.length)
+        assert keys.shape[2] == cache.length + t + 4 and torch.equal(values[:, :, -t - 4 :], -k)
+        cache.commit(t)
+        kept.append(k[:, :, :t])
+        if not buffers or buffers[-1] != (cache.capacity, cache.keys.data_ptr()):
+            buffers.append((cache.capacity, cache.keys.data_ptr()))
+    assert [cap for cap, _ in buffers] == [256, 512, 1024, 2048][: len(buffers)] and len(buffers) <= 4
+    torch.testing.assert_close(cache.keys, torch.cat(kept, 2), atol=0, rtol=0)
+    torch.testing.assert_close(cache.values, -torch.cat(kept, 2), atol=0, rtol=0)
+    with pytest.raises(ValueError, match="must lie in"):
+        cache.write(k, k, cache.length - 1)  # committed rows are never overwritten
+
+    path, _ = dart_dir(tmp_path)
+    dart = DartDrafter.from_pretrained(path, target=target)
+    feats, ids = torch.randn(270, 3 * H, generator=g), torch.randint(0, V, (270,), generator=g)
+    state = dart.new_state()
+    for a, b in itertools.pairwise([0, 250, 251, 253, 256, 259, 262, 270]):  # mask rows cross 256 mid-call
+        cached = dart.draft_logits(feats[a:b], ids[a:b], state)
+        torch.testing.assert_close(cached, dart.draft_logits(feats[:b], ids[:b], dart.new_state()),
+                                   atol=2e-5, rtol=1e-5)
+    assert state.length == 270 and state.cache.capacity == 512
+
+    eagle_path, _ = eagle_dir(tmp_path)
+    eagle = Eagle3Drafter.from_pretrained(eagle_path, target=target)
+    state = eagle.new_state()
+    eagle.context_pass(feats[:248], ids[:248], state)
+    tree = eagle.draft_tree(feats[248:250], ids[248:250], total_tokens=10, depth=4, top_k=3, state=state)
+    assert state.length == 250 and state.cache.capacity == 512  # tree rows 250..261 grew it mid-tree
+    for node in range(1, tree.size):
+        toks = [int(tree.tokens[j]) for j in tree.path_to(node)[1:]]
+        assert tree.scores[node] == pytest.approx(sequential_logp(eagle, feats[:250], ids[:250], toks), abs=2e-4)
 
 
 def test_eagle3_loader_errors(tmp_path: Path, target: torch.nn.Module) -> None:

@@ -14,9 +14,9 @@ import torch
 from scipy.stats import chisquare
 from transformers import AutoModelForCausalLM, LlamaConfig, Qwen3Config, Qwen3MoeConfig
 
-from dart_core.drafters.dart import DartDrafter
-from dart_core.drafters.eagle3 import Eagle3Drafter
-from dart_core.generate import DartSettings, Eagle3Settings, generate, stream, summarize
+from dart_core.drafters.dart import DartDrafter, DartSettings
+from dart_core.drafters.eagle3 import Eagle3Drafter, Eagle3Settings
+from dart_core.generate import generate, stream, summarize
 from dart_core.ngram import NgramStore
 from dart_core.target import TargetModel
 from dart_core.tree import DraftTree
@@ -62,9 +62,9 @@ class OracleDart(DartDrafter):
     def setup(self, prompt: list[int], truth: list[int], agree: float, seed: int) -> None:
         self.prompt_len, self.truth, self.agree, self.rng = len(prompt), truth, agree, random.Random(seed)
 
-    def propose(self, state, features, shifted_ids, context_tokens, store=None, **kw):  # type: ignore[override]
-        self._done = len(context_tokens) - self.prompt_len  # tokens emitted so far (root included)
-        return super().propose(state, features, shifted_ids, context_tokens, store, **kw)
+    def propose(self, state, step):  # type: ignore[override]
+        self._done = len(step.context) - self.prompt_len  # tokens emitted so far (root included)
+        return super().propose(state, step)
 
     def draft_logits(self, features, shifted_ids, state=None):  # type: ignore[override]
         logits = super().draft_logits(features, shifted_ids, state)
@@ -82,9 +82,9 @@ class OracleEagle(Eagle3Drafter):
     def setup(self, prompt: list[int], truth: list[int], agree: float, seed: int) -> None:
         self.prompt_len, self.truth, self.agree, self.rng = len(prompt), truth, agree, random.Random(seed)
 
-    def propose(self, state, features, shifted_ids, context_tokens=None, **kw):  # type: ignore[override]
-        prop = super().propose(state, features, shifted_ids, context_tokens, **kw)
-        tree, done = prop.tree, len(context_tokens) - self.prompt_len
+    def propose(self, state, step):  # type: ignore[override]
+        prop = super().propose(state, step)
+        tree, done = prop.tree, len(step.context) - self.prompt_len
         deepest = int(np.argmax(tree.depths))
         tokens = tree.tokens.copy()
         for depth, node in enumerate(tree.path_to(deepest)[1:]):
@@ -125,14 +125,14 @@ def test_greedy_lossless_all_methods(tmp_path: Path, family: str) -> None:
         assert got == want, f"AR differs on prompt {p_i}"
         assert summarize(steps).tau == 1.0
         for kind in ("dart", "eagle3"):
-            got, steps = generate(target, prompt, plain[kind], max_new_tokens=NEW,
-                                  eagle3=Eagle3Settings(total_tokens=30, depth=5, top_k=4))
+            small = Eagle3Settings(total_tokens=30, depth=5, top_k=4) if kind == "eagle3" else None
+            got, steps = generate(target, prompt, plain[kind], max_new_tokens=NEW, settings=small)
             assert got == want, f"random {kind} differs on prompt {p_i}"
             oracle = rigged[kind]
             oracle.setup(prompt, truth, agree=0.85, seed=p_i)
-            got, steps = generate(target, prompt, oracle, max_new_tokens=NEW,
-                                  dart=DartSettings(top_k=6, max_nodes=30),
-                                  eagle3=Eagle3Settings(total_tokens=30, depth=6, top_k=3))
+            rigged_settings = {"dart": DartSettings(top_k=6, max_nodes=30),
+                               "eagle3": Eagle3Settings(total_tokens=30, depth=6, top_k=3)}[kind]
+            got, steps = generate(target, prompt, oracle, max_new_tokens=NEW, settings=rigged_settings)
             assert got == want, f"rigged {kind} differs on prompt {p_i}"
             deepest[kind] = max(deepest[kind], max(s.accepted for s in steps))
             taus[kind].append(summarize(steps).tau)
@@ -153,8 +153,9 @@ def test_dart_with_ngram_store_and_eager_attention(tmp_path: Path) -> None:
     ps = prompts(seed=5)[:8]
     refs = [reference(model, p, 40) for p in ps]
     store = NgramStore.build([p + r for p, r in zip(ps, refs, strict=True)], order=3)
+    d.store = store
     for p, r in zip(ps, refs, strict=True):
-        got, steps = generate(target, p, d, store=store, max_new_tokens=40)
+        got, steps = generate(target, p, d, max_new_tokens=40)
         assert got == r
         assert steps[1].tree_size > 1  # (the last steps may be cut to the root by the token budget)
 
@@ -243,7 +244,7 @@ def test_sampling_keeps_target_distribution(tmp_path: Path) -> None:
     n = 2500
     for _ in range(n):
         got, _ = generate(target, prompt, drafter, sampling=sampling, max_new_tokens=2, generator=gen,
-                          dart=DartSettings(top_k=4, max_nodes=12))
+                          settings=DartSettings(top_k=4, max_nodes=12))
         counts[got[1]] += 1
     keep = expected * n >= 5
     f_exp = np.append(expected[keep] * n, expected[~keep].sum() * n)
@@ -256,18 +257,63 @@ def test_sampling_keeps_target_distribution(tmp_path: Path) -> None:
 def test_tree_defaults_per_device_and_overrides() -> None:
     import argparse
 
-    from dart_core.generate import tree_defaults
     from dart_core.generate_cli import add_tree_arguments, tree_settings
+    from dart_core.racers import racer
 
-    assert tree_defaults("cuda") == (DartSettings(), Eagle3Settings())
-    assert tree_defaults("cuda:1")[0].max_nodes == 60
-    cpu_dart, cpu_eagle = tree_defaults(torch.device("cpu"))
+    dart, eagle3 = racer("dart"), racer("eagle3")
+    assert (dart.default_settings("cuda"), eagle3.default_settings("cuda")) == (DartSettings(), Eagle3Settings())
+    assert dart.default_settings("cuda:1").max_nodes == 60
+    cpu_dart, cpu_eagle = dart.default_settings(torch.device("cpu")), eagle3.default_settings("cpu")
     assert cpu_dart.max_nodes == 16 and cpu_dart.top_k == DartSettings().top_k
     assert (cpu_eagle.total_tokens, cpu_eagle.depth, cpu_eagle.top_k) == (21, 6, 4)
     p = argparse.ArgumentParser()
     add_tree_arguments(p)
-    assert tree_settings(p.parse_args([]), "cpu") == (cpu_dart, cpu_eagle)
-    d, e = tree_settings(p.parse_args(["--dart-nodes", "33", "--eagle3-depth", "3"]), "cpu")
-    assert d.max_nodes == 33 and d.beam_width == cpu_dart.beam_width and e == Eagle3Settings(21, 3, 4)
-    d, e = tree_settings(p.parse_args(["--dart-nodes", "33"]), "cuda")
-    assert d == DartSettings(max_nodes=33) and e == Eagle3Settings()
+    got = tree_settings(p.parse_args([]), "cpu")
+    assert (got["dart"], got["eagle3"]) == (cpu_dart, cpu_eagle)
+    got = tree_settings(p.parse_args(["--dart-nodes", "33", "--eagle3-depth", "3"]), "cpu")
+    assert got["dart"].max_nodes == 33 and got["dart"].beam_width == cpu_dart.beam_width
+    assert got["eagle3"] == Eagle3Settings(21, 3, 4)
+    got = tree_settings(p.parse_args(["--dart-nodes", "33", "--dart-ngram-weight", "0"]), "cuda")
+    assert got["dart"] == DartSettings(max_nodes=33, ngram_weight=0.0) and got["eagle3"] == Eagle3Settings()
+    with pytest.raises(ValueError, match="--eagle3: depth must be between 1 and 32, got 0"):
+        tree_settings(p.parse_args(["--eagle3-depth", "0"]), "cpu")
+
+
+class EndOfTextFirst(OracleDart):
+    """The rigged DART drafter with the generation's stop ids ranked ABOVE the true continuation at every level:
+    a width-1 beam that ignored the end-of-text rule would spend every level below a stop token."""
+
+    def setup_stops(self, stops: list[int]) -> None:
+        self.stops = stops
+
+    def draft_logits(self, features, shifted_ids, state=None):  # type: ignore[override]
+        logits = super().draft_logits(features, shifted_ids, state)
+        for j, t in enumerate(self.stops):
+            logits[0, :, t] += 60.0 - j  # above the truth's +50 nudge
+        return logits
+
+
+def test_end_of_text_reaches_the_tree_search(tmp_path: Path) -> None:
+    """generate passes every stop id to DART's search: beams ending in one rank after the others, so the tree
+    keeps growing below the true continuation (deep acceptance) while the stop tokens stay leaves; the output is
+    still the target's own greedy output."""
+    model = make_target("qwen3")
+    target = TargetModel(model)
+    hidden = model.config.hidden_size
+    cfg = C.drafter_config("dart", vocab=V, hidden=hidden, draft_vocab=None, draft_length=6)
+    drafter = EndOfTextFirst.from_pretrained(
+        C.write_drafter(tmp_path / "eot", cfg, C.random_drafter_state(cfg, kind="dart", seed=7)), target=model)
+    settings = DartSettings(top_k=4, beam_width=1, max_nodes=24)
+    for p_i, prompt in enumerate(prompts(seed=21)[:4]):
+        truth = reference(model, prompt, NEW + 12)
+        stops = [t for t in range(V) if t not in truth][:2]  # an EOS and an end-of-turn that never come
+        drafter.setup(prompt, truth, agree=1.0, seed=p_i)
+        drafter.setup_stops(stops)
+        got, steps = generate(target, prompt, drafter, max_new_tokens=NEW, settings=settings, stop_token_ids=stops)
+        assert got == truth[:NEW], f"prompt {p_i}"
+        trees = [s.tree for s in steps if s.tree is not None and s.tree.size > 1]
+        proposed = [int(t) for tree in trees for t in tree.tokens[1:]]
+        assert set(stops) <= set(proposed), "the rigged drafter's stop tokens never reached a tree"
+        for tree in trees:  # a stop token is never extended: nothing hangs below one
+            assert all(int(tree.tokens[int(p)]) not in stops for p in tree.parents[1:] if p > 0)
+        assert summarize(steps).tau > 3.0  # the beam followed the true continuation, not the stop tokens

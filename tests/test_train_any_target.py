@@ -245,7 +245,7 @@ def test_smollm2_quick_recipe(tmp_path: Path) -> None:
                        "--no-progress"]) == 0
     bundle = open_bundle(out)
     assert bundle.chat and bundle.target == "smollm2"
-    assert bundle.dart and bundle.eagle3 and bundle.ngram and bundle.prompts
+    assert set(bundle.drafters) == {"dart", "eagle3"} and bundle.ngram and bundle.prompts
     recipe = json.loads((out / "recipe.json").read_text())
     assert recipe["history"] == [f"python -m dart_core.train smollm2 --quick --out {out} --work {tmp_path / 'work'} "
                                  "--no-progress"]

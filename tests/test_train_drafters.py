@@ -4,8 +4,10 @@ the inference loaders as fp32, decode losslessly and accept more than untrained 
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -99,13 +101,82 @@ def test_eagle3_ttt_forward_equals_context_pass_and_rollout(tmp_path: Path) -> N
             for i in (s, 6, 11):
                 n = i - s + 1  # context rows 0..i-s, then s sequential steps on its own outputs
                 state = model.new_state()
-                h = model.context_pass(feats[b, :n], ids[b, :n], state)[-1:]
+                h = model.context_pass(feats[b, :n], ids[b, :n], state)[None, -1:]
                 keys, values = state.cache.keys, state.cache.values
                 for j in range(1, s + 1):
-                    h, k, v = model._layer(ids[b, n - 1 + j : n + j], h, torch.tensor([n - 1 + j]), keys, values,
-                                           torch.ones(1, keys.shape[1] + 1, dtype=torch.bool))
-                    keys, values = torch.cat([keys, k], 1), torch.cat([values, v], 1)
-                torch.testing.assert_close(outs[s][b, i], h[0], atol=1e-4, rtol=1e-4)
+                    h, k, v = model.layer(ids[None, b, n - 1 + j : n + j], h, torch.tensor([n - 1 + j]),
+                                          (keys, values), torch.ones(1, keys.shape[2] + 1, dtype=torch.bool))
+                    keys, values = torch.cat([keys, k], 2), torch.cat([values, v], 2)
+                torch.testing.assert_close(outs[s][b, i], h[0, 0], atol=1e-4, rtol=1e-4)
+
+
+CHUNKS = [0, 7, 8, 10, 13, 14, 16, 19, 20]  # a prefill of 7 rows, then 1-3 accepted rows per step
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """Several CPU threads split a batched matmul differently from a one-row one, which moves float32 results by
+    a few ulp per op. One thread keeps the comparison about the algorithm, not the thread count."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
+
+
+def close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> None:
+    """float64: equal to 1e-9 (same math). float32: within 1e-5 of the outputs' scale (the logits of these random
+    weights reach ~10, where one float32 ulp is ~1e-6 and a few ops' rounding sum to ~1e-5)."""
+    if dtype == torch.float64:
+        torch.testing.assert_close(got, want, atol=1e-9, rtol=1e-9)
+    else:
+        scale = max(1.0, float(want.abs().max()))
+        torch.testing.assert_close(got, want, atol=1e-5 * scale, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_dart_train_forward_equals_chunked_cached_inference(tmp_path: Path, one_thread: None,
+                                                            dtype: torch.dtype) -> None:
+    """Training (batched, cache-free) == drafting (B = 1) fed chunk by chunk through ONE state, whose mask rows
+    are scratch rows of the cache."""
+    model = random_drafter(tmp_path, "dart").to(dtype)
+    g = torch.Generator().manual_seed(5)
+    feats, ids = torch.randn(2, 20, 3 * H, generator=g, dtype=dtype), torch.randint(0, V, (2, 20), generator=g)
+    anchors = torch.tensor(CHUNKS[1:]) - 1  # each call drafts from its last row
+    with torch.no_grad():
+        blocks, real = dart_train_forward(model, feats, ids, anchors)
+    for b in range(2):
+        state = model.new_state()
+        for k, (lo, hi) in enumerate(itertools.pairwise(CHUNKS)):
+            cached = model.draft_logits(feats[b, lo:hi], ids[b, lo:hi], state)[0]
+            close(cached, blocks[b, k], dtype)
+            close(cached[0], real[b, hi - 1], dtype)
+        assert state.length == 20
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_eagle3_train_forward_equals_chunked_cached_inference(tmp_path: Path, one_thread: None,
+                                                              dtype: torch.dtype) -> None:
+    """TTT step 0 == context passes chunk by chunk through ONE state; step s == s tree-level forwards from the
+    chunk's last row, their K/V in the cache's scratch rows (overwritten by the next chunk)."""
+    model = random_drafter(tmp_path, "eagle3").to(dtype)
+    g = torch.Generator().manual_seed(6)
+    feats, ids = torch.randn(2, 20, 3 * H, generator=g, dtype=dtype), torch.randint(0, V, (2, 20), generator=g)
+    with torch.no_grad():
+        outs = eagle3_train_forward(model, feats, ids, ttt_steps=3)
+    for b in range(2):
+        state = model.new_state()
+        for lo, n in itertools.pairwise(CHUNKS):
+            h = model.context_pass(feats[b, lo:n], ids[b, lo:n], state)
+            close(h, outs[0][b, lo:n], dtype)
+            h = h[None, -1:]
+            for s in range(1, min(3, 20 - n) + 1):  # row n-1+s at position n-1+s carries ids[n-1+s]
+                with torch.no_grad():
+                    h, _, _ = model.layer(ids[None, b, n - 1 + s : n + s], h, torch.tensor([n - 1 + s]),
+                                          state.cache.at(n + s - 1), torch.ones(1, n + s, dtype=torch.bool))
+                close(h[0, 0], outs[s][b, n - 1 + s], dtype)
+            assert state.length == n  # the step rows were scratch
 
 
 def test_draft_vocab_keeps_eos_and_frequent_tokens() -> None:

@@ -1,6 +1,6 @@
-"""N-gram-guided tree search (specs/tree-search.md) against a pure-Python reference, plus DraftTree helpers.
+"""N-gram-guided tree search (docs/tree-search.md) against a pure-Python reference, plus DraftTree helpers.
 
-The reference below re-implements the spec independently: N-gram counts in a dict (specs/ngram.md
+The reference below re-implements the spec independently: N-gram counts in a dict (docs/formats.md
 semantics), scores in float32 numpy scalars in the spec's order of operations. ``log`` is the C library's
 ``logf`` through ctypes when available (numpy's float32 log differs from it in the last bit for ~1 in 5
 inputs, which could flip near-ties), else numpy's.
@@ -86,7 +86,8 @@ def ref_search(toks, probs, ctx, counts, order, w, max_nodes, lw, logw, ngw, eos
                 node = (F32(ps + F32(lw[lev]) * term), (*seq, t), len(pool))
                 pool.append(node)
                 ext.append(node)
-        ext.sort(key=lambda n: (eos is not None and n[1][-1] == eos, -n[0], n[2]))
+        ends = set() if eos is None else {eos} if isinstance(eos, int) else set(eos)
+        ext.sort(key=lambda n: (n[1][-1] in ends, -n[0], n[2]))
         beam = [(n[1], n[0]) for n in ext[:w]]
     pool.sort(key=lambda n: (-n[0], len(n[1]), n[2]))
     kept = pool[:max_nodes]
@@ -167,7 +168,8 @@ def test_matches_reference(stores, chunk):
         store, counts = by_order[order] if use_store else (None, None)
         w = int(rng.integers(1, 8))
         max_nodes = int(rng.integers(0, 40))
-        eos = int(rng.integers(vocab)) if rng.random() < 0.4 else None
+        r = rng.random()  # no EOS rule, one end-of-text id, or several (every stop id of a generation)
+        eos = None if r < 0.6 else int(rng.integers(vocab)) if r < 0.8 else [int(t) for t in rng.integers(0, vocab, 3)]
         ngw = float(rng.choice([0.0, 0.5, rng.uniform(0.05, 2.0)]))
         if rng.random() < 0.5:
             lw = rng.uniform(0.05, 1.5, levels).astype(np.float32)
@@ -254,6 +256,12 @@ def test_eos_goes_after_non_eos_in_the_beam():
     assert {s[0] for s in node_paths(tree) if len(s) == 2} == {a}
     tree = search_tree(toks, p, [9], None, beam_width=1, max_nodes=100)
     assert {s[0] for s in node_paths(tree) if len(s) == 2} == {E}
+    # Several stop ids (a chat model's EOS and end-of-turn): each ranks last; a list, a set or an array alike.
+    for stops in ([E, a], {a, E}, np.array([a, E], dtype=np.int64)):
+        tree = search_tree(toks, p, [9], None, beam_width=1, max_nodes=100, eos_token_id=stops)
+        assert {s[0] for s in node_paths(tree) if len(s) == 2} == {b}
+    with pytest.raises(ValueError, match="eos_token_id"):
+        search_tree(toks, p, [9], None, eos_token_id=[E, 2**40])
 
 
 def test_exact_ties_keep_prefix_closure():

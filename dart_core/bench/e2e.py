@@ -33,6 +33,8 @@ from dart_core.generate import Step, summarize
 from dart_core.generate_cli import add_tree_arguments, encode_prompt, tree_settings
 from dart_core.hub import HubFileError
 from dart_core.ngram import NgramFormatError
+from dart_core.racers import BASELINE, RACERS, drafting_racers, racer
+from dart_core.racers import color as racer_color
 from dart_core.verify import SamplingConfig
 
 FIGURE_TITLES = (
@@ -41,7 +43,6 @@ FIGURE_TITLES = (
     "Tokens/s per prompt",
     "Accepted length per verify step (histogram)",
 )
-COLORS = {"dart": "#d62728", "eagle3": "#1f77b4", "ar": "#7f7f7f"}
 SPLIT_COLORS = {"draft": "#ff7f0e", "search": "#2ca02c", "verify": "#9467bd"}
 
 
@@ -57,12 +58,13 @@ def default_bundle() -> Path:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     m = p.add_argument_group("models (local directories or Hub ids)")
     m.add_argument("--bundle", type=Path, default=None,
-                   help="bundle dir: bundle.json naming the target (or a target/ dir), dart/, eagle3/, "
-                        f"ngram/small.ngram, prompts.jsonl (default: {default_bundle()}, or $DART_ARENA_BUNDLE; "
+                   help="bundle dir: bundle.json naming the target (or a target/ dir), "
+                        f"{', '.join(r.key + '/' for r in drafting_racers())}, ngram/small.ngram, prompts.jsonl "
+                        f"(default: {default_bundle()}, or $DART_ARENA_BUNDLE; "
                         "assets/tiny: the stdlib toy); used unless --base is given")
     m.add_argument("--base", help="target model (overrides the bundle's target)")
-    m.add_argument("--dart", help="DART drafter (overrides the bundle's dart/)")
-    m.add_argument("--eagle3", help="EAGLE-3 head (overrides the bundle's eagle3/)")
+    for r in drafting_racers():
+        m.add_argument(f"--{r.key}", metavar="MODEL", help=f"{r.label} drafter (overrides the bundle's {r.key}/)")
     m.add_argument("--ngram", help="N-gram store: a file, or a dir / Hub repo with small.trie / full.trie")
     m.add_argument("--small-ngram", action="store_true", help="use small.trie instead of full.trie with --ngram")
     m.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto; default: cuda if available")
@@ -77,7 +79,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--turns", type=int, choices=(1, 2), default=1,
                    help="with --dataset: 2 = also ask each method the follow-up question after its own first answer")
     g.add_argument("--limit", type=int, default=0, help="use only the first N prompts (0 = all)")
-    g.add_argument("--methods", default=None, help="comma-separated subset of dart,eagle3,ar (default: all loaded)")
+    g.add_argument("--methods", default=None,
+                   help=f"comma-separated subset of {','.join(r.key for r in RACERS)} (default: all loaded)")
     g.add_argument("--warmup", type=int, default=1, help="warm-up prompt runs per method, not counted (default 1)")
     g.add_argument("--max-new-tokens", type=int, default=128)
     g.add_argument("--max-length", type=int, default=None, help="limit on prompt + output tokens")
@@ -102,8 +105,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 @dataclass
 class Sources:
     base: str
-    dart: str | None
-    eagle3: str | None
+    drafters: dict[str, str | None]  # racer key -> drafter dir / Hub id (None: not raced)
     ngram: str | None
     small_ngram: bool
     prompts: Path | None
@@ -118,7 +120,8 @@ def resolve_sources(args: argparse.Namespace) -> Sources:
     default with --base and for a bundle whose ``bundle.json`` says ``"mode": "chat"``."""
     use_bundle = args.bundle is not None or args.base is None
     notes: list[str] = []
-    parts: dict[str, str | None] = {"dart": args.dart, "eagle3": args.eagle3, "ngram": args.ngram}
+    parts: dict[str, str | None] = {**{r.key: getattr(args, r.dest, None) for r in drafting_racers()},
+                                    "ngram": args.ngram}
     small = bool(args.small_ngram)
     found: Bundle | None = None
     bundle: Path | None = None
@@ -132,13 +135,14 @@ def resolve_sources(args: argparse.Namespace) -> Sources:
             if args.base is None or not bundle.is_dir() or (bundle / "bundle.json").exists():
                 raise BenchError(f"{e}\n(--bundle DIR picks another bundle, e.g. --bundle assets/tiny for the "
                                  "stdlib toy; --base MODEL another target.)") from None
-        for name, sub in (("dart", "dart"), ("eagle3", "eagle3"), ("ngram", "ngram/small.ngram")):
+        for name, sub in [*((r.key, r.key) for r in drafting_racers()), ("ngram", "ngram/small.ngram")]:
             if parts[name] is None:
                 if (bundle / sub).exists():
                     parts[name] = str(bundle / sub)
                 else:
                     notes.append(f"bundle has no {sub}: {name} skipped")
     base = args.base or found.target  # type: ignore[union-attr]
+    drafters = {r.key: parts[r.key] for r in drafting_racers()}
     dataset = getattr(args, "dataset", None)
     if getattr(args, "turns", 1) > 1 and dataset is None:
         raise BenchError(f"--turns {args.turns} needs a multi-turn --dataset ({', '.join(sorted(DATASETS))}); "
@@ -147,7 +151,7 @@ def resolve_sources(args: argparse.Namespace) -> Sources:
         if args.chat is False:
             raise BenchError(f"--raw with --dataset {dataset}: its questions are chat prompts, run in chat mode "
                              "(drop --raw)")
-        return Sources(base, parts["dart"], parts["eagle3"], parts["ngram"], small, None, True, bundle, notes, dataset)
+        return Sources(base, drafters, parts["ngram"], small, None, True, bundle, notes, dataset)
     prompts = args.prompts or (bundle / "prompts.jsonl" if bundle is not None else None)
     if prompts is None:
         raise BenchError("no prompt set: pass --prompts FILE.jsonl (fields: prompt, optional id)")
@@ -155,7 +159,7 @@ def resolve_sources(args: argparse.Namespace) -> Sources:
         hint = f" Build the bundle with `{build_command(bundle)}`." if args.prompts is None and bundle else ""
         raise BenchError(f"prompt file not found: {prompts}.{hint}")
     chat = args.chat if args.chat is not None else (args.base is not None or (found is not None and found.chat))
-    return Sources(base, parts["dart"], parts["eagle3"], parts["ngram"], small, Path(prompts), chat, bundle, notes)
+    return Sources(base, drafters, parts["ngram"], small, Path(prompts), chat, bundle, notes)
 
 
 def read_prompts(path: Path, limit: int = 0) -> list[dict[str, str]]:
@@ -267,8 +271,8 @@ def _run(args: argparse.Namespace) -> int:
     for note in src.notes:
         print(f"note: {note}")
     torch.manual_seed(args.seed)
-    arena = load_arena(src.base, dart=src.dart, eagle3=src.eagle3, ngram=src.ngram, small_ngram=src.small_ngram,
-                       device=args.device, dtype=args.dtype, progress=not args.no_progress)
+    arena = load_arena(src.base, ngram=src.ngram, small_ngram=src.small_ngram, device=args.device, dtype=args.dtype,
+                       progress=not args.no_progress, **src.drafters)
     methods = args.methods.split(",") if args.methods else arena.methods
     for m in methods:
         arena.drafter(m)  # a clear error for a method that is not loaded
@@ -278,13 +282,13 @@ def _run(args: argparse.Namespace) -> int:
         raise BenchError(f"--dataset {src.dataset}: its questions are chat prompts and need a chat model, but the "
                          f"tokenizer of {src.base} has no chat template. Pass --base with a chat (instruct) model.")
     # AR runs first on each prompt so the other methods are checked against it as soon as they finish.
-    order = (["ar"] if "ar" in methods else []) + [m for m in methods if m != "ar"]
+    order = ([BASELINE] if BASELINE in methods else []) + [m for m in methods if m != BASELINE]
     sampling = SamplingConfig(args.temperature, args.top_p, args.top_k)
     chat = src.chat and has_template
     n_turns = args.turns if src.dataset is not None else 1
-    trees = dict(zip(("dart", "eagle3"), tree_settings(args, arena.target.device), strict=True))
+    trees = {m: t for m, t in tree_settings(args, arena.target.device).items() if racer(m).drafts}
     print("trees: " + "; ".join(f"{m} {dataclasses.asdict(t)}" for m, t in trees.items() if m in methods))
-    kwargs = {"sampling": sampling, "max_new_tokens": args.max_new_tokens, "max_length": args.max_length, **trees}
+    kwargs = {"sampling": sampling, "max_new_tokens": args.max_new_tokens, "max_length": args.max_length}
     encoded = [encode_prompt(tokenizer, p["prompt"], raw=not chat, system=args.system) for p in prompts]
     gen_device = arena.target.feature_device
 
@@ -292,7 +296,7 @@ def _run(args: argparse.Namespace) -> int:
         """One generation's steps and its wall-clock ms, from the input ids to the last token (loop glue included)."""
         start = time.perf_counter()
         generator = torch.Generator(device=gen_device).manual_seed(seed)
-        steps = list(arena.stream(method, ids, generator=generator, **kwargs))
+        steps = list(arena.stream(method, ids, generator=generator, settings=trees.get(method), **kwargs))
         return steps, (time.perf_counter() - start) * 1e3
 
     def converse(method: str, p: dict[str, Any], first: list[int], seed: int) -> list[tuple[list[int], list[Step],
@@ -343,12 +347,12 @@ def _run(args: argparse.Namespace) -> int:
                     if not entry["methods"]:
                         entry["prompt_tokens"] = len(turn_ids)
                 entry["methods"][m] = {**figures, "stop_reason": steps[-1].get("stop_reason"), "steps": steps}
-                if sampling.greedy and m != "ar" and "ar" in outputs:
-                    pos = first_difference(outputs[m][k], outputs["ar"][k])
+                if sampling.greedy and m != BASELINE and BASELINE in outputs:
+                    pos = first_difference(outputs[m][k], outputs[BASELINE][k])
                     if pos is not None:
                         mm = {"prompt_id": p["id"], **({"turn": k + 1} if tags[k] else {}), "method": m,
                               "position": pos, "method_tokens": len(outputs[m][k]),
-                              "ar_tokens": len(outputs["ar"][k])}
+                              "ar_tokens": len(outputs[BASELINE][k])}
                         mismatches.append(mm)
                         where = f" turn {k + 1}" if tags[k] else ""
                         tqdm.write(f"MISMATCH: {m} differs from AR on prompt {p['id']}{where} at token {pos}")
@@ -358,10 +362,10 @@ def _run(args: argparse.Namespace) -> int:
     summary = summarize_methods(pooled, wall)
     per_turn = ({str(k + 1): summarize_methods(turn_steps[k], turn_wall[k]) for k in range(n_turns)}
                 if n_turns > 1 else None)
-    checked = sampling.greedy and "ar" in methods and len(methods) > 1
+    checked = sampling.greedy and BASELINE in methods and len(methods) > 1
     report = {
         "config": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-                   "resolved": {"base": src.base, "dart": src.dart, "eagle3": src.eagle3, "ngram": src.ngram,
+                   "resolved": {"base": src.base, **src.drafters, "ngram": src.ngram,
                                 "prompts": str(src.prompts) if src.prompts is not None else None,
                                 "dataset": src.dataset, "turns": n_turns, "chat": chat,
                                 "trees": {m: dataclasses.asdict(t) for m, t in trees.items()}}, "methods": methods,
@@ -407,7 +411,7 @@ def summarize_methods(pooled: dict[str, list[Step]], wall_ms: dict[str, float]) 
     """Overall figures per method over every counted prompt (pooled steps, summed wall clock) + speedups vs AR
     (``speedup_vs_ar`` by wall clock, ``speedup_vs_ar_engine`` by the engine's stopwatches)."""
     summary = {m: method_figures(steps, wall_ms[m]) for m, steps in pooled.items()}
-    ar = summary.get("ar", {})
+    ar = summary.get(BASELINE, {})
     for s in summary.values():
         s["speedup_vs_ar"] = s["tokens_per_s_wall"] / ar["tokens_per_s_wall"] if ar.get("tokens_per_s_wall") else None
         s["speedup_vs_ar_engine"] = s["tokens_per_s"] / ar["tokens_per_s"] if ar.get("tokens_per_s") else None
@@ -451,7 +455,7 @@ def build_figures(report: dict[str, Any]) -> list[Any]:
     axis = {"showgrid": True, "gridcolor": "#d0d0d0", "linecolor": "#888888", "zerolinecolor": "#bbbbbb"}
 
     def color(m: str) -> str:
-        return COLORS.get(m, "#17becf")
+        return racer_color(m)
 
     f1 = go.Figure()
     for m in methods:

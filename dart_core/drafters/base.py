@@ -11,15 +11,8 @@ from torch import nn
 
 from dart_core.drafters.checkpoint import check_d2t, check_embedding
 from dart_core.drafters.config import DrafterConfig
+from dart_core.drafters.interface import NoSettings, check_settings
 from dart_core.drafters.layers import KVCache, MidLayer, RMSNorm, Rotary
-from dart_core.tree import DraftTree
-
-
-@dataclass(frozen=True)
-class Proposal:
-    tree: DraftTree
-    draft_ms: float  # drafter forwards (DART: one; EAGLE-3: one per tree level) + top-k
-    search_ms: float  # turning the drafter's outputs into the tree (DART: native N-gram search)
 
 
 @dataclass
@@ -28,6 +21,7 @@ class DrafterState:
     tree rows are never kept), so one loaded drafter serves generations that alternate."""
 
     cache: KVCache = field(default_factory=KVCache)
+    settings: Any = None  # this generation's settings (the drafter's settings dataclass)
 
     @property
     def length(self) -> int:
@@ -38,8 +32,9 @@ class DrafterLayer(nn.Module):
     """fc(3·H_t → H) + one ``midlayer`` + ``norm`` + ``lm_head`` over the draft vocabulary, with ``d2t`` (draft id
     i is target id i + d2t[i]) and the target's token embedding, shared (same storage) and frozen."""
 
-    kind = "drafter"
+    kind = "drafter"  # the racer key (``dart_core.racers``)
     name = "drafter"
+    settings_type: type = NoSettings
 
     def __init__(self, cfg: DrafterConfig, embed_weight: torch.Tensor, *, with_mask_rep: bool) -> None:
         super().__init__()
@@ -51,10 +46,30 @@ class DrafterLayer(nn.Module):
         self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
         self.embed_weight = embed_weight.detach()  # not a parameter of ours
         self.rotary = Rotary(cfg)
-        self.default_state = DrafterState()
+        self.default_state = DrafterState(settings=self.settings_type())
+        # the target hidden_states it reads (indices, concatenated in this order), set by ``bind``; None until
+        # then: the target's default layers
+        self.feature_layers: tuple[int, ...] | None = None
 
-    def new_state(self) -> DrafterState:
-        return DrafterState()
+    @property
+    def key(self) -> str:
+        return self.kind
+
+    def bind(self, target_config: Any) -> DrafterLayer:
+        """Resolve the target layers this drafter reads (its config's auxiliary layer ids, else the default rule)
+        against the target's config; a drafter for a shallower target is refused here."""
+        from dart_core.target import feature_layer_ids
+
+        self.feature_layers = tuple(feature_layer_ids(target_config, self.config.aux_layer_ids))
+        return self
+
+    def new_state(self, settings: Any = None) -> DrafterState:
+        """A fresh per-generation state with ``settings`` (default: the settings dataclass's defaults), checked
+        against their bounds (ValueError naming the field)."""
+        settings = self.settings_type() if settings is None else settings
+        if not isinstance(settings, self.settings_type):
+            raise TypeError(f"{self.name} takes {self.settings_type.__name__}, got {type(settings).__name__}")
+        return DrafterState(settings=check_settings(settings, self.name))
 
     def reset(self) -> None:
         """Start the default state (used by calls without ``state``) afresh."""
@@ -62,9 +77,9 @@ class DrafterLayer(nn.Module):
 
     @classmethod
     def _build(cls, cfg: DrafterConfig, state: dict[str, torch.Tensor], embed: torch.Tensor, source: str,
-               device: torch.device | str | None, dtype: torch.dtype | None) -> Any:
+               device: torch.device | str | None, dtype: torch.dtype | None, target: Any = None) -> Any:
         """Shared loader tail: check d2t and the embedding, build, load strictly, place on the embedding's device
-        and dtype unless told otherwise."""
+        and dtype unless told otherwise; a loaded ``target`` model (one with a config) binds the feature layers."""
         check_d2t(state["d2t"], cfg, source)
         check_embedding(embed, cfg, source)
         device = torch.device(device) if device is not None else embed.device
@@ -73,6 +88,8 @@ class DrafterLayer(nn.Module):
         weights = {k: v for k, v in state.items() if k != "t2d"}  # t2d is not needed at inference
         weights["d2t"] = weights["d2t"].long()
         model.load_state_dict(weights, strict=True)
+        if getattr(target, "config", None) is not None:
+            model.bind(target.config)
         return model.to(device=device, dtype=dtype).eval().requires_grad_(False)
 
     def _apply(self, fn: Any, recurse: bool = True) -> DrafterLayer:

@@ -1,22 +1,35 @@
 """DART drafter: one layer that predicts d+1 future positions in ONE forward (shifted logits + d mask rows),
-turned into a draft tree by the native N-gram-guided search (``specs/dart-drafter.md``)."""
+turned into a draft tree by the native N-gram-guided search (``docs/drafters.md``)."""
 
 from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
-from dart_core.drafters.base import DrafterLayer, DrafterState, Proposal
+from dart_core.drafters.base import DrafterLayer, DrafterState
 from dart_core.drafters.checkpoint import check_state, layer_shapes, load_config, load_weights, resolve_embedding
 from dart_core.drafters.config import DrafterConfig
+from dart_core.drafters.interface import DraftInput, Proposal, knob
+from dart_core.drafters.layers import CacheRows, causal_mask
 from dart_core.timing import Stopwatch
 from dart_core.tree_search import search_tree
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DartSettings:
+    """DART's tree: top-k per level, beam width, nodes below the root, N-gram weight (the reference's defaults;
+    on a CPU, where a verify costs time in proportion to its nodes, 16 nodes measured fastest on the bundle)."""
+
+    top_k: int = knob(25, 1, 1000, "candidates per tree level", flag="top-k")
+    beam_width: int = knob(20, 1, 1000, "beam width of the tree search", flag="beam")
+    max_nodes: int = knob(60, 1, 512, "nodes below the root", label="tree size", flag="nodes", cpu=16, ui=True)
+    ngram_weight: float = knob(0.5, 0.0, 100.0, "weight of the N-gram term (0 = off)", flag="ngram-weight")
 
 
 class DartDrafter(DrafterLayer):
@@ -25,6 +38,7 @@ class DartDrafter(DrafterLayer):
 
     kind = "dart"
     name = "DART"
+    settings_type = DartSettings
 
     def __init__(self, cfg: DrafterConfig, embed_weight: torch.Tensor) -> None:
         if cfg.draft_length is None:
@@ -32,6 +46,7 @@ class DartDrafter(DrafterLayer):
         super().__init__(cfg, embed_weight, with_mask_rep=True)
         self.draft_length = cfg.draft_length
         self._warned_no_store = False
+        self.store: Any = None  # the N-gram store of the tree search (an ``NgramStore``), shared by generations
 
     # ----------------------------------------------------------------- loading
     @classmethod
@@ -51,7 +66,7 @@ class DartDrafter(DrafterLayer):
         state = load_weights(path, revision=revision)
         expected = layer_shapes(cfg) | {"midlayer.mask_rep": (2 * cfg.hidden_size,)}
         check_state(state, expected, optional=frozenset({"t2d"}), source=source)
-        return cls._build(cfg, state, resolve_embedding(target), source, device, dtype)
+        return cls._build(cfg, state, resolve_embedding(target), source, device, dtype, target)
 
     # ----------------------------------------------------------------- forward
     @torch.no_grad()
@@ -63,57 +78,55 @@ class DartDrafter(DrafterLayer):
         prefill."""
         state = self.default_state if state is None else state
         feats, ids = self._check_inputs(features, shifted_ids)
-        cfg, d, attn = self.config, self.draft_length, self.midlayer.self_attn
-        n, past = ids.shape[0], state.length
-        x = self.fc(feats)
-        e = self.embed_weight[ids]
-        real_in = torch.cat([self.midlayer.input_layernorm(e), self.midlayer.hidden_norm(x)], dim=-1)
-        mask_rep = self.midlayer.mask_rep
-        attn_in = torch.cat([real_in, mask_rep.expand(d, 2 * cfg.hidden_size)], dim=0)
-        residual = torch.cat([x, mask_rep[: cfg.hidden_size].expand(d, cfg.hidden_size)], dim=0)
-        rows = n + d
-        positions = torch.arange(past, past + rows, device=self.device)
+        d, n, past = self.draft_length, ids.shape[0], state.length
+        positions = torch.arange(past, past + n + d, device=self.device)
+        mask = causal_mask(past, n + d, self.device)
+        # the mask rows are scratch rows of the cache: attended, then not committed
+        logits = self.layer_logits(feats[None], ids[None], d, positions, mask, state.cache.at(past), last=d + 1)
+        state.cache.commit(n)
+        return logits
+
+    def layer_logits(self, features: torch.Tensor, ids: torch.Tensor, n_masks: int, positions: torch.Tensor,
+                     mask: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | CacheRows | None = None,
+                     last: int | None = None) -> torch.Tensor:
+        """The DART layer, batched so training (B windows, one block of d mask rows per anchor) and drafting
+        (B = 1, one block) run the same code: features [B, R, 3·H_t] and following ids [B, R] of R real rows,
+        then ``n_masks`` mask rows, at ``positions`` [R + n_masks] under ``mask`` / after ``past`` (see
+        ``Attention.forward``). Returns logits [B, rows, draft_vocab] of every row, or of the ``last`` rows."""
+        mid, hidden = self.midlayer, self.config.hidden_size
+        b = features.shape[0]
+        x = self.fc(features.to(self.dtype))
+        real_in = torch.cat([mid.input_layernorm(self.embed_weight[ids]), mid.hidden_norm(x)], dim=-1)
+        attn_in = torch.cat([real_in, mid.mask_rep.expand(b, n_masks, 2 * hidden)], dim=1)
+        residual = torch.cat([x, mid.mask_rep[:hidden].expand(b, n_masks, hidden)], dim=1)
         cos, sin = self.rotary.cos_sin(positions, self.dtype)
-        mask = torch.ones(rows, past + rows, dtype=torch.bool, device=self.device)
-        mask[:, past:] = torch.tril(mask[:, past:])
-        out, k, v = attn(attn_in, cos, sin, state.cache.keys, state.cache.values, mask)
-        state.cache.append(k[:, :n], v[:, :n])
-        h = (residual + out)[-(d + 1) :]
-        h = h + self.midlayer.mlp(self.midlayer.post_attention_layernorm(h))
-        logits = self.lm_head(self.norm(self.norm(h)))  # the published weights were trained with the norm twice
-        return logits[None]
+        out, _, _ = mid.self_attn(attn_in, cos, sin, past, mask)
+        h = residual + out
+        h = h if last is None else h[:, -last:]
+        h = h + mid.mlp(mid.post_attention_layernorm(h))
+        return self.lm_head(self.norm(self.norm(h)))  # the published weights were trained with the norm twice
 
     # ---------------------------------------------------------------- proposal
     @torch.no_grad()
-    def propose(
-        self,
-        state: DrafterState,
-        features: torch.Tensor,
-        shifted_ids: torch.Tensor,
-        context_tokens: np.ndarray,
-        store: Any = None,
-        *,
-        top_k: int = 25,
-        beam_width: int = 20,
-        max_nodes: int = 60,
-        ngram_weight: float = 0.5,
-        eos_token_id: int | None = None,
-    ) -> Proposal:
-        """Draft a tree rooted at ``context_tokens[-1]`` (the token the target just produced, which must be
-        ``shifted_ids[-1]``): top-k per level over the draft vocabulary, mapped to target ids, softmax over the
-        k, then the N-gram-guided search (off, with a one-time notice, when there is no store)."""
+    def propose(self, state: DrafterState, step: DraftInput) -> Proposal:
+        """Draft a tree rooted at ``step.context[-1]`` (the token the target just produced, which must be
+        ``step.token_ids[-1]``): top-k per level over the draft vocabulary, mapped to target ids, softmax over
+        the k, then the N-gram-guided search (N-gram term off, with a one-time notice, without a store), where
+        beams ending in any of the generation's stop ids rank after the others."""
+        s: DartSettings = state.settings
         with Stopwatch(self.device) as draft:
-            logits = self.draft_logits(features, shifted_ids, state)[0]
-            k = min(top_k, self.config.draft_vocab_size)
+            logits = self.draft_logits(step.features, step.token_ids, state)[0]
+            k = min(s.top_k, self.config.draft_vocab_size)
             values, ids = torch.topk(logits.float(), k, dim=-1)
             tokens = ids + self.d2t[ids]
             probs = torch.softmax(values, dim=-1)
             tokens_np, probs_np = tokens.to(torch.int32).cpu().numpy(), probs.cpu().numpy()
+        store = self.store
         if store is None and not self._warned_no_store:
             log.warning("DART is drafting without an N-gram store: the tree search runs with the N-gram term off")
             self._warned_no_store = True
         with Stopwatch() as search:
-            tree = search_tree(tokens_np, probs_np, context_tokens, store, beam_width=beam_width,
-                               max_nodes=max_nodes, ngram_weight=ngram_weight if store is not None else 0.0,
-                               eos_token_id=eos_token_id)
+            tree = search_tree(tokens_np, probs_np, step.context, store, beam_width=s.beam_width,
+                               max_nodes=s.max_nodes, ngram_weight=s.ngram_weight if store is not None else 0.0,
+                               eos_token_id=sorted(step.stop_ids) or None)
         return Proposal(tree=tree, draft_ms=draft.ms, search_ms=search.ms)

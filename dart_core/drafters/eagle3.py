@@ -1,19 +1,32 @@
 """EAGLE-3 head: one layer drafting autoregressively — a context pass, then one forward per tree level to expand
-the top-k frontier (``specs/eagle3.md``). Its drafting time grows with the depth; that is what DART removes."""
+the top-k frontier (``docs/drafters.md``). Its drafting time grows with the depth; that is what DART removes."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from dart_core.drafters.base import DrafterLayer, DrafterState, Proposal
+from dart_core.drafters.base import DrafterLayer, DrafterState
 from dart_core.drafters.checkpoint import check_state, layer_shapes, load_config, load_weights, resolve_embedding
 from dart_core.drafters.config import DrafterConfig
+from dart_core.drafters.interface import DraftInput, Proposal, knob
+from dart_core.drafters.layers import CacheRows, causal_mask
 from dart_core.timing import Stopwatch
 from dart_core.tree import DraftTree
+
+
+@dataclass(frozen=True)
+class Eagle3Settings:
+    """EAGLE-3's tree: nodes including the root, expansion depth, top-k per node (the reference's defaults; on a
+    CPU 21 nodes / depth 6 / top-k 4 measured fastest on the bundle)."""
+
+    total_tokens: int = knob(60, 2, 512, "tree nodes, root included", label="total", flag="total", cpu=21, ui=True)
+    depth: int = knob(7, 1, 32, "expansion depth (one drafter forward per level)", cpu=6, ui=True)
+    top_k: int = knob(10, 1, 64, "candidates per node", label="top-k", flag="top-k", cpu=4, ui=True)
 
 
 class Eagle3Drafter(DrafterLayer):
@@ -21,6 +34,7 @@ class Eagle3Drafter(DrafterLayer):
 
     kind = "eagle3"
     name = "EAGLE-3"
+    settings_type = Eagle3Settings
 
     def __init__(self, cfg: DrafterConfig, embed_weight: torch.Tensor) -> None:
         super().__init__(cfg, embed_weight, with_mask_rep=False)
@@ -53,19 +67,22 @@ class Eagle3Drafter(DrafterLayer):
             state["d2t"] = torch.zeros(cfg.draft_vocab_size, dtype=torch.long)
         own = state.pop("embed_tokens.weight", None)
         embed = own if own is not None else resolve_embedding(target)
-        return cls._build(cfg, state, embed, source, device, dtype)
+        return cls._build(cfg, state, embed, source, device, dtype, target)
 
     # ----------------------------------------------------------------- forward
-    def _layer(self, ids: torch.Tensor, h_in: torch.Tensor, positions: torch.Tensor, past_k: torch.Tensor | None,
-               past_v: torch.Tensor | None, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One forward of the layer: ``h_in`` is fc(features) or a previous output [rows, H]."""
-        e = self.embed_weight[ids]
-        a = torch.cat([self.midlayer.input_layernorm(e), self.midlayer.hidden_norm(h_in)], dim=-1)
+    def layer(self, ids: torch.Tensor, h_in: torch.Tensor, positions: torch.Tensor,
+              past: tuple[torch.Tensor, torch.Tensor] | CacheRows | None,
+              mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One application of the layer, batched so training (B windows, TTT steps) and drafting (B = 1: the
+        context pass, each tree level) run the same code: ids [B, T], ``h_in`` [B, T, H] (fc(features) or an
+        earlier output), positions [T], ``past`` and ``mask`` as in ``Attention.forward``. Returns (h [B, T, H],
+        k, v of the new rows)."""
+        mid = self.midlayer
+        a = torch.cat([mid.input_layernorm(self.embed_weight[ids]), mid.hidden_norm(h_in)], dim=-1)
         cos, sin = self.rotary.cos_sin(positions, self.dtype)
-        out, k, v = self.midlayer.self_attn(a, cos, sin, past_k, past_v, mask)
+        out, k, v = mid.self_attn(a, cos, sin, past, mask)
         h = h_in + out
-        h = h + self.midlayer.mlp(self.midlayer.post_attention_layernorm(h))
-        return h, k, v
+        return h + mid.mlp(mid.post_attention_layernorm(h)), k, v
 
     def _logp(self, h: torch.Tensor) -> torch.Tensor:
         return torch.log_softmax(self.lm_head(self.norm(h)).float(), dim=-1)
@@ -78,11 +95,10 @@ class Eagle3Drafter(DrafterLayer):
         feats, ids = self._check_inputs(features, shifted_ids)
         n, past = ids.shape[0], state.length
         positions = torch.arange(past, past + n, device=self.device)
-        mask = torch.ones(n, past + n, dtype=torch.bool, device=self.device)
-        mask[:, past:] = torch.tril(mask[:, past:])
-        h, k, v = self._layer(ids, self.fc(feats), positions, state.cache.keys, state.cache.values, mask)
-        state.cache.append(k, v)
-        return h
+        h, _, _ = self.layer(ids[None], self.fc(feats)[None], positions, state.cache.at(past),
+                             causal_mask(past, n, self.device))
+        state.cache.commit(n)
+        return h[0]
 
     @torch.no_grad()
     def draft_tree(self, features: torch.Tensor, shifted_ids: torch.Tensor, total_tokens: int = 60, depth: int = 7,
@@ -106,13 +122,12 @@ class Eagle3Drafter(DrafterLayer):
         frontier = list(range(k))  # pool indices
         frontier_scores = vals
         frontier_hidden = h_ctx[-1].expand(k, -1)
-        tree_k = tree_v = None
-        run_rows: dict[int, int] = {}  # pool index -> row in the tree K/V
+        run_rows: dict[int, int] = {}  # pool index -> tree row (the cache's scratch row n + tree row)
         parents_flat = [-1] * k
         tokens_flat = (draft_ids + d2t[draft_ids]).tolist()
         for i in range(depth):
             # Each frontier node sees the context, its already-run ancestors and itself.
-            rows_before = 0 if tree_k is None else tree_k.shape[1]
+            rows_before = i * k  # every level runs k rows
             mask = torch.zeros(k, n + rows_before + k, dtype=torch.bool, device=self.device)
             mask[:, :n] = True
             for r, node in enumerate(frontier):
@@ -123,11 +138,9 @@ class Eagle3Drafter(DrafterLayer):
                 mask[r, n + rows_before + r] = True
             fids = torch.tensor([tokens_flat[j] for j in frontier], device=self.device)
             positions = torch.full((k,), n + i, device=self.device)
-            past_k = state.cache.keys if tree_k is None else torch.cat([state.cache.keys, tree_k], dim=1)
-            past_v = state.cache.values if tree_v is None else torch.cat([state.cache.values, tree_v], dim=1)
-            h, kk, vv = self._layer(fids, frontier_hidden, positions, past_k, past_v, mask)
-            tree_k = kk if tree_k is None else torch.cat([tree_k, kk], dim=1)
-            tree_v = vv if tree_v is None else torch.cat([tree_v, vv], dim=1)
+            # the level's K/V go to scratch rows after the earlier levels', never committed
+            h, _, _ = self.layer(fids[None], frontier_hidden[None], positions, state.cache.at(n + rows_before), mask)
+            h = h[0]
             for r, node in enumerate(frontier):
                 run_rows[node] = rows_before + r
             # children: top-k per frontier node, cumulative scores; all k*k join the pool
@@ -146,12 +159,11 @@ class Eagle3Drafter(DrafterLayer):
         return _assemble(root, np.asarray(tokens_flat), np.asarray(parents_flat), scores, total_tokens - 1)
 
     @torch.no_grad()
-    def propose(self, state: DrafterState, features: torch.Tensor, shifted_ids: torch.Tensor,
-                context_tokens: np.ndarray | None = None, *, total_tokens: int = 60, depth: int = 7,
-                top_k: int = 10) -> Proposal:
+    def propose(self, state: DrafterState, step: DraftInput) -> Proposal:
         """The decoding loop's entry: a timed ``draft_tree`` (its cost is all drafting; no separate search)."""
+        s: Eagle3Settings = state.settings
         with Stopwatch(self.device) as draft:
-            tree = self.draft_tree(features, shifted_ids, total_tokens, depth, top_k, state)
+            tree = self.draft_tree(step.features, step.token_ids, s.total_tokens, s.depth, s.top_k, state)
         return Proposal(tree=tree, draft_ms=draft.ms, search_ms=0.0)
 
 

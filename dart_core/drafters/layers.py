@@ -1,14 +1,14 @@
 """The building blocks both published drafter layers are made of (Llama-style, no biases): RMSNorm, rotary
-embeddings, a GQA attention over a small per-generation KV cache with an explicit additive mask, a SiLU-gated MLP.
+embeddings, one batched GQA attention (the same code trains and drafts) with a bool mask, a preallocated
+per-generation KV cache, a SiLU-gated MLP.
 
-Written against the checkpoint specs (``specs/dart-drafter.md``, ``specs/eagle3.md``), not copied from any model
+Written against the checkpoint notes (``docs/formats.md``, ``docs/drafters.md``), not copied from any model
 file: the drafter is one layer whose inputs (2·H wide) differ from a stock decoder layer's.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -16,8 +16,12 @@ from torch import nn
 from dart_core.drafters.config import DrafterConfig
 
 
+def _at_least_fp32(dtype: torch.dtype) -> torch.dtype:
+    return torch.promote_types(dtype, torch.float32)
+
+
 class RMSNorm(nn.Module):
-    """``w * (x * rsqrt(mean(x²) + eps))`` computed in float32, returned in the input dtype."""
+    """``w * (x * rsqrt(mean(x²) + eps))`` computed in float32 at least, returned in the input dtype."""
 
     def __init__(self, size: int, eps: float) -> None:
         super().__init__()
@@ -25,7 +29,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = x.float()
+        h = x.to(_at_least_fp32(x.dtype))
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * h.to(x.dtype)
 
@@ -65,25 +69,79 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: [heads, rows, head_dim]; cos/sin: [rows, head_dim]."""
-    return x * cos[None] + _rotate_half(x) * sin[None]
+    """x: [..., rows, head_dim]; cos/sin: [rows, head_dim]."""
+    return x * cos + _rotate_half(x) * sin
 
 
-@dataclass
+def causal_mask(past: int, rows: int, device: torch.device | str) -> torch.Tensor:
+    """Bool mask [rows, past + rows] (True = may attend): every past row, then causal over the new ones."""
+    mask = torch.ones(rows, past + rows, dtype=torch.bool, device=device)
+    mask[:, past:] = torch.tril(mask[:, past:])
+    return mask
+
+
 class KVCache:
-    """Keys (after RoPE) and values of the rows a drafter keeps, [kv_heads, rows, head_dim] each."""
+    """Keys (after RoPE) and values of a generation's rows in preallocated buffers [B, kv_heads, capacity,
+    head_dim], grown in chunks so a step copies nothing but its new rows. Rows [0, length) are committed; a forward
+    may write scratch rows after them (DART's mask rows, EAGLE-3's tree rows), attend to them, and not commit them."""
 
-    keys: torch.Tensor | None = None
-    values: torch.Tensor | None = None
-    extra: dict = field(default_factory=dict)
+    GROW = 256  # capacity grows to a multiple of this, at least doubling
+
+    def __init__(self) -> None:
+        self.length = 0
+        self._k: torch.Tensor | None = None
+        self._v: torch.Tensor | None = None
 
     @property
-    def length(self) -> int:
-        return 0 if self.keys is None else int(self.keys.shape[1])
+    def capacity(self) -> int:
+        return 0 if self._k is None else int(self._k.shape[2])
 
-    def append(self, k: torch.Tensor, v: torch.Tensor) -> None:
-        self.keys = k if self.keys is None else torch.cat([self.keys, k], dim=1)
-        self.values = v if self.values is None else torch.cat([self.values, v], dim=1)
+    @property
+    def keys(self) -> torch.Tensor | None:
+        """Committed keys [B, kv_heads, length, head_dim] (a view of the buffer); None before the first write."""
+        return None if self._k is None else self._k[:, :, : self.length]
+
+    @property
+    def values(self) -> torch.Tensor | None:
+        return None if self._v is None else self._v[:, :, : self.length]
+
+    def at(self, row: int) -> CacheRows:
+        """The ``past`` argument of ``Attention.forward`` that writes the new rows at ``row`` onwards."""
+        return CacheRows(self, row)
+
+    def write(self, k: torch.Tensor, v: torch.Tensor, row: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write k/v [B, kv_heads, T, head_dim] in place at rows [row, row + T) (``length`` ≤ row: committed rows
+        stay; rows between are this forward's earlier scratch) and return views of rows [0, row + T)."""
+        if not self.length <= row <= self.capacity:
+            raise ValueError(f"KVCache.write at row {row}: must lie in [{self.length}, {self.capacity}]")
+        end = row + k.shape[2]
+        if end > self.capacity:  # one copy per growth, of the rows before `row` only
+            cap = max(2 * self.capacity, -(-end // self.GROW) * self.GROW)
+            self._k, self._v = self._grown(self._k, k, cap, row), self._grown(self._v, v, cap, row)
+        self._k[:, :, row:end] = k
+        self._v[:, :, row:end] = v
+        return self._k[:, :, :end], self._v[:, :, :end]
+
+    def commit(self, rows: int) -> None:
+        """Keep the ``rows`` written right after the committed ones; later scratch rows are dropped."""
+        if self.length + rows > self.capacity:
+            raise ValueError(f"KVCache.commit of {rows} rows after {self.length} exceeds capacity {self.capacity}")
+        self.length += rows
+
+    @staticmethod
+    def _grown(old: torch.Tensor | None, new: torch.Tensor, cap: int, keep: int) -> torch.Tensor:
+        buf = new.new_empty(new.shape[0], new.shape[1], cap, new.shape[3])
+        if old is not None:
+            buf[:, :, :keep] = old[:, :, :keep]
+        return buf
+
+
+@dataclass(frozen=True)
+class CacheRows:
+    """Where an inference forward's new K/V go: rows [row, row + T) of ``cache``, attended with rows before."""
+
+    cache: KVCache
+    row: int
 
 
 class Attention(nn.Module):
@@ -101,35 +159,34 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(2 * cfg.hidden_size, self.kv_heads * self.hd, bias=False)
         self.o_proj = nn.Linear(self.heads * self.hd, cfg.hidden_size, bias=False)
 
-    def project_kv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        n = x.shape[0]
-        k = self.k_proj(x).view(n, self.kv_heads, self.hd).transpose(0, 1)
-        v = self.v_proj(x).view(n, self.kv_heads, self.hd).transpose(0, 1)
-        return apply_rotary(k, cos, sin), v
-
     def forward(
         self,
         x: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,
-        past_k: torch.Tensor | None,
-        past_v: torch.Tensor | None,
+        past: tuple[torch.Tensor, torch.Tensor] | CacheRows | None,
         mask: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """x: [n, 2H]; mask: bool [n, past + n] (True = may attend). Returns (out [n, H], k, v of the new rows)."""
-        n = x.shape[0]
-        q = apply_rotary(self.q_proj(x).view(n, self.heads, self.hd).transpose(0, 1), cos, sin)
-        k, v = self.project_kv(x, cos, sin)
-        keys = k if past_k is None else torch.cat([past_k, k], dim=1)
-        values = v if past_v is None else torch.cat([past_v, v], dim=1)
+        """The one implementation training (batched) and drafting (B = 1) share. x [B, T, 2H]; cos/sin [T, hd];
+        ``past``: P earlier rows as K/V tensors [B, kv_heads, P, hd] (training), or ``cache.at(P)`` (drafting: the
+        new K/V are written into the cache buffer at rows P… and attended from there, no concatenation), or None;
+        mask bool [T, P + T] (True = may attend). Returns (out [B, T, H], k, v [B, kv_heads, T, hd] after RoPE)."""
+        b, t, _ = x.shape
+        q = apply_rotary(self.q_proj(x).view(b, t, self.heads, self.hd).transpose(1, 2), cos, sin)
+        k = apply_rotary(self.k_proj(x).view(b, t, self.kv_heads, self.hd).transpose(1, 2), cos, sin)
+        v = self.v_proj(x).view(b, t, self.kv_heads, self.hd).transpose(1, 2)
+        if past is None:
+            keys, values = k, v
+        elif isinstance(past, CacheRows):
+            keys, values = past.cache.write(k, v, past.row)
+        else:
+            keys, values = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
         rep = self.heads // self.kv_heads
-        keys_r = keys.repeat_interleave(rep, dim=0)
-        values_r = values.repeat_interleave(rep, dim=0)
-        scores = torch.matmul(q.float(), keys_r.float().transpose(1, 2)) / math.sqrt(self.hd)
-        scores = scores.masked_fill(~mask[None], float("-inf"))
-        probs = torch.softmax(scores, dim=-1).to(values_r.dtype)
-        out = torch.matmul(probs, values_r).transpose(0, 1).reshape(n, self.heads * self.hd)
-        return self.o_proj(out), k, v
+        keys_r, values_r = keys.repeat_interleave(rep, dim=1), values.repeat_interleave(rep, dim=1)
+        wide = _at_least_fp32(x.dtype)  # softmax in float32 (float64 stays float64)
+        out = nn.functional.scaled_dot_product_attention(q.to(wide), keys_r.to(wide), values_r.to(wide),
+                                                         attn_mask=mask).to(x.dtype)
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, self.heads * self.hd)), k, v
 
 
 class MLP(nn.Module):

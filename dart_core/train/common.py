@@ -1,7 +1,7 @@
 """Shared training utilities of the DART and EAGLE-3 trainers: target loading, draft vocabulary, windows, target
-features and teacher distributions, batched (non-cached) attention of the drafter layer, the KL loss, the optimizer
-schedule, logging and saving in the published checkpoint format. Both trainers use the same knobs so a comparison
-between them is fair."""
+features and teacher distributions, the KL loss, the optimizer schedule, logging and saving in the published
+checkpoint format (the layer forwards are the drafter modules' own batched methods). Both trainers use the same
+knobs so a comparison between them is fair."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from safetensors.torch import save_file
 from torch import nn
 
 from dart_core.drafters.base import DrafterLayer
-from dart_core.drafters.layers import Attention, apply_rotary
 from dart_core.target import TargetModel
 
 
@@ -145,25 +144,6 @@ class OnlineWindows:
         batch = self.windows[idx]
         feats, teach = target_batch(self.target, batch, self.draft_ids)
         return batch, feats, teach
-
-
-def batched_attention(attn: Attention, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                      past_k: torch.Tensor | None, past_v: torch.Tensor | None,
-                      mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The drafter attention of ``layers.Attention.forward`` with a batch dim and no cache object, for training:
-    x [B, T, 2H], cos/sin [T, hd], past K/V [B, kv, P, hd] or None, mask bool [T, P+T] (True = may attend).
-    Returns (out [B, T, H], k, v [B, kv, T, hd] after RoPE)."""
-    b, t, _ = x.shape
-    q = apply_rotary(attn.q_proj(x).view(b, t, attn.heads, attn.hd).transpose(1, 2), cos, sin)
-    k = apply_rotary(attn.k_proj(x).view(b, t, attn.kv_heads, attn.hd).transpose(1, 2), cos, sin)
-    v = attn.v_proj(x).view(b, t, attn.kv_heads, attn.hd).transpose(1, 2)
-    keys = k if past_k is None else torch.cat([past_k, k], dim=2)
-    values = v if past_v is None else torch.cat([past_v, v], dim=2)
-    rep = attn.heads // attn.kv_heads
-    keys_r, values_r = keys.repeat_interleave(rep, dim=1), values.repeat_interleave(rep, dim=1)
-    out = nn.functional.scaled_dot_product_attention(q.float(), keys_r.float(), values_r.float(),
-                                                     attn_mask=mask[None, None]).to(x.dtype)
-    return attn.o_proj(out.transpose(1, 2).reshape(b, t, attn.heads * attn.hd)), k, v
 
 
 def kl_and_top1(teacher_logp: torch.Tensor, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

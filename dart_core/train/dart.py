@@ -15,7 +15,6 @@ import torch
 from dart_core.drafters.dart import DartDrafter
 from dart_core.target import TargetModel
 from dart_core.train.common import (
-    batched_attention,
     fit_drafter,
     kl_and_top1,
     prepare_drafter,
@@ -47,21 +46,11 @@ def dart_train_forward(model: DartDrafter, features: torch.Tensor, shifted_ids: 
     anchors [A] (each ≤ R−1). Returns (blocks [B, A, d+1, Vd], real [B, R, Vd]): for anchor a, block row 0 = the
     real row a (ranks the token after the root shifted_ids[a]), rows 1..d = its mask rows; ``real`` holds row 0
     of every real row, i.e. the depth-1 prediction as if each row were an anchor."""
-    d, mid = model.draft_length, model.midlayer
+    d = model.draft_length
     b, r, _ = features.shape
-    hidden = model.config.hidden_size
-    x = model.fc(features.to(model.dtype))
-    e = model.embed_weight[shifted_ids]
-    real_in = torch.cat([mid.input_layernorm(e), mid.hidden_norm(x)], dim=-1)
-    n_masks = anchors.shape[0] * d
-    attn_in = torch.cat([real_in, mid.mask_rep.expand(b, n_masks, 2 * hidden)], dim=1)
-    residual = torch.cat([x, mid.mask_rep[:hidden].expand(b, n_masks, hidden)], dim=1)
     mask, positions = block_mask(r, anchors, d)
-    cos, sin = model.rotary.cos_sin(positions.to(model.device), model.dtype)
-    out, _, _ = batched_attention(mid.self_attn, attn_in, cos, sin, None, None, mask.to(model.device))
-    h = residual + out
-    h = h + mid.mlp(mid.post_attention_layernorm(h))
-    logits = model.lm_head(model.norm(model.norm(h)))  # [B, R + A·d, Vd]
+    logits = model.layer_logits(features, shifted_ids, anchors.shape[0] * d, positions.to(model.device),
+                                mask.to(model.device))  # [B, R + A·d, Vd]
     real = logits[:, :r]
     blocks = torch.cat([real[:, anchors.long().to(model.device), None], logits[:, r:].view(b, -1, d, real.shape[-1])],
                        dim=2)

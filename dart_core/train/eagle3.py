@@ -18,7 +18,6 @@ import torch
 from dart_core.drafters.eagle3 import Eagle3Drafter
 from dart_core.target import TargetModel
 from dart_core.train.common import (
-    batched_attention,
     fit_drafter,
     kl_and_top1,
     prepare_drafter,
@@ -41,23 +40,15 @@ def eagle3_train_forward(model: Eagle3Drafter, features: torch.Tensor, shifted_i
                          ttt_steps: int) -> list[torch.Tensor]:
     """Training forward (with grad, no cache) over R real rows: features [B, R, 3·H_t], following ids [B, R].
     Returns the un-normed outputs [B, R, H] of steps 0..ttt_steps; row i of step s is valid for i ≥ s."""
-    mid = model.midlayer
     r = features.shape[1]
-    e = model.embed_weight[shifted_ids]
-    e_normed = mid.input_layernorm(e)
-    cos, sin = model.rotary.cos_sin(torch.arange(r, device=model.device), model.dtype)
+    positions = torch.arange(r, device=model.device)
     h_in = model.fc(features.to(model.dtype))
-    keys: torch.Tensor | None = None
-    values: torch.Tensor | None = None
+    past: tuple[torch.Tensor, torch.Tensor] | None = None
     outs = []
     for s in range(ttt_steps + 1):
-        a = torch.cat([e_normed, mid.hidden_norm(h_in)], dim=-1)
-        out, k, v = batched_attention(mid.self_attn, a, cos, sin, keys, values, ttt_mask(r, s).to(model.device))
-        h = h_in + out
-        h = h + mid.mlp(mid.post_attention_layernorm(h))
+        h, k, v = model.layer(shifted_ids, h_in, positions, past, ttt_mask(r, s).to(model.device))
         outs.append(h)
-        keys = k if keys is None else torch.cat([keys, k], dim=2)
-        values = v if values is None else torch.cat([values, v], dim=2)
+        past = (k, v) if past is None else (torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2))
         h_in = torch.cat([h[:, :1], h[:, :-1]], dim=1)  # row i gets row i−1's output (row 0: never used)
     return outs
 

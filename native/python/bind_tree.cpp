@@ -4,8 +4,10 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "tree_search.hpp"
 
@@ -50,9 +52,18 @@ py::tuple search_tree(const I32Array& tokens, const F32Array& probs, const I32Ar
   params.beam_width = beam_width;
   params.max_nodes = max_nodes;
   params.ngram_weight = ngram_weight;
+  std::vector<int32_t> eos_ids;  // one id or a 1-D array of ids, searched sorted (a copy: the caller's stays)
   if (!eos_token_id.is_none()) {
-    params.has_eos = true;
-    params.eos_token_id = eos_token_id.cast<int32_t>();
+    if (py::isinstance<py::int_>(eos_token_id)) {
+      eos_ids.push_back(eos_token_id.cast<int32_t>());
+    } else {
+      const auto ids = eos_token_id.cast<I32Array>();
+      if (ids.ndim() != 1) throw std::invalid_argument("eos_token_id must be an id or a 1-D array of ids");
+      eos_ids.assign(ids.data(), ids.data() + ids.size());
+    }
+    std::sort(eos_ids.begin(), eos_ids.end());
+    params.eos_ids = eos_ids.data();
+    params.n_eos = eos_ids.size();
   }
   F32Array lw_holder, logw_holder;
   params.level_weights = optional_weights(level_weights, lw_holder, levels, "level_weights");
@@ -74,7 +85,7 @@ void register_tree(py::module_& m) {
   m.def("search_tree", &search_tree, py::arg("topk_tokens"), py::arg("topk_probs"), py::arg("context"),
         py::arg("store"), py::arg("beam_width") = 20, py::arg("max_nodes") = 60, py::arg("level_weights") = py::none(),
         py::arg("logit_weights") = py::none(), py::arg("ngram_weight") = 0.5f, py::arg("eos_token_id") = py::none(),
-        "N-gram-guided draft-tree search (specs/tree-search.md) -> (tokens int32, parents int32, scores float32).");
+        "N-gram-guided draft-tree search (docs/tree-search.md) -> (tokens int32, parents int32, scores float32).");
   m.def(
       "default_tree_weights",
       [](size_t levels) {

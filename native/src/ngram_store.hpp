@@ -38,7 +38,7 @@ class NgramStore {
   // Rank of a token id in the vocabulary, or -1 when the store never saw it.
   int64_t rank_of(int32_t token) const;
 
-  // specs/ngram.md `probability`: for each of k candidates, the probability of
+  // docs/formats.md `probability`: for each of k candidates, the probability of
   // the longest matching context suffix (up to order-1 tokens) and its length.
   void probability(const int32_t* context, size_t m, const int32_t* tokens, size_t k, float* probs,
                    int32_t* matched) const;

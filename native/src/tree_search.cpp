@@ -1,4 +1,4 @@
-// N-gram-guided tree search, specs/tree-search.md. See tree_search.hpp.
+// N-gram-guided tree search, docs/tree-search.md. See tree_search.hpp.
 //
 // Scores follow the spec's float32 order of operations exactly, so no
 // multiply-add may be fused into an FMA (that would change the last bits on
@@ -66,6 +66,8 @@ void TreeSearcher::search(const int32_t* tok, const float* prob, size_t levels, 
   if (!(std::isfinite(params.ngram_weight) && params.ngram_weight >= 0.0f))
     throw std::invalid_argument("tree search: ngram_weight = " + std::to_string(params.ngram_weight) +
                                 " must be finite and >= 0");
+  if (params.n_eos > 0 && (params.eos_ids == nullptr || !std::is_sorted(params.eos_ids, params.eos_ids + params.n_eos)))
+    throw std::invalid_argument("tree search: end-of-text ids must be given sorted ascending");
   lw_.resize(levels);
   logw_.resize(levels);
   for (size_t l = 0; l < levels; ++l) {
@@ -108,7 +110,7 @@ void TreeSearcher::search(const int32_t* tok, const float* prob, size_t levels, 
   auto make = [&](float score, int32_t parent, int32_t token, uint32_t depth) {
     if (std::isnan(score)) score = -std::numeric_limits<float>::infinity();  // only reachable via overflow
     const float key = parent < 0 ? score : std::min(score, pool_[static_cast<size_t>(parent)].key);
-    const bool eos = params.has_eos && token == params.eos_token_id;
+    const bool eos = params.n_eos > 0 && std::binary_search(params.eos_ids, params.eos_ids + params.n_eos, token);
     const auto idx = static_cast<uint64_t>(pool_.size());
     pool_.push_back(Node{score, key, parent, token, depth, kUnset, eos});
     if (max_keep == 0) return;

@@ -1,5 +1,5 @@
 // N-gram-guided beam search that turns per-level top-k candidates into a draft
-// tree (specs/tree-search.md). Single-threaded, no per-node heap allocation:
+// tree (docs/tree-search.md). Single-threaded, no per-node heap allocation:
 // a TreeSearcher keeps its scratch buffers between calls.
 #pragma once
 
@@ -15,8 +15,8 @@ struct TreeSearchParams {
   size_t beam_width = 20;
   size_t max_nodes = 60;        // nodes below the root
   float ngram_weight = 0.5f;    // 0 disables the N-gram term
-  bool has_eos = false;
-  int32_t eos_token_id = 0;
+  const int32_t* eos_ids = nullptr;  // [n_eos] end-of-text ids, sorted ascending; beams ending in one rank last
+  size_t n_eos = 0;
   const float* level_weights = nullptr;  // [levels]; nullptr = (l+1)^-0.7
   const float* logit_weights = nullptr;  // [levels]; nullptr = 0.9^l
 };

@@ -1,4 +1,4 @@
-// Streaming converter from the reference `.trie` format (specs/ngram.md) to our
+// Streaming converter from the reference `.trie` format (docs/formats.md) to our
 // store format, with bounded memory whatever the input size: fixed-size records
 // go through external merge sorts in a temporary directory.
 #pragma once

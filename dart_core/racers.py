@@ -1,0 +1,136 @@
+"""The one list of racers. The app's columns, controls and colours, the CLIs' choices and flags, the bench's rows,
+the bundle's parts and the ``DartModel`` facade all derive from :data:`RACERS`; the decoding loop and the page
+name no method. Adding a racer is its drafter module (a :class:`~dart_core.drafters.interface.Drafter` with a
+settings dataclass), one entry here, and its tests.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from dart_core.drafters.interface import Drafter, NoSettings, PlainDecoding, knobs, settings_for
+
+
+def _load_dart(ref: str | os.PathLike[str], embed: torch.Tensor) -> Drafter:
+    from dart_core.drafters.dart import DartDrafter
+
+    return DartDrafter.from_pretrained(ref, target=embed)
+
+
+def _load_eagle3(ref: str | os.PathLike[str], embed: torch.Tensor) -> Drafter:
+    from dart_core.drafters.eagle3 import Eagle3Drafter
+
+    return Eagle3Drafter.from_pretrained(ref, target=embed)
+
+
+def _dart_settings() -> type:
+    from dart_core.drafters.dart import DartSettings
+
+    return DartSettings
+
+
+def _eagle3_settings() -> type:
+    from dart_core.drafters.eagle3 import Eagle3Settings
+
+    return Eagle3Settings
+
+
+@dataclass(frozen=True)
+class Racer:
+    """One method of the race. ``key`` names it everywhere (``--methods``, ``--<key>`` model flags, the bundle's
+    ``<key>/`` folder, JSON fields); ``load`` builds its drafter from a checkpoint (local dir or Hub id) and the
+    target's shared embedding (None: nothing to load, plain decoding); ``uses_store``: it drafts with the N-gram
+    store; ``opt_in``: the app adds its column only when asked (``--compare-<key>``) unless a bundle holds it."""
+
+    key: str
+    label: str
+    color: str
+    blurb: str
+    load: Callable[[str | os.PathLike[str], torch.Tensor], Drafter] | None = None
+    settings_factory: Callable[[], type] | None = None
+    uses_store: bool = False
+    opt_in: bool = False
+    example: str = ""  # a published checkpoint, for help texts
+
+    @property
+    def dest(self) -> str:
+        """The key as a Python identifier (argparse destinations, keyword arguments)."""
+        return self.key.replace("-", "_")
+
+    @property
+    def drafts(self) -> bool:
+        """Whether it proposes drafts (plain decoding does not: the baseline)."""
+        return self.load is not None
+
+    @property
+    def settings_type(self) -> type:
+        return self.settings_factory() if self.settings_factory is not None else NoSettings
+
+    def default_settings(self, device: str | torch.device = "cuda") -> Any:
+        """Its settings' defaults on ``device`` (smaller trees on a CPU where its fields say so)."""
+        return settings_for(self.settings_type, device)
+
+    def knobs(self) -> list[Any]:
+        return list(knobs(self.settings_type))
+
+
+RACERS: list[Racer] = [
+    Racer("dart", "DART", "#f97316", "one drafter forward for the whole tree, N-gram-guided tree search",
+          load=_load_dart, settings_factory=_dart_settings, uses_store=True, example="fvliang/qwen8b-dart"),
+    Racer("eagle3", "EAGLE-3", "#3b82f6", "one drafter forward per tree level", load=_load_eagle3,
+          settings_factory=_eagle3_settings, opt_in=True, example="AngelSlim/Qwen3-8B_eagle3"),
+    Racer("ar", "AR", "#94a3b8", "plain autoregressive decoding: one target forward per token"),
+]
+BASELINE = "ar"  # the racer every speedup is measured against
+PLAIN = PlainDecoding()
+
+
+def register(entry: Racer) -> Racer:
+    """Add a racer (before the baseline, which stays last); its key must be new. The list is shared, so every
+    module that derives from it sees the new racer."""
+    if any(r.key == entry.key for r in RACERS):
+        raise ValueError(f"a racer named {entry.key!r} is already registered")
+    if not entry.key.replace("-", "").replace("_", "").isalnum() or entry.key != entry.key.lower():
+        raise ValueError(f"racer key {entry.key!r}: use lower-case letters, digits, '-' or '_'")
+    RACERS.insert(len(RACERS) - 1, entry)
+    return entry
+
+
+def unregister(key: str) -> None:
+    """Remove a racer added by :func:`register` (the baseline stays)."""
+    if key == BASELINE:
+        raise ValueError("the baseline cannot be removed")
+    RACERS[:] = [r for r in RACERS if r.key != key]
+
+
+def racer(key: str) -> Racer:
+    """The racer named ``key``, or a ValueError listing the known ones."""
+    for r in RACERS:
+        if r.key == key:
+            return r
+    raise ValueError(f"unknown method {key!r}; the racers are {', '.join(r.key for r in RACERS)}")
+
+
+def drafting_racers() -> Iterator[Racer]:
+    """The racers that load a drafter, in registry order."""
+    return (r for r in RACERS if r.drafts)
+
+
+def label(key: str) -> str:
+    return next((r.label for r in RACERS if r.key == key), key)
+
+
+def color(key: str) -> str:
+    return next((r.color for r in RACERS if r.key == key), "#14b8a6")
+
+
+def order(keys: Any) -> list[str]:
+    """``keys`` in registry order (unknown ones last, as given)."""
+    keys = list(keys)
+    known = [r.key for r in RACERS if r.key in keys]
+    return known + [k for k in keys if k not in known]

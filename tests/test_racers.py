@@ -1,0 +1,129 @@
+"""The racer registry is the one list of racers: settings bounds and defaults, and a racer added by registration
+alone (a prompt-lookup drafter written here, nothing else edited) shows up in ``load_arena``, the facade, the
+generate CLI's flags, the app's flags, columns, sliders and colours, and races losslessly against AR."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from helpers_app import BUNDLE, held_out_prompt
+
+from dart_core.drafters.interface import DraftInput, Proposal, check_settings, knob, knobs
+from dart_core.racers import BASELINE, RACERS, Racer, racer, register, unregister
+from dart_core.tree import DraftTree
+
+
+def test_every_racer_has_checked_defaults_and_bounded_settings() -> None:
+    assert RACERS[-1].key == BASELINE and not racer(BASELINE).drafts
+    assert len({r.key for r in RACERS}) == len(RACERS)
+    for r in RACERS:
+        for device in ("cpu", "cuda"):
+            check_settings(r.default_settings(device), r.label)
+        for k in r.knobs():
+            assert k.low <= k.default <= k.high and (k.cpu is None or k.low <= k.cpu <= k.high), (r.key, k.name)
+    with pytest.raises(ValueError, match="unknown method 'nope'; the racers are dart, eagle3, ar"):
+        racer("nope")
+    dart = racer("dart").settings_type
+    with pytest.raises(ValueError, match="DART tree size must be between 1 and 512, got 0"):
+        check_settings(dart(max_nodes=0), "DART")
+    with pytest.raises(ValueError, match=r"DART top k: expected an integer, got 2\.5"):
+        check_settings(dart(top_k=2.5), "DART")
+    with pytest.raises(ValueError, match="already registered"):
+        register(racer("dart"))
+    with pytest.raises(ValueError, match="baseline"):
+        unregister(BASELINE)
+
+
+# ------------------------------------------------------------------------------------------ a new racer
+@dataclasses.dataclass(frozen=True)
+class LookupSettings:
+    length: int = knob(4, 1, 16, "tokens copied after the root's last earlier occurrence", label="length", ui=True)
+
+
+class LookupDrafter:
+    """Prompt-lookup drafting: find the root's last earlier occurrence in the context and propose the tokens that
+    followed it, as a chain. Reads no target layers."""
+
+    key = "lookup"
+    settings_type = LookupSettings
+    feature_layers: tuple[int, ...] = ()
+
+    def new_state(self, settings: Any = None) -> LookupSettings:
+        return check_settings(settings or LookupSettings(), "Lookup")
+
+    def propose(self, state: LookupSettings, step: DraftInput) -> Proposal | None:
+        assert step.features is None  # it asked for no layers
+        ctx = step.context
+        hits = np.flatnonzero(ctx[:-1] == ctx[-1])
+        if not hits.size:
+            return None
+        follow = ctx[hits[-1] + 1 : hits[-1] + 1 + state.length]
+        n = len(follow)
+        tree = DraftTree(np.array([ctx[-1], *follow]), np.arange(-1, n), np.zeros(n + 1, dtype=np.float32))
+        return Proposal(tree, draft_ms=0.01, search_ms=0.0)
+
+
+@pytest.fixture(scope="module")
+def lookup() -> Iterator[Racer]:
+    entry = register(Racer("lookup", "Lookup", "#10b981", "copies what followed the root earlier",
+                           load=lambda ref, embed: LookupDrafter(), settings_factory=lambda: LookupSettings))
+    try:
+        yield entry
+    finally:
+        unregister("lookup")
+
+
+@pytest.fixture(scope="module")
+def arena(lookup: Racer) -> Any:
+    if not (BUNDLE / "target" / "config.json").is_file():
+        pytest.skip("the embedded bundle assets/tiny is missing")
+    from dart_core.models import load_arena
+
+    return load_arena(BUNDLE / "target", dart=BUNDLE / "dart", lookup="builtin", device="cpu", progress=False)
+
+
+def test_a_registered_racer_loads_and_races_losslessly(arena: Any) -> None:
+    from dart_core.models import DartModel
+
+    assert arena.methods == ["dart", "lookup", "ar"]  # registry order, the baseline last
+    ids = arena.tokenizer(held_out_prompt(3), add_special_tokens=False)["input_ids"]
+    outputs, accepted = {}, 0
+    for m in arena.methods:
+        steps = list(arena.stream(m, ids, max_new_tokens=48, settings=LookupSettings(6) if m == "lookup" else None))
+        outputs[m] = [t for s in steps for t in s.tokens]
+        if m == "lookup":
+            accepted = sum(s.accepted for s in steps)
+    assert outputs["lookup"] == outputs["ar"] == outputs["dart"]
+    assert accepted > 0  # code repeats itself: some lookups were accepted
+    facade = DartModel(arena)
+    out = facade.lookup_generate(torch.tensor([ids]), max_new_token_num=48)
+    assert out[0, len(ids):].tolist() == outputs["ar"]
+
+
+def test_a_registered_racer_gets_flags_columns_and_controls(arena: Any, lookup: Racer) -> None:
+    from app import render
+    from app.__main__ import build_parser
+    from app.ui import AppConfig, ArenaUI, new_conversation
+    from dart_core.generate_cli import add_tree_arguments, tree_settings
+
+    p = argparse.ArgumentParser()
+    add_tree_arguments(p)
+    assert tree_settings(p.parse_args(["--lookup-length", "9"]), "cpu")["lookup"] == LookupSettings(9)
+    app_args = build_parser().parse_args(["--lookup-model-name-or-path", "x"])
+    assert app_args.lookup_model_name_or_path == "x"
+    assert [k.name for k in knobs(lookup.settings_type)] == ["length"]
+    assert ".tok-lookup" in render.racer_css() and ".card-lookup" in render.racer_css()
+
+    ui = ArenaUI(arena, AppConfig(chat=False, update_every=0.0))
+    assert ui.methods == ["dart", "lookup", "ar"]
+    assert ui.control_labels[4:] == ["DART tree size", "Lookup length"]
+    final = list(ui.run(held_out_prompt(3), new_conversation(), 0.0, 1.0, 0, 24, 16, 5, session="s"))[-1]
+    assert list(final.lanes) == ["dart", "lookup", "ar"] and "Lookup" in final.lanes["lookup"]
+    assert final.result["greedy_matches_ar"] == {"dart": True, "lookup": True}
+    assert final.result["settings"]["trees"]["lookup"] == {"length": 5}
