@@ -491,8 +491,13 @@ def launch(demo: gr.Blocks, *, listen: bool = False, port: int | None = None, sh
     """Queue (one generation at a time on the shared model) and serve: 127.0.0.1 unless ``listen``."""
     demo.queue(default_concurrency_limit=1, max_size=max_queue)
     demo.launch(server_name="0.0.0.0" if listen else "127.0.0.1", server_port=port, share=share,
-                css=CSS_PATH.read_text(encoding="utf-8"), theme=theme(), ssr_mode=False, show_error=False,
+                css=page_css(), theme=theme(), ssr_mode=False, show_error=False,
                 **kwargs)
+
+
+def page_css() -> str:
+    """``style.css`` plus each racer's colour rules (generated from the registry)."""
+    return CSS_PATH.read_text(encoding="utf-8") + render.racer_css()
 
 
 def theme() -> gr.themes.Base:

@@ -118,7 +118,10 @@ def test_a_registered_racer_gets_flags_columns_and_controls(arena: Any, lookup: 
     app_args = build_parser().parse_args(["--lookup-model-name-or-path", "x"])
     assert app_args.lookup_model_name_or_path == "x"
     assert [k.name for k in knobs(lookup.settings_type)] == ["length"]
-    assert ".tok-lookup" in render.racer_css() and ".card-lookup" in render.racer_css()
+    from app.ui import page_css
+
+    assert ".tok-lookup" in page_css() and ".card-lookup" in page_css() and ".lane-box-dart" in page_css()
+    assert "rgba(16, 185, 129, 0.24)" in render.racer_css()  # the registered colour #10b981
 
     ui = ArenaUI(arena, AppConfig(chat=False, update_every=0.0))
     assert ui.methods == ["dart", "lookup", "ar"]
