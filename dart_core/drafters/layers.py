@@ -181,11 +181,14 @@ class Attention(nn.Module):
             keys, values = past.cache.write(k, v, past.row)
         else:
             keys, values = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        # GQA without copying K/V per query head (that copy grows with the context, every step): the ``rep``
+        # query heads of one K/V head become ``rep`` blocks of rows of one query, the mask repeated per block
         rep = self.heads // self.kv_heads
-        keys_r, values_r = keys.repeat_interleave(rep, dim=1), values.repeat_interleave(rep, dim=1)
+        grouped = q.reshape(b, self.kv_heads, rep * t, self.hd)
         wide = _at_least_fp32(x.dtype)  # softmax in float32 (float64 stays float64)
-        out = nn.functional.scaled_dot_product_attention(q.to(wide), keys_r.to(wide), values_r.to(wide),
-                                                         attn_mask=mask).to(x.dtype)
+        out = nn.functional.scaled_dot_product_attention(grouped.to(wide), keys.to(wide), values.to(wide),
+                                                         attn_mask=mask.repeat(rep, 1)).to(x.dtype)
+        out = out.view(b, self.heads, t, self.hd)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, self.heads * self.hd)), k, v
 
 
