@@ -176,15 +176,10 @@ def load_arena(
 
     target, tokenizer = load_target(base, device=device, dtype=dtype, **kwargs)
     done("target")
-    embed = target.embed_tokens.weight
     arena = Arena(target=target, tokenizer=tokenizer, stop_ids=stop_token_ids(tokenizer, target.config))
     for key, ref in parts.items():
         r = racer(key)
-        drafter = r.load(ref, embed)  # type: ignore[misc]
-        bind = getattr(drafter, "bind", None)
-        if bind is not None:
-            bind(target.config)
-        arena.drafters[key] = drafter
+        arena.drafters[key] = r.load(ref, target)  # type: ignore[misc]
         done(r.label)
     if ngram:
         arena.store = load_ngram(ngram, small=small_ngram, progress=progress)

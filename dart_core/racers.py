@@ -13,46 +13,25 @@ from typing import Any
 
 import torch
 
+from dart_core.drafters.dart import DartDrafter, DartSettings
+from dart_core.drafters.eagle3 import Eagle3Drafter, Eagle3Settings
 from dart_core.drafters.interface import Drafter, NoSettings, PlainDecoding, knobs, settings_for
-
-
-def _load_dart(ref: str | os.PathLike[str], embed: torch.Tensor) -> Drafter:
-    from dart_core.drafters.dart import DartDrafter
-
-    return DartDrafter.from_pretrained(ref, target=embed)
-
-
-def _load_eagle3(ref: str | os.PathLike[str], embed: torch.Tensor) -> Drafter:
-    from dart_core.drafters.eagle3 import Eagle3Drafter
-
-    return Eagle3Drafter.from_pretrained(ref, target=embed)
-
-
-def _dart_settings() -> type:
-    from dart_core.drafters.dart import DartSettings
-
-    return DartSettings
-
-
-def _eagle3_settings() -> type:
-    from dart_core.drafters.eagle3 import Eagle3Settings
-
-    return Eagle3Settings
 
 
 @dataclass(frozen=True)
 class Racer:
     """One method of the race. ``key`` names it everywhere (``--methods``, ``--<key>`` model flags, the bundle's
-    ``<key>/`` folder, JSON fields); ``load`` builds its drafter from a checkpoint (local dir or Hub id) and the
-    target's shared embedding (None: nothing to load, plain decoding); ``uses_store``: it drafts with the N-gram
-    store; ``opt_in``: the app adds its column only when asked (``--compare-<key>``) unless a bundle holds it."""
+    ``<key>/`` folder, JSON fields); ``load`` builds its drafter from a checkpoint (local dir or Hub id) on the
+    loaded target (shared embedding, feature layers bound to it; None: nothing to load, plain decoding);
+    ``uses_store``: it drafts with the N-gram store; ``opt_in``: the app adds its column only when asked
+    (``--compare-<key>``) unless a bundle holds it."""
 
     key: str
     label: str
     color: str
     blurb: str
-    load: Callable[[str | os.PathLike[str], torch.Tensor], Drafter] | None = None
-    settings_factory: Callable[[], type] | None = None
+    load: Callable[[str | os.PathLike[str], Any], Drafter] | None = None
+    settings_type: type = NoSettings
     uses_store: bool = False
     opt_in: bool = False
     example: str = ""  # a published checkpoint, for help texts
@@ -67,10 +46,6 @@ class Racer:
         """Whether it proposes drafts (plain decoding does not: the baseline)."""
         return self.load is not None
 
-    @property
-    def settings_type(self) -> type:
-        return self.settings_factory() if self.settings_factory is not None else NoSettings
-
     def default_settings(self, device: str | torch.device = "cuda") -> Any:
         """Its settings' defaults on ``device`` (smaller trees on a CPU where its fields say so)."""
         return settings_for(self.settings_type, device)
@@ -81,9 +56,10 @@ class Racer:
 
 RACERS: list[Racer] = [
     Racer("dart", "DART", "#f97316", "one drafter forward for the whole tree, N-gram-guided tree search",
-          load=_load_dart, settings_factory=_dart_settings, uses_store=True, example="fvliang/qwen8b-dart"),
-    Racer("eagle3", "EAGLE-3", "#3b82f6", "one drafter forward per tree level", load=_load_eagle3,
-          settings_factory=_eagle3_settings, opt_in=True, example="AngelSlim/Qwen3-8B_eagle3"),
+          load=DartDrafter.from_pretrained, settings_type=DartSettings, uses_store=True,
+          example="fvliang/qwen8b-dart"),
+    Racer("eagle3", "EAGLE-3", "#3b82f6", "one drafter forward per tree level", load=Eagle3Drafter.from_pretrained,
+          settings_type=Eagle3Settings, opt_in=True, example="AngelSlim/Qwen3-8B_eagle3"),
     Racer("ar", "AR", "#94a3b8", "plain autoregressive decoding: one target forward per token"),
 ]
 BASELINE = "ar"  # the racer every speedup is measured against

@@ -72,7 +72,7 @@ class LookupDrafter:
 @pytest.fixture(scope="module")
 def lookup() -> Iterator[Racer]:
     entry = register(Racer("lookup", "Lookup", "#10b981", "copies what followed the root earlier",
-                           load=lambda ref, embed: LookupDrafter(), settings_factory=lambda: LookupSettings))
+                           load=lambda ref, target: LookupDrafter(), settings_type=LookupSettings))
     try:
         yield entry
     finally:

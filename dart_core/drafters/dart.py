@@ -128,5 +128,5 @@ class DartDrafter(DrafterLayer):
         with Stopwatch() as search:
             tree = search_tree(tokens_np, probs_np, step.context, store, beam_width=s.beam_width,
                                max_nodes=s.max_nodes, ngram_weight=s.ngram_weight if store is not None else 0.0,
-                               eos_token_id=sorted(step.stop_ids) or None)
+                               eos_token_id=step.stop_ids)
         return Proposal(tree=tree, draft_ms=draft.ms, search_ms=search.ms)
