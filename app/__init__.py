@@ -1,5 +1,19 @@
 """DART Arena's comparison app: DART, EAGLE-3 and plain decoding racing side by side on one shared target.
 
 ``python -m app`` (see ``app/__main__.py``); the race logic is in ``app.race`` (no Gradio), the figures in
-``app.plots``, the HTML in ``app.render``, the page in ``app.ui``.
+``app.plots``, the HTML in ``app.render``, the page in ``app.ui``, the model's own process in ``app.engine``.
 """
+
+import logging
+
+
+def setup_logging() -> logging.Logger:
+    """Our progress lines on stderr, without turning on every library's INFO logging."""
+    root = logging.getLogger("dart_arena")
+    if not root.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("[dart-arena] %(message)s"))
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+        root.propagate = False
+    return logging.getLogger("dart_arena.app")

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from app import setup_logging
 from dart_core.bundle import Bundle, BundleError, default_bundle_dir, open_bundle
 from dart_core.racers import BASELINE, drafting_racers, label, racer
 
@@ -82,6 +83,18 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("generation")
     g.add_argument("--max-new-tokens", type=int, default=256,
                    help="default of the 'Max new tokens' control (default: %(default)s)")
+    h = p.add_argument_group("limits (for a public host)")
+    h.add_argument("--max-new-tokens-limit", type=int, default=None, metavar="N",
+                   help="most new tokens a race may ask for: the control's maximum; an API request for more is cut "
+                        "to it, with a notice (default: the context length, at most 8192)")
+    h.add_argument("--race-time-limit", type=float, default=None, metavar="SECONDS",
+                   help="wall-clock budget per race: a race still running after it stops, and the page says why "
+                        "(default: none)")
+    h.add_argument("--max-queue", type=int, default=64, metavar="N",
+                   help="visitors who may wait for their race; one more is told the server is busy "
+                        "(default: %(default)s)")
+    h.add_argument("--race-log", type=Path, default=None, metavar="FILE",
+                   help="append one JSON line per ended race (the 'Run data' JSON, the prompt and the wall time)")
     g.add_argument("--max-length", type=int, default=None,
                    help="limit on prompt + answer tokens (default: the target's context length)")
     s = p.add_argument_group("serving")
@@ -168,18 +181,6 @@ def bundle_examples(bundle: Bundle, limit: int = 4) -> list[tuple[str, str]]:
              else textwrap.shorten(r["prompt"], 56, placeholder=" …"), r["prompt"]) for r in picked]
 
 
-def setup_logging() -> logging.Logger:
-    """Our progress lines on stderr, without turning on every library's INFO logging."""
-    root = logging.getLogger("dart_arena")
-    if not root.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("[dart-arena] %(message)s"))
-        root.addHandler(handler)
-        root.setLevel(logging.INFO)
-        root.propagate = False
-    return logging.getLogger("dart_arena.app")
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     log = setup_logging()
@@ -189,35 +190,43 @@ def main(argv: list[str] | None = None) -> int:
              "".join(f", {label(k)} {short(v)}" for k, v in loaded.items()),
              f", N-gram {short(src['ngram'])}" if src["ngram"] else "")
 
-    from app.race import RaceSettings, warm_up
-    from app.ui import AppConfig, ArenaUI, encode, launch, model_worker
-    from dart_core.hub import HubFileError
-    from dart_core.models import load_arena
-    from dart_core.ngram import NgramFormatError
+    for flag, value in (("--max-new-tokens-limit", args.max_new_tokens_limit), ("--max-queue", args.max_queue)):
+        if value is not None and value < 1:
+            print(f"error: {flag} must be at least 1, got {value}", file=sys.stderr)
+            return 2
+    if args.race_time_limit is not None and not args.race_time_limit > 0:
+        print(f"error: --race-time-limit must be a positive number of seconds, got {args.race_time_limit}",
+              file=sys.stderr)
+        return 2
 
-    # everything that touches the model, loading included, runs on one thread (see app.ui.ArenaUI)
-    worker = model_worker()
+    from app.engine import EngineError, ProcessEngine, warm_up
+    from app.race import RaceSettings
+    from app.ui import AppConfig, ArenaUI, encode, launch
+
+    # the model loads and runs in a process of its own: the page's work never stalls a step (app.engine)
     t0 = time.perf_counter()
     try:
-        arena = worker.submit(load_arena, src["base"], ngram=src["ngram"], small_ngram=args.use_small_ngram,
-                              device=args.device, dtype=args.dtype, **loaded).result()
-    except (HubFileError, NgramFormatError, ValueError, OSError) as e:
+        engine = ProcessEngine(dict(base=src["base"], ngram=src["ngram"], small_ngram=args.use_small_ngram,
+                                    device=args.device, dtype=args.dtype, **loaded))
+    except EngineError as e:
+        if e.details:
+            print(e.details, file=sys.stderr, end="")
         print(f"error: {e}", file=sys.stderr)
         return 2
+    info = engine.info
     for r in drafting_racers():
-        if not r.opt_in and r.key not in arena.drafters:
+        if not r.opt_in and r.key not in info.drafters:
             log.warning("no %s drafter given (--%s-model-name-or-path): the page shows %s only", r.label, r.key,
-                        " and ".join(label(m) for m in arena.methods))
-    searching = [label(k) for k in arena.drafters if racer(k).uses_store]
-    if searching and arena.store is None:
+                        " and ".join(label(m) for m in info.methods))
+    searching = [label(k) for k in info.drafters if racer(k).uses_store]
+    if searching and not info.has_store:
         log.warning("no N-gram store given (--ngram-model-name-or-path): the tree search of %s runs without it",
                     " and ".join(searching))
-    device = arena.target.device
-    dtype = str(arena.target.dtype).removeprefix("torch.")
+    device, dtype = info.device, info.dtype
     log.info("loaded in %.1f s on %s (%s)", time.perf_counter() - t0, device, dtype)
 
     template = args.template_name.lower()
-    has_template = bool(getattr(arena.tokenizer, "chat_template", None))
+    has_template = bool(getattr(engine.tokenizer, "chat_template", None))
     bundle: Bundle | None = src["bundle"]
     if template in COMPLETION_TEMPLATES:
         chat = False
@@ -228,28 +237,33 @@ def main(argv: list[str] | None = None) -> int:
     elif not has_template:
         print(f"error: --template-name {args.template_name}: the tokenizer of {short(src['base'])} has no chat "
               "template; use --template-name raw for completion mode", file=sys.stderr)
+        engine.close()
         return 2
     else:
         chat = True
 
-    trees = {k: racer(k).default_settings(device) for k in arena.drafters}
+    trees = {k: racer(k).default_settings(device) for k in info.drafters}
     examples = bundle_examples(bundle) if bundle is not None else (CHAT_EXAMPLES if chat else [])
     parts = [f"target {short(src['base'])}"]
-    parts += [f"{label(k)} {short(loaded[k])}" for k in arena.drafters]
-    parts += [f"N-gram {short(src['ngram'])}"] if arena.store is not None else []
+    parts += [f"{label(k)} {short(loaded[k])}" for k in info.drafters]
+    parts += [f"N-gram {short(src['ngram'])}"] if info.has_store else []
     parts += [f"{device} · {dtype} · {'chat' if chat else 'completion'} mode"]
     config = AppConfig(chat=chat, max_new_tokens=args.max_new_tokens, max_length=args.max_length, trees=trees,
-                       examples=examples, subtitle=" · ".join(parts))
+                       examples=examples, subtitle=" · ".join(parts), max_new_tokens_limit=args.max_new_tokens_limit,
+                       time_limit_s=args.race_time_limit, race_log=args.race_log)
 
-    ui = ArenaUI(arena, config, worker=worker)
+    ui = ArenaUI(engine, config)
     log.info("warming up (a short race, not shown)")
     # the first example (a question in chat mode, code to continue in completion mode), encoded as a race encodes it
-    ids = encode(arena, [{"user": examples[0][1] if examples else WARM_UP[chat]}], BASELINE, chat=chat)
-    warm_up(arena, ids, RaceSettings(max_length=args.max_length, trees=trees), worker=ui.worker)
+    ids = encode(engine.tokenizer, [{"user": examples[0][1] if examples else WARM_UP[chat]}], BASELINE, chat=chat)
+    warm_up(engine, ids, RaceSettings(max_length=args.max_length, trees=trees))
     demo = ui.build()
     host = "0.0.0.0" if args.listen else "127.0.0.1"
     log.info("serving on http://%s:%d%s", host, args.server_port, " (+ a public share link)" if args.share else "")
-    launch(demo, listen=args.listen, port=args.server_port, share=args.share)
+    try:
+        launch(demo, listen=args.listen, port=args.server_port, share=args.share, max_queue=args.max_queue)
+    finally:
+        engine.close()
     return 0
 
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -37,12 +38,12 @@ class RaceSettings:
     max_length: int | None = None
     trees: Mapping[str, Any] = field(default_factory=dict)  # racer key -> its settings (missing: its defaults)
     seed: int = 0
+    time_limit_s: float | None = None  # the host's wall-time budget per race (None: none)
 
 
-def context_limit(arena: Any, max_length: int | None) -> int:
+def context_limit(max_context: int, max_length: int | None) -> int:
     """Prompt + output may not exceed this: the target's context, or ``max_length`` when smaller."""
-    limit = int(arena.target.max_context)
-    return limit if max_length is None else min(int(max_length), limit)
+    return int(max_context) if max_length is None else min(int(max_length), int(max_context))
 
 
 def check_prompt(ids: Sequence[int], limit: int, *, hint: str = "shorten it") -> None:
@@ -94,108 +95,19 @@ class Lane:
         self.own_ms += step.total_ms
 
 
-class Race:
-    """Run ``methods`` on one arena, alternating step by step. Iterate :meth:`run` for ``(lane, step)`` pairs.
+class Scoreboard:
+    """A race's lanes and results, whoever runs its steps: :class:`Race` on a model in this process, or the app's
+    engine process (``app.engine``) whose steps arrive here. ``limit`` names the host's limit that cut it
+    ("time"), if any."""
 
-    ``input_ids`` is one prompt for all methods, or a mapping method → prompt (multi-turn chat, where each method
-    continues its own conversation). ``worker``, a single-thread executor shared by every race on one model, runs
-    every step: races then never interleave target forwards (a cancelled race's last step finishes before the
-    next race's first), and all of PyTorch's CPU work stays on one thread. Steps issued from changing threads (as
-    a web server's thread pool does) each spin up their own OpenMP team, which made CPU steps 2-3× slower. Without
-    a worker, steps run on the iterating thread.
-    """
-
-    def __init__(
-        self,
-        arena: Any,
-        input_ids: Sequence[int] | Mapping[str, Sequence[int]],
-        *,
-        methods: Sequence[str] | None = None,
-        settings: RaceSettings | None = None,
-        worker: Executor | None = None,
-    ) -> None:
-        self.arena = arena
+    def __init__(self, methods: Sequence[str], prompts: Mapping[str, Sequence[int]],
+                 settings: RaceSettings | None = None) -> None:
         self.settings = settings or RaceSettings()
-        self.methods = list(methods) if methods is not None else list(arena.methods)
-        for m in self.methods:
-            arena.drafter(m)  # ValueError naming the loaded methods
-        if isinstance(input_ids, Mapping):
-            self.prompts = {m: [int(t) for t in input_ids[m]] for m in self.methods}
-        else:
-            ids = [int(t) for t in input_ids]
-            self.prompts = dict.fromkeys(self.methods, ids)
+        self.methods = list(methods)
+        self.prompts = {m: [int(t) for t in prompts[m]] for m in self.methods}
         self.lanes = {m: Lane(m) for m in self.methods}
-        self._worker = worker
-        self._gens: dict[str, Iterator[Step]] = {}
-        self._stop = threading.Event()
+        self.limit: str | None = None
 
-    # ----------------------------------------------------------------------------------------------- running
-    def run(self) -> Iterator[tuple[Lane, Step]]:
-        """Round-robin over the unfinished methods, one step each, until all finish or :meth:`stop`.
-
-        Closing this iterator (a cancelled request) closes every method's step generator."""
-        s = self.settings
-        device = self.arena.target.feature_device
-        try:
-            for m in self.methods:
-                gen = torch.Generator(device=device).manual_seed(s.seed)
-                self._gens[m] = self.arena.stream(
-                    m, self.prompts[m], sampling=s.sampling, max_new_tokens=s.max_new_tokens,
-                    max_length=s.max_length, generator=gen, settings=s.trees.get(m))
-                self.lanes[m].status = "running"
-            while not self._stop.is_set():
-                active = [lane for lane in self.lanes.values() if lane.status == "running"]
-                if not active:
-                    break
-                for lane in active:
-                    if self._stop.is_set():
-                        break
-                    step = self._advance(lane)
-                    if step is not None:
-                        yield lane, step
-        finally:
-            self.close()
-
-    def _advance(self, lane: Lane) -> Step | None:
-        gen = self._gens[lane.method]
-        try:
-            step = self._call(next, gen)
-        except StopIteration:
-            lane.status = "done"
-            return None
-        except Exception as e:  # one method failing (e.g. out of memory) must not take the others down
-            log.exception("%s failed", lane.label)
-            lane.status, lane.error = "error", f"{type(e).__name__}: {e}"
-            self._close(lane.method)
-            return None
-        lane.add(step)
-        if step.stop_reason is not None:
-            lane.status = "done"
-            self._close(lane.method)
-        return step
-
-    def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return fn(*args) if self._worker is None else self._worker.submit(fn, *args).result()
-
-    def stop(self) -> None:
-        """Ask the race to stop after the current step (safe from another thread)."""
-        self._stop.set()
-
-    def _close(self, method: str) -> None:
-        gen = self._gens.pop(method, None)
-        if gen is not None:
-            self._call(gen.close)  # type: ignore[attr-defined]
-
-    def close(self) -> None:
-        """Close every step generator (their per-generation state is dropped); unfinished lanes become stopped."""
-        self._stop.set()
-        for m in list(self._gens):
-            self._close(m)
-        for lane in self.lanes.values():
-            if not lane.finished:
-                lane.status = "stopped"
-
-    # ----------------------------------------------------------------------------------------------- results
     @property
     def finished(self) -> bool:
         """Every lane is over: done, stopped or failed."""
@@ -203,8 +115,13 @@ class Race:
 
     @property
     def stopped(self) -> bool:
-        """Some lane was cut short by :meth:`stop` / :meth:`close` (not by its own end)."""
+        """Some lane was cut short by :meth:`stop` / :meth:`close` or a limit (not by its own end)."""
         return any(lane.status == "stopped" for lane in self.lanes.values())
+
+    @property
+    def failed(self) -> list[str]:
+        """The methods that ended with an error."""
+        return [m for m, lane in self.lanes.items() if lane.status == "error"]
 
     def speedup(self, method: str) -> float | None:
         """tokens/s of ``method`` over AR's, both on their own clocks so far (None without AR figures)."""
@@ -247,10 +164,105 @@ class Race:
         return out
 
 
-def warm_up(arena: Any, input_ids: Sequence[int], settings: RaceSettings, *, tokens: int = 8,
-            worker: Executor | None = None) -> None:
-    """One short race, thrown away: the first forwards pay one-off costs (allocator, kernels, caches, the CPU
-    thread team) that would otherwise be charged to whichever method goes first in the first real race."""
-    s = replace(settings, max_new_tokens=min(tokens, settings.max_new_tokens))
-    for _ in Race(arena, input_ids, settings=s, worker=worker).run():
-        pass
+class Race(Scoreboard):
+    """Run ``methods`` on one arena in this process, alternating step by step. Iterate :meth:`run` for
+    ``(lane, step)`` pairs.
+
+    ``input_ids`` is one prompt for all methods, or a mapping method → prompt (multi-turn chat, where each method
+    continues its own conversation). ``worker``, a single-thread executor shared by every race on one model, runs
+    every step: races then never interleave target forwards (a cancelled race's last step finishes before the
+    next race's first), and all of PyTorch's CPU work stays on one thread. Steps issued from changing threads (as
+    a web server's thread pool does) each spin up their own OpenMP team, which made CPU steps 2-3× slower. Without
+    a worker, steps run on the iterating thread. ``settings.time_limit_s`` stops the race after that much wall
+    time (``limit`` = "time").
+    """
+
+    def __init__(
+        self,
+        arena: Any,
+        input_ids: Sequence[int] | Mapping[str, Sequence[int]],
+        *,
+        methods: Sequence[str] | None = None,
+        settings: RaceSettings | None = None,
+        worker: Executor | None = None,
+    ) -> None:
+        methods = list(methods) if methods is not None else list(arena.methods)
+        for m in methods:
+            arena.drafter(m)  # ValueError naming the loaded methods
+        prompts = input_ids if isinstance(input_ids, Mapping) else dict.fromkeys(methods, input_ids)
+        super().__init__(methods, prompts, settings)
+        self.arena = arena
+        self._worker = worker
+        self._gens: dict[str, Iterator[Step]] = {}
+        self._stop = threading.Event()
+
+    # ----------------------------------------------------------------------------------------------- running
+    def run(self) -> Iterator[tuple[Lane, Step]]:
+        """Round-robin over the unfinished methods, one step each, until all finish, :meth:`stop` or the time
+        limit.
+
+        Closing this iterator (a cancelled request) closes every method's step generator."""
+        s = self.settings
+        device = self.arena.target.feature_device
+        started = time.perf_counter()
+        try:
+            for m in self.methods:
+                gen = torch.Generator(device=device).manual_seed(s.seed)
+                self._gens[m] = self.arena.stream(
+                    m, self.prompts[m], sampling=s.sampling, max_new_tokens=s.max_new_tokens,
+                    max_length=s.max_length, generator=gen, settings=s.trees.get(m))
+                self.lanes[m].status = "running"
+            while not self._stop.is_set():
+                active = [lane for lane in self.lanes.values() if lane.status == "running"]
+                if not active:
+                    break
+                for lane in active:
+                    if self._stop.is_set():
+                        break
+                    step = self._advance(lane)
+                    if step is not None:
+                        yield lane, step
+                    if s.time_limit_s is not None and time.perf_counter() - started > s.time_limit_s:
+                        self.limit = "time"
+                        self._stop.set()
+        finally:
+            self.close()
+
+    def _advance(self, lane: Lane) -> Step | None:
+        gen = self._gens[lane.method]
+        try:
+            step = self._call(next, gen)
+        except StopIteration:
+            lane.status = "done"
+            return None
+        except Exception as e:  # one method failing (e.g. out of memory) must not take the others down
+            log.exception("%s failed", lane.label)
+            lane.status, lane.error = "error", f"{type(e).__name__}: {e}"
+            self._close(lane.method)
+            return None
+        lane.add(step)
+        if step.stop_reason is not None:
+            lane.status = "done"
+            self._close(lane.method)
+        return step
+
+    def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return fn(*args) if self._worker is None else self._worker.submit(fn, *args).result()
+
+    def stop(self) -> None:
+        """Ask the race to stop after the current step (safe from another thread)."""
+        self._stop.set()
+
+    def _close(self, method: str) -> None:
+        gen = self._gens.pop(method, None)
+        if gen is not None:
+            self._call(gen.close)  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        """Close every step generator (their per-generation state is dropped); unfinished lanes become stopped."""
+        self._stop.set()
+        for m in list(self._gens):
+            self._close(m)
+        for lane in self.lanes.values():
+            if not lane.finished:
+                lane.status = "stopped"

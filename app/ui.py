@@ -2,11 +2,14 @@
 and the controls (sampling, token budget, each racer's tree settings; Send, Stop, Regenerate, Clear). Columns,
 controls and colours come from the racer registry (``dart_core.racers``); this module names no method.
 
-Every generation event shares one concurrency group with a limit of one: the methods share one target model,
-so requests queue (their place in the queue shows in the status bar) instead of interleaving on it. Stop and
-Clear cancel the event (``cancels=``), stop the session's race and answer once it has closed, so no late update
-can overwrite their answer; a closed browser tab makes Gradio close the event's generator. Either way the race
-closes every method's step generator.
+The model runs in the engine (``app.engine``: its own process when served by ``python -m app``), so nothing this
+page does is billed to a race's clock; the page is updated a few times a second (text) and about once a second
+(plots), always with the final state. Every generation event shares one concurrency group with a limit of one:
+the methods share one target model, so requests queue (their place in the queue shows in the status bar) instead
+of interleaving on it. The host's limits (new tokens, seconds per race, queue length) are in :class:`AppConfig`.
+Stop and Clear cancel the event (``cancels=``), stop the session's race and answer once it has closed, so no late
+update can overwrite their answer; a closed browser tab makes Gradio close the event's generator. Either way the
+race ends on the engine, which closes every method's step generator.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,8 @@ from typing import Any
 import gradio as gr
 
 from app import plots, render
-from app.race import PromptError, Race, RaceSettings, check_prompt, context_limit
+from app.engine import LocalEngine, ProcessEngine
+from app.race import PromptError, RaceSettings, Scoreboard, check_prompt, context_limit
 from dart_core.drafters.interface import check_settings
 from dart_core.racers import BASELINE, Racer, racer
 from dart_core.verify import SamplingConfig
@@ -53,14 +56,18 @@ class AppConfig:
     subtitle: str = ""
     # seconds between UI updates while racing (text / plots): the browser must keep up, or input events (Stop!)
     # starve behind rendering; the race itself never waits for the page
-    update_every: float = 0.2
-    plot_every: float = 0.6
+    update_every: float = 0.25
+    plot_every: float = 1.0
+    # the host's limits: new tokens per race (the slider's maximum; None: up to the context, at most 8192) and
+    # wall-clock seconds per race (None: none)
+    max_new_tokens_limit: int | None = None
+    time_limit_s: float | None = None
+    race_log: Path | None = None  # a JSON line per ended race (the "Run data" JSON, the prompt, the wall time)
 
 
-def encode(arena: Any, turns: list[dict[str, Any]], method: str, *, chat: bool) -> list[int]:
+def encode(tok: Any, turns: list[dict[str, Any]], method: str, *, chat: bool) -> list[int]:
     """The prompt ids of ``method``: the chat template over its own conversation (thinking off for Qwen3), or
     the last prompt as plain text in completion mode."""
-    tok = arena.tokenizer
     if not chat:
         return tok(turns[-1]["user"], add_special_tokens=False)["input_ids"]
     messages: list[dict[str, str]] = []
@@ -74,8 +81,11 @@ def encode(arena: Any, turns: list[dict[str, Any]], method: str, *, chat: bool) 
 
 
 # The sampling controls, first in the order the page passes controls to a race; each loaded racer's tree
-# controls follow (``ArenaUI.tree_controls``).
+# controls follow (``ArenaUI.tree_controls``). Their sliders' ranges are the ones checked for API callers (the
+# events skip Gradio's own preprocessing, whose messages name no control); "Max new tokens" goes up to the host's
+# limit (``ArenaUI.token_cap``), and more is cut to it with a notice.
 SAMPLING_LABELS = ("Temperature", "Top-p", "Top-k", "Max new tokens")
+SAMPLING_RANGES = ((0.0, 2.0), (0.05, 1.0), (0, 200))
 PLOTS = ("tau", "latency", "speed", "tree")
 
 
@@ -152,29 +162,23 @@ def check_text(text: str) -> None:
                          f"U+{ord(text[e.start]):04X}, at character {e.start}): remove it and send again.") from None
 
 
-def model_worker() -> ThreadPoolExecutor:
-    """The one thread that touches the model (see :class:`ArenaUI`)."""
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="dart-arena-model")
-
-
 def new_conversation() -> dict[str, Any]:
     return {"turns": [], "summary": None, "matches": None}
 
 
 class ArenaUI:
-    """Holds the loaded arena and builds the page; one instance per server."""
+    """Builds the page on an engine (which holds the models); one instance per server."""
 
-    def __init__(self, arena: Any, config: AppConfig, *, worker: ThreadPoolExecutor | None = None) -> None:
-        """``worker``: the single-thread executor that runs every target forward (one race step at a time on
-        the shared model, whatever happens to cancelled events). Best the one that also loaded the model: on
-        CPU, PyTorch work split over two threads (two OpenMP teams) ran every step 2-3× slower."""
-        self.arena = arena
+    def __init__(self, engine: LocalEngine | ProcessEngine, config: AppConfig) -> None:
+        self.engine = engine
+        self.tokenizer = engine.tokenizer
         self.config = config
-        self.methods = list(arena.methods)  # the loaded racers, registry order, the baseline last
+        self.methods = list(engine.info.methods)  # the loaded racers, registry order, the baseline last
         self.racers: list[Racer] = [racer(m) for m in self.methods]
         # every loaded racer's settings shown as sliders: (racer, knob), in page order after SAMPLING_LABELS
         self.tree_controls = [(r, k) for r in self.racers for k in r.knobs() if k.ui]
-        self.worker = worker or model_worker()
+        self.context = context_limit(engine.info.max_context, config.max_length)
+        self.token_cap = min(config.max_new_tokens_limit or 8192, self.context - 1)
         self._label_cache: dict[int, str] = {}
         self.active: OrderedDict[str, LiveRace] = OrderedDict()  # session hash -> its last race (Stop, Clear)
 
@@ -184,12 +188,12 @@ class ArenaUI:
         return [*SAMPLING_LABELS, *(f"{r.label} {k.label}" for r, k in self.tree_controls)]
 
     def tree_defaults(self, r: Racer) -> Any:
-        return self.config.trees.get(r.key) or r.default_settings(self.arena.target.device)
+        return self.config.trees.get(r.key) or r.default_settings(self.engine.info.device)
 
     # ------------------------------------------------------------------------------------------- rendering
     def token_label(self, token: int) -> str:
         if token not in self._label_cache:
-            self._label_cache[token] = render.token_label(self.arena.tokenizer, token)
+            self._label_cache[token] = render.token_label(self.tokenizer, token)
         return self._label_cache[token]
 
     def lanes_html(self, conv: dict[str, Any]) -> dict[str, str]:
@@ -201,7 +205,7 @@ class ArenaUI:
         return dict(zip(PLOTS, (plots.tau_figure([]), plots.latency_figure([]), plots.speed_figure([]),
                                 plots.tree_figure(None, self.token_label)), strict=True))
 
-    def race_plots(self, race: Race) -> dict[str, Any]:
+    def race_plots(self, race: Scoreboard) -> dict[str, Any]:
         """The figures of a race; the tree view shows the first drafting racer (registry order) with a tree."""
         lanes = list(race.lanes.values())
         drafting = [lane for lane in lanes if racer(lane.method).drafts]
@@ -215,7 +219,8 @@ class ArenaUI:
     # ------------------------------------------------------------------------------------------- events
     def settings(self, *values: Any) -> RaceSettings:
         """The controls' values (``control_labels`` order) as race settings: a ValueError names the control
-        when one is not a finite number or is out of its range."""
+        when one is not a finite number or is out of its range. A token budget over the host's limit is cut
+        to it (:meth:`run` says so)."""
         labels = self.control_labels
         if len(values) != len(labels):
             raise ValueError(f"expected {len(labels)} control values ({', '.join(labels)}), got {len(values)}")
@@ -224,6 +229,9 @@ class ArenaUI:
         for value, label in zip((top_k, max_new_tokens), labels[2:4], strict=True):
             if value != int(value):
                 raise ValueError(f"{label}: expected a whole number, got {value:g}")
+        for value, label, (low, high) in zip(numbers[:3], labels, SAMPLING_RANGES, strict=False):
+            if not low <= value <= high:
+                raise ValueError(f"{label} must be between {low:g} and {high:g}, got {value:g}")
         if max_new_tokens < 1:
             raise ValueError(f"{labels[3]} must be at least 1, got {max_new_tokens:g}")
         sampling = SamplingConfig(temperature, top_p, int(top_k))
@@ -233,8 +241,9 @@ class ArenaUI:
             given.setdefault(r.key, {})[k.name] = int(value) if k.kind is int and value == int(value) else value
         trees = {r.key: check_settings(replace(self.tree_defaults(r), **given.get(r.key, {})), r.label)
                  for r in self.racers if r.drafts}
-        return RaceSettings(sampling=sampling, max_new_tokens=int(max_new_tokens),
-                            max_length=self.config.max_length, trees=trees, seed=seed)
+        return RaceSettings(sampling=sampling, max_new_tokens=min(int(max_new_tokens), self.token_cap),
+                            max_length=self.config.max_length, trees=trees, seed=seed,
+                            time_limit_s=self.config.time_limit_s)
 
     def run(self, prompt: str, conv: dict[str, Any], *controls: Any, regenerate: bool = False,
             session: str = "") -> Iterator[PageUpdate]:
@@ -261,16 +270,20 @@ class ArenaUI:
             check_text(text)
             settings = self.settings(*controls)
             turns.append({"user": text, "replies": {}})
-            limit = context_limit(self.arena, settings.max_length)
+            limit = self.context
             hint = "shorten it, or press Clear to drop earlier turns" if self.config.chat and len(turns) > 1 \
                 else "shorten it"
-            prompts = {m: encode(self.arena, turns, m, chat=self.config.chat) for m in self.methods}
+            prompts = {m: encode(self.tokenizer, turns, m, chat=self.config.chat) for m in self.methods}
             for ids in prompts.values():
                 check_prompt(ids, limit, hint=hint)
         except (PromptError, ValueError) as e:
             yield self._warn(str(e), prompt, conv)
             return
-        live = LiveRace(self, turns, prompts, settings)
+        capped = None
+        if settings.max_new_tokens < control_number(controls[3], SAMPLING_LABELS[3]):
+            capped = (f"{SAMPLING_LABELS[3]}: {controls[3]:g} is over this server's limit, so the race stops at "
+                      f"{settings.max_new_tokens:,} new tokens.")
+        live = LiveRace(self, turns, prompts, settings, notice=capped)
         # kept after it ends: a Stop that arrives after Gradio already cancelled the event still finds it
         self.active[session] = live
         self.active.move_to_end(session)
@@ -307,7 +320,6 @@ class ArenaUI:
     # ------------------------------------------------------------------------------------------- page
     def build(self) -> gr.Blocks:
         cfg = self.config
-        limit = context_limit(self.arena, cfg.max_length)
         with gr.Blocks(title="DART Arena", analytics_enabled=False) as demo:
             conv = gr.State(new_conversation())
             drafts = " ".join(f'<span class="tok-draft tok-{r.key}">{html.escape(r.label)} draft</span>'
@@ -332,12 +344,13 @@ class ArenaUI:
                         clear = gr.Button("Clear", size="sm", elem_id="clear", min_width=60)
             with gr.Accordion("Settings", open=False, elem_id="settings"):
                 with gr.Row():
-                    temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature",
+                    (t_low, t_high), (p_low, p_high), (k_low, k_high) = SAMPLING_RANGES
+                    temperature = gr.Slider(t_low, t_high, value=0.0, step=0.05, label="Temperature",
                                             elem_id="temperature",
                                             info="0 = greedy: every method must print exactly AR's text")
-                    top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
-                    top_k = gr.Slider(0, 200, value=0, step=1, label="Top-k", info="0 = off")
-                    max_new = gr.Slider(1, max(cfg.max_new_tokens, min(limit - 1, 8192)), value=cfg.max_new_tokens,
+                    top_p = gr.Slider(p_low, p_high, value=1.0, step=0.05, label="Top-p")
+                    top_k = gr.Slider(k_low, k_high, value=0, step=1, label="Top-k", info="0 = off")
+                    max_new = gr.Slider(1, self.token_cap, value=min(cfg.max_new_tokens, self.token_cap),
                                         step=1, label="Max new tokens", elem_id="max-new-tokens")
                 trees = []
                 with gr.Row():
@@ -362,8 +375,10 @@ class ArenaUI:
 
             page = Page(prompt=prompt, conv=conv, status=status, lanes=lanes, cards=cards, plots=figures,
                         result=result)
+            # preprocess=False: the handler gets the raw values and checks them itself (ArenaUI.settings), so a bad
+            # value from an API caller gets a message that names the control instead of Gradio's bare one
             common = {"outputs": page.outputs, "concurrency_limit": 1, "concurrency_id": CONCURRENCY_ID,
-                      "show_progress": "full", "show_progress_on": [status]}
+                      "show_progress": "full", "show_progress_on": [status], "preprocess": False}
 
             def race(request: gr.Request, prompt: str, conv: dict[str, Any], *controls: float) -> Iterator[dict]:
                 """Race the loaded methods on one prompt; the last update carries the figures as JSON."""
@@ -399,33 +414,37 @@ class ArenaUI:
 
 
 class LiveRace:
-    """One race as the page shows it: the race itself, each method's decoded text, the conversation turn it
-    answers; renders the page's outputs. ``closed`` is set once the race and its step generators are closed."""
+    """One race as the page shows it: the race (run by the engine), each method's decoded text, the conversation
+    turn it answers; renders the page's outputs. ``closed`` is set once the race has ended on the engine."""
 
     def __init__(self, ui: ArenaUI, turns: list[dict[str, Any]], prompts: dict[str, list[int]],
-                 settings: RaceSettings) -> None:
+                 settings: RaceSettings, *, notice: str | None = None) -> None:
         self.ui = ui
         self.settings = settings
-        self.race = Race(ui.arena, prompts, methods=ui.methods, settings=settings, worker=ui.worker)
-        self.streams = {m: render.TextStream(ui.arena.tokenizer) for m in ui.methods}
+        self.notice = notice  # a limit applied before the race (shown with every status)
+        self.race = ui.engine.race(prompts, settings, ui.methods)
+        self.streams = {m: render.TextStream(ui.tokenizer) for m in ui.methods}
         self.conv: dict[str, Any] = {"turns": turns, "summary": None, "matches": None}
         self.closed = threading.Event()
+        self.started = time.perf_counter()
         log.info("race: %d prompt tokens, %s, max %d new tokens", max(len(p) for p in prompts.values()),
                  "greedy" if settings.sampling.greedy else f"T={settings.sampling.temperature}",
                  settings.max_new_tokens)
 
     def updates(self) -> Iterator[PageUpdate]:
-        """Step the race, yielding the page's outputs at most every ``update_every`` seconds and at the end."""
-        started, last, last_plot, completed = time.perf_counter(), 0.0, 0.0, False
+        """Step the race, yielding the page's outputs at most every ``update_every`` seconds (the plots every
+        ``plot_every``) and at the end."""
+        last, last_plot, completed = 0.0, 0.0, False
+        cfg = self.ui.config
         try:
             # chat: the message moves into the conversation; completion: the prompt stays for editing
-            yield PageUpdate(prompt="" if self.ui.config.chat else KEEP, conv=self.conv,
-                             status=render.status_html("Prefilling…", "info"), lanes=self.ui.lanes_html(self.conv))
+            yield PageUpdate(prompt="" if cfg.chat else KEEP, conv=self.conv,
+                             status=self.banner("Prefilling…", "info"), lanes=self.ui.lanes_html(self.conv))
             for lane, step in self.race.run():
                 self.streams[lane.method].add_step(step.tokens, step.accepted)
                 now = time.perf_counter()
-                if now - last >= self.ui.config.update_every or lane.finished:
-                    plots_too = now - last_plot >= self.ui.config.plot_every
+                if now - last >= cfg.update_every:
+                    plots_too = now - last_plot >= cfg.plot_every
                     last, last_plot = now, now if plots_too else last_plot
                     yield self.outputs(final=False, plots=plots_too)
             completed = True
@@ -433,9 +452,14 @@ class LiveRace:
         finally:
             self.race.close()
             self.closed.set()
-            log.info("race %s after %.1f s: %s", "stopped" if completed and self.race.stopped else
-                     "finished" if completed else "cancelled", time.perf_counter() - started,
-                     {lane.label: len(lane.tokens) for lane in self.race.lanes.values()})
+            wall = time.perf_counter() - self.started
+            log.info("race %s after %.1f s: %s", ("stopped" if self.race.stopped else "finished") if completed
+                     else "cancelled", wall, {lane.label: len(lane.tokens) for lane in self.race.lanes.values()})
+            if completed and cfg.race_log is not None:
+                self.write_log(cfg.race_log, wall)
+
+    def banner(self, message: str, kind: str) -> str:
+        return render.status_html(f"{self.notice} {message}" if self.notice else message, kind)
 
     def outputs(self, *, final: bool, plots: bool = True) -> PageUpdate:
         race, turn = self.race, self.conv["turns"][-1]
@@ -446,27 +470,34 @@ class LiveRace:
         summary = race.summary()
         self.conv["summary"], self.conv["matches"] = summary, race.greedy_matches()
         if final:
-            banner = render.status_html(self.final_message(race.stopped), "warn" if race.stopped else "ok")
+            kind = "warn" if race.stopped or race.failed or self.notice else "ok"
+            banner = self.banner(self.final_message(), kind)
             result: Any = self.result()
         else:
             counts = " · ".join(f"{lane.label} {len(lane.tokens)}" for lane in race.lanes.values())
-            banner = render.status_html(f"Racing… tokens so far: {counts}", "info")
+            banner = self.banner(f"Racing… tokens so far: {counts}", "info")
             result = KEEP
         return PageUpdate(conv=self.conv, status=banner, lanes=self.ui.lanes_html(self.conv),
                           cards=render.summary_html(summary, self.conv["matches"]),
                           plots=self.ui.race_plots(race) if plots or final else {}, result=result)
 
-    def final_message(self, stopped: bool) -> str:
+    def final_message(self) -> str:
+        """The status at the end: the speedups, and what cut the race short or went wrong."""
         race = self.race
         parts = []
         for m, lane in race.lanes.items():
             if lane.status == "error":
-                parts.append(f"{lane.label} failed")
+                parts.append(f"{lane.label} failed ({lane.error})")
             elif m != BASELINE and (s := race.speedup(m)) is not None:
                 parts.append(f"{lane.label} {s:.2f}× vs AR")
         figures = ", ".join(parts) or "AR only"
-        if stopped:
+        if race.limit == "time":
+            return (f"Stopped at this server's time limit of {self.settings.time_limit_s:g} s per race ({figures} "
+                    "so far). Ask for fewer new tokens to see a race to its end.")
+        if race.stopped:
             return f"Stopped ({figures} so far). Send again whenever you like."
+        if race.failed:
+            return f"Finished with errors: {figures}."
         matches = race.greedy_matches()
         tail = ""
         if matches is not None:
@@ -480,10 +511,21 @@ class LiveRace:
             summary[m]["text"] = self.streams[m].text
             summary[m]["token_ids"] = list(lane.tokens)
         s = self.settings
-        return {"methods": summary, "greedy_matches_ar": self.race.greedy_matches(),
+        return {"methods": summary, "greedy_matches_ar": self.race.greedy_matches(), "limit": self.race.limit,
                 "settings": {"temperature": s.sampling.temperature, "top_p": s.sampling.top_p,
                              "top_k": s.sampling.top_k, "max_new_tokens": s.max_new_tokens, "seed": s.seed,
+                             "time_limit_s": s.time_limit_s,
                              "trees": {m: dataclasses.asdict(t) for m, t in s.trees.items()}}}
+
+    def write_log(self, path: Path, wall: float) -> None:
+        """Append this race to the host's race log (one JSON line; a failure to write is logged, not raised)."""
+        line = json.dumps({"time": time.time(), "prompt": self.conv["turns"][-1]["user"], "wall_s": wall,
+                           "result": self.result()}, ensure_ascii=False)
+        try:
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(line + "\n")
+        except OSError as e:
+            log.warning("could not write the race log %s: %s", path, e)
 
 
 def launch(demo: gr.Blocks, *, listen: bool = False, port: int | None = None, share: bool = False,

@@ -111,3 +111,68 @@ def test_a_closed_browser_cancels_its_race(app_server: Server) -> None:
     wait_for_log(app_server, "race cancelled", before + 1)
     out = client(app_server).predict(held_out_prompt(4), *GREEDY, api_name="/race")  # still serving
     assert out[-1]["greedy_matches_ar"] == {"dart": True, "eagle3": True}
+
+
+def test_eight_visitors_are_served_in_order_and_half_of_them_cancel(app_server: Server) -> None:
+    """Eight visitors at once: each waits its turn with its place in the queue shown, four cancel mid-stream, the
+    other four get complete, greedy-identical races, and the server serves on."""
+    params = (0.0, 1.0, 0, 200, 20, 21, 6, 4)
+    jobs = []
+    for i in range(8):  # one after another, so the queue's order is the submission order
+        jobs.append(client(app_server).submit(held_out_prompt(i), *params, api_name="/race"))
+        time.sleep(0.1)
+    ranks: dict[int, set[int]] = {i: set() for i in range(8)}
+    first_streamed: dict[int, float] = {}
+    cancelled: set[int] = set()
+    deadline = time.monotonic() + 300
+    while not all(job.done() for job in jobs):
+        assert time.monotonic() < deadline, "eight races did not finish within 300 s"
+        for i, job in enumerate(jobs):
+            st = job.status()
+            if st.code == gradio_client.utils.Status.IN_QUEUE and st.rank is not None:
+                ranks[i].add(st.rank)
+            if i not in first_streamed and "Racing" in str((job.outputs() or [[None] * 3])[-1][STATUS]):
+                first_streamed[i] = time.monotonic()
+                if i % 2 == 1:
+                    job.cancel()  # half of them leave mid-stream
+                    cancelled.add(i)
+        time.sleep(0.02)
+    assert cancelled == {1, 3, 5, 7}
+    order = sorted(first_streamed, key=first_streamed.get)
+    assert order == list(range(8)), f"served out of order: {order}"
+    assert all(ranks[i] for i in range(2, 8)), f"some waiting visitors never saw their place in the queue: {ranks}"
+    for i in (0, 2, 4, 6):
+        result = jobs[i].result()[-1]
+        assert all(f["status"] == "done" for f in result["methods"].values()), i
+        assert result["greedy_matches_ar"] == {"dart": True, "eagle3": True}, i
+    out = client(app_server).predict(held_out_prompt(9), *GREEDY, api_name="/race")  # still serving
+    assert out[-1]["greedy_matches_ar"] == {"dart": True, "eagle3": True}
+    assert "Traceback" not in app_server.log()
+
+
+def test_host_limits_cut_tokens_bound_the_queue_and_log_each_race(tmp_path_factory: pytest.TempPathFactory) -> None:
+    from helpers_app import running_app
+
+    logdir = tmp_path_factory.mktemp("limits")
+    race_log = logdir / "races.jsonl"
+    with running_app(logdir, "--max-new-tokens-limit", "300", "--max-queue", "1", "--race-log", str(race_log)) as app:
+        first = client(app).submit(held_out_prompt(1), 0.0, 1.0, 0, 900, 20, 21, 6, 4, api_name="/race")
+        deadline = time.monotonic() + 60
+        while "Racing" not in str((first.outputs() or [[None] * 3])[-1][STATUS]):
+            assert time.monotonic() < deadline and not first.done(), "the first race never started streaming"
+            time.sleep(0.02)
+        second = client(app).submit(held_out_prompt(2), *GREEDY, api_name="/race")  # waits: the queue is full
+        deadline = time.monotonic() + 30
+        while second.status().code != gradio_client.utils.Status.IN_QUEUE:
+            assert time.monotonic() < deadline and not second.done(), "the second request was never queued"
+            time.sleep(0.02)
+        with pytest.raises(Exception, match=r"(?i)queue is full"):
+            client(app).predict(held_out_prompt(3), *GREEDY, api_name="/race")
+        capped = first.result(timeout=120)
+        assert "over this server&#x27;s limit, so the race stops at 300 new tokens" in capped[STATUS]
+        assert all(f["tokens"] <= 300 for f in capped[-1]["methods"].values())
+        assert capped[-1]["settings"]["max_new_tokens"] == 300
+        assert second.result(timeout=120)[-1]["greedy_matches_ar"] == {"dart": True, "eagle3": True}
+        records = [json.loads(line) for line in race_log.read_text(encoding="utf-8").splitlines()]
+        assert [r["prompt"] for r in records] == [held_out_prompt(1), held_out_prompt(2)]
+        assert records[0]["result"]["settings"]["max_new_tokens"] == 300

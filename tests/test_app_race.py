@@ -149,8 +149,8 @@ def test_unknown_method_and_bad_prompts_are_clear_errors() -> None:
     with pytest.raises(PromptError, match="100 tokens long but the context holds 100"):
         check_prompt([1] * 100, 100)
     check_prompt([1] * 99, 100)
-    assert context_limit(arena, None) == 1000 and context_limit(arena, 64) == 64
-    assert context_limit(arena, 5000) == 1000
+    assert context_limit(1000, None) == 1000 and context_limit(1000, 64) == 64
+    assert context_limit(1000, 5000) == 1000
 
 
 # ------------------------------------------------------------------------------------------ the bundle

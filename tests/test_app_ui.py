@@ -4,12 +4,14 @@ template, Stop from another thread and a cancelled (closed) event, on the toy bu
 from __future__ import annotations
 
 import html
+import json
 import threading
 from typing import Any
 
 import pytest
 from helpers_app import BUNDLE, held_out_prompt
 
+from app.engine import LocalEngine
 from app.ui import AppConfig, ArenaUI, encode, new_conversation
 
 if not (BUNDLE / "target" / "config.json").is_file():
@@ -34,7 +36,7 @@ def arena() -> Any:
 
 
 def ui_for(arena: Any, *, chat: bool = False) -> ArenaUI:
-    return ArenaUI(arena, AppConfig(chat=chat, update_every=0.0))
+    return ArenaUI(LocalEngine(arena), AppConfig(chat=chat, update_every=0.0))
 
 
 @pytest.mark.parametrize(("prompt", "regenerate", "message"), [
@@ -75,7 +77,7 @@ def test_multi_turn_chat_continues_each_methods_own_conversation(arena: Any) -> 
         reply = "".join(p for p, _ in conv["turns"][0]["replies"]["dart"]["pieces"])
         assert reply and reply == first.result["methods"]["dart"]["text"]
         conv["turns"].append({"user": "and <sub>?", "replies": {}})
-        ids = encode(arena, conv["turns"], "dart", chat=True)
+        ids = encode(arena.tokenizer, conv["turns"], "dart", chat=True)
         text = tok.decode(ids)
         assert text.startswith("<|user|>def add(a, b):\n<|assistant|>" + reply + "\n<|user|>and <sub>?")
         assert text.endswith("<|assistant|>")
@@ -139,6 +141,9 @@ def test_a_closed_event_closes_the_race(arena: Any) -> None:
     ("x = 1", 6, 99, "EAGLE-3 depth must be between 1 and 32, got 99"),
     ("x = 1", 7, 2.5, "EAGLE-3 top-k: expected an integer, got 2.5"),
     ("x = 1", 3, 0, "Max new tokens must be at least 1, got 0"),
+    ("x = 1", 0, 5, "Temperature must be between 0 and 2, got 5"),
+    ("x = 1", 1, 0, "Top-p must be between 0.05 and 1, got 0"),
+    ("x = 1", 2, 1000, "Top-k must be between 0 and 200, got 1000"),
 ])
 def test_malformed_api_values_get_a_message_naming_the_input(arena: Any, prompt: Any, index: int | None,
                                                              value: Any, message: str) -> None:
@@ -153,3 +158,42 @@ def test_malformed_api_values_get_a_message_naming_the_input(arena: Any, prompt:
     assert len(out) == 1
     assert html.escape(message) in out[0].status and "banner-warn" in out[0].status
     assert conv["turns"] == []
+
+
+def test_the_hosts_token_limit_cuts_the_budget_and_says_so(arena: Any, tmp_path: Any) -> None:
+    log_file = tmp_path / "races.jsonl"
+    ui = ArenaUI(LocalEngine(arena), AppConfig(chat=False, update_every=0.0, max_new_tokens_limit=10,
+                                               race_log=log_file))
+    final = list(ui.run(held_out_prompt(0), new_conversation(), *controls(50), session="cap"))[-1]
+    assert html.escape("over this server's limit, so the race stops at 10 new tokens") in final.status
+    assert {m: f["tokens"] for m, f in final.result["methods"].items()} == {"dart": 10, "eagle3": 10, "ar": 10}
+    assert final.result["settings"]["max_new_tokens"] == 10
+    # the host's race log: one JSON line per ended race, the page's run data in it
+    (line,) = log_file.read_text(encoding="utf-8").splitlines()
+    record = json.loads(line)
+    assert record["prompt"] == held_out_prompt(0) and record["wall_s"] > 0
+    assert record["result"]["methods"]["ar"]["token_ids"] == final.result["methods"]["ar"]["token_ids"]
+    within = list(ui.run(held_out_prompt(1), new_conversation(), *controls(6), session="cap"))[-1]
+    assert "limit" not in within.status and within.result["settings"]["max_new_tokens"] == 6
+    assert len(log_file.read_text(encoding="utf-8").splitlines()) == 2
+
+
+def test_the_hosts_time_limit_stops_a_race_and_says_so(arena: Any) -> None:
+    ui = ArenaUI(LocalEngine(arena), AppConfig(chat=False, update_every=0.0, time_limit_s=0.001))
+    final = list(ui.run(held_out_prompt(1), new_conversation(), *controls(500), session="t"))[-1]
+    assert "time limit of 0.001 s per race" in final.status and "banner-warn" in final.status
+    assert final.result["limit"] == "time"
+    assert all(f["status"] == "stopped" and f["tokens"] < 500 for f in final.result["methods"].values())
+
+
+def test_a_failed_lane_is_never_reported_as_done(arena: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("drafter exploded")
+
+    monkeypatch.setattr(arena.drafters["eagle3"], "propose", broken)
+    final = list(ui_for(arena).run(held_out_prompt(0), new_conversation(), *controls(8), session="f"))[-1]
+    assert "Done" not in final.status and "banner-warn" in final.status
+    assert "Finished with errors" in final.status and "EAGLE-3 failed (RuntimeError: drafter exploded)" in final.status
+    methods = final.result["methods"]
+    assert methods["eagle3"]["status"] == "error" and methods["dart"]["status"] == methods["ar"]["status"] == "done"
+    assert final.result["greedy_matches_ar"] is None

@@ -109,6 +109,7 @@ def test_a_registered_racer_loads_and_races_losslessly(arena: Any) -> None:
 def test_a_registered_racer_gets_flags_columns_and_controls(arena: Any, lookup: Racer) -> None:
     from app import render
     from app.__main__ import build_parser
+    from app.engine import LocalEngine
     from app.ui import AppConfig, ArenaUI, new_conversation
     from dart_core.generate_cli import add_tree_arguments, tree_settings
 
@@ -123,7 +124,7 @@ def test_a_registered_racer_gets_flags_columns_and_controls(arena: Any, lookup: 
     assert ".tok-lookup" in page_css() and ".card-lookup" in page_css() and ".lane-box-dart" in page_css()
     assert "rgba(16, 185, 129, 0.24)" in render.racer_css()  # the registered colour #10b981
 
-    ui = ArenaUI(arena, AppConfig(chat=False, update_every=0.0))
+    ui = ArenaUI(LocalEngine(arena), AppConfig(chat=False, update_every=0.0))
     assert ui.methods == ["dart", "lookup", "ar"]
     assert ui.control_labels[4:] == ["DART tree size", "Lookup length"]
     final = list(ui.run(held_out_prompt(3), new_conversation(), 0.0, 1.0, 0, 24, 16, 5, session="s"))[-1]

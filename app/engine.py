@@ -1,0 +1,334 @@
+"""Where the model runs: in a process of its own (:class:`ProcessEngine`, what ``python -m app`` serves with), so
+no work of the web server — building figures, HTML and JSON for the page, Gradio's event loop — can stall a step
+and be billed to it. In one Python process the server and the model share the GIL: a few milliseconds of page
+work per update made every step slower and compressed each speedup toward 1×.
+
+The engine process loads the arena, runs one race at a time and streams compact records — each
+:class:`~dart_core.generate.Step` and the lanes' states — back through a pipe; the server keeps the
+:class:`~app.race.Scoreboard` (a :class:`RemoteRace`), renders it as it likes, and asks the engine to stop a race
+between two steps. :class:`LocalEngine` runs races in this process instead (the tests, and racers registered at
+run time, which a fresh process would not know). No Gradio here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import queue
+import signal
+import threading
+import traceback
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from itertools import count
+from typing import Any
+
+from app.race import Lane, Race, RaceSettings, Scoreboard
+from dart_core.generate import Step
+
+log = logging.getLogger("dart_arena.app")
+
+# The messages between server and engine process (tuples, first item the kind):
+#   server -> engine: ("race", id, methods, prompts, settings) | ("stop", id) | ("quit",)
+#   engine -> server: ("ready", EngineInfo, tokenizer) | ("error", message, traceback, known)
+#                     ("step", id, method, Step, states) | ("end", id, states, limit)
+# ``states`` is {method: (status, error)} for every lane of the race.
+KNOWN_LOAD_ERRORS = ("HubFileError", "NgramFormatError", "BundleError", "ValueError", "OSError",
+                     "FileNotFoundError")  # a message suffices; anything else also shows its traceback
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What the server needs to know of the loaded arena (it never holds the model itself)."""
+
+    methods: list[str]  # loaded racers, registry order, the baseline last
+    drafters: list[str]  # the drafting ones among them
+    device: str
+    dtype: str
+    max_context: int
+    has_store: bool
+
+
+class EngineError(RuntimeError):
+    """The engine could not load its models (``message`` says why) or has stopped."""
+
+    def __init__(self, message: str, details: str = "") -> None:
+        super().__init__(message)
+        self.details = details  # a traceback, for errors that are not the user's to fix
+
+
+def engine_info(arena: Any) -> EngineInfo:
+    return EngineInfo(methods=list(arena.methods), drafters=list(arena.drafters), device=str(arena.target.device),
+                      dtype=str(arena.target.dtype).removeprefix("torch."),
+                      max_context=int(arena.target.max_context), has_store=arena.store is not None)
+
+
+def model_worker() -> ThreadPoolExecutor:
+    """The one thread that touches the model in this process (see :class:`LocalEngine`)."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="dart-arena-model")
+
+
+class LocalEngine:
+    """Races on an arena loaded in this process. ``worker``: the single-thread executor that runs every step
+    (one race step at a time on the shared model, whatever happens to cancelled events); best the one that
+    loaded the model — on a CPU, PyTorch work split over two threads (two OpenMP teams) ran 2-3× slower."""
+
+    def __init__(self, arena: Any, worker: ThreadPoolExecutor | None = None) -> None:
+        self.arena = arena
+        self.worker = worker or model_worker()
+        self.tokenizer = arena.tokenizer
+        self.info = engine_info(arena)
+
+    def race(self, prompts: Mapping[str, Sequence[int]], settings: RaceSettings,
+             methods: Sequence[str] | None = None) -> Race:
+        return Race(self.arena, prompts, methods=methods or self.info.methods, settings=settings,
+                    worker=self.worker)
+
+    def close(self) -> None:
+        self.worker.shutdown(wait=True)
+
+
+class RemoteRace(Scoreboard):
+    """A race run by a :class:`ProcessEngine`: :meth:`run` sends it to the engine and yields its steps as they
+    come; closing the iterator (a cancelled request) stops it and returns once the engine has ended it, so races
+    never overlap on the model."""
+
+    def __init__(self, engine: ProcessEngine, race_id: int, methods: Sequence[str],
+                 prompts: Mapping[str, Sequence[int]], settings: RaceSettings) -> None:
+        super().__init__(methods, prompts, settings)
+        self._engine = engine
+        self._id = race_id
+        self._inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self._started = False
+        self._ended = threading.Event()
+        self._stop_asked = False
+
+    def run(self) -> Iterator[tuple[Lane, Step]]:
+        if self._stop_asked:
+            self._finish({}, None)
+            return
+        self._started = True
+        self._engine._send(("race", self._id, self.methods, self.prompts, self.settings), inbox=self._inbox)
+        try:
+            for lane in self.lanes.values():
+                lane.status = "running"
+            while True:
+                msg = self._inbox.get()
+                if msg[0] == "step":
+                    _, method, step, states = msg
+                    lane = self.lanes[method]
+                    lane.add(step)
+                    self._apply(states)
+                    yield lane, step
+                elif msg[0] == "end":
+                    self._finish(msg[1], msg[2])
+                    return
+                else:  # "dead": the engine process is gone
+                    self._die(msg[1])
+                    return
+        finally:
+            if not self._ended.is_set():  # cancelled: wait until the engine has ended it
+                self.stop()
+                while True:
+                    msg = self._inbox.get()
+                    if msg[0] == "end":
+                        self._finish(msg[1], msg[2])
+                        break
+                    if msg[0] == "dead":
+                        self._die(msg[1])
+                        break
+                    self.lanes[msg[1]].add(msg[2])  # a step that was under way
+
+    def _apply(self, states: Mapping[str, tuple[str, str | None]]) -> None:
+        for m, (status, error) in states.items():
+            self.lanes[m].status, self.lanes[m].error = status, error
+
+    def _finish(self, states: Mapping[str, tuple[str, str | None]], limit: str | None) -> None:
+        self._apply(states)
+        self.limit = limit
+        for lane in self.lanes.values():
+            if not lane.finished:
+                lane.status = "stopped"
+        self._engine._forget(self._id)
+        self._ended.set()
+
+    def _die(self, reason: str) -> None:
+        for lane in self.lanes.values():
+            if not lane.finished:
+                lane.status, lane.error = "error", reason
+        self._engine._forget(self._id)
+        self._ended.set()
+
+    def stop(self) -> None:
+        """Ask the engine to stop this race after its current step (safe from any thread)."""
+        self._stop_asked = True
+        if self._started and not self._ended.is_set():
+            self._engine._send(("stop", self._id))
+
+    def close(self) -> None:
+        self.stop()
+        if not self._started:
+            self._finish({}, None)
+
+
+class ProcessEngine:
+    """The arena loaded and raced in a child process (``spawn``: a clean interpreter, no forked threads).
+
+    ``load`` holds :func:`~dart_core.models.load_arena`'s arguments. The constructor returns once the models are
+    loaded (an :class:`EngineError` says why they are not); :meth:`race` then gives :class:`RemoteRace` objects.
+    If the engine process dies (killed, out of memory), the races under way end with an error that says so, and
+    later races get the same error (restart the app)."""
+
+    def __init__(self, load: Mapping[str, Any]) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=serve, args=(child, dict(load)), name="dart-arena-engine", daemon=True)
+        self._proc.start()
+        child.close()
+        try:
+            msg = self._conn.recv()
+        except EOFError:
+            self._proc.join(5)
+            raise EngineError(f"the model process exited (code {self._proc.exitcode}) before it had loaded the "
+                              "models") from None
+        if msg[0] == "error":
+            self._proc.join(5)
+            raise EngineError(msg[1], "" if msg[3] else msg[2])
+        _, self.info, self.tokenizer = msg
+        self._lock = threading.Lock()
+        self._inboxes: dict[int, queue.SimpleQueue[tuple[Any, ...]]] = {}
+        self._ids = count(1)
+        self.dead: str | None = None
+        self._reader = threading.Thread(target=self._read, name="dart-arena-engine-reader", daemon=True)
+        self._reader.start()
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid
+
+    def race(self, prompts: Mapping[str, Sequence[int]], settings: RaceSettings,
+             methods: Sequence[str] | None = None) -> RemoteRace:
+        methods = list(methods or self.info.methods)
+        for m in methods:
+            if m not in self.info.methods:
+                raise ValueError(f"method {m!r} is not loaded (have: {', '.join(self.info.methods)})")
+        return RemoteRace(self, next(self._ids), methods, prompts, settings)
+
+    def _send(self, msg: tuple[Any, ...], inbox: queue.SimpleQueue[tuple[Any, ...]] | None = None) -> None:
+        with self._lock:
+            if inbox is not None:
+                if self.dead is not None:
+                    inbox.put(("dead", self.dead))
+                    return
+                self._inboxes[msg[1]] = inbox
+            if self.dead is None:
+                # a dead process: the reader notices and tells every waiting race
+                with contextlib.suppress(OSError, ValueError):
+                    self._conn.send(msg)
+
+    def _forget(self, race_id: int) -> None:
+        with self._lock:
+            self._inboxes.pop(race_id, None)
+
+    def _read(self) -> None:
+        """Dispatch the engine's messages to their races until the pipe closes."""
+        while True:
+            try:
+                msg = self._conn.recv()
+            except (EOFError, OSError):
+                break
+            with self._lock:
+                inbox = self._inboxes.get(msg[1])
+            if inbox is not None:
+                inbox.put(msg[0:1] + msg[2:])
+        self._proc.join(5)
+        code = self._proc.exitcode
+        reason = (f"the model process ended unexpectedly (exit code {code}{', killed' if code and code < 0 else ''})"
+                  "; restart the app")
+        with self._lock:
+            self.dead = reason
+            inboxes = list(self._inboxes.values())
+        if code not in (0, None) or inboxes:
+            log.error("%s", reason)
+        for inbox in inboxes:
+            inbox.put(("dead", reason))
+
+    def close(self) -> None:
+        """Ask the engine process to quit and wait for it (killed after 10 s)."""
+        self._send(("quit",))
+        self._proc.join(10)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(5)
+        self._conn.close()
+
+
+def warm_up(engine: LocalEngine | ProcessEngine, input_ids: Sequence[int], settings: RaceSettings,
+            *, tokens: int = 8) -> None:
+    """One short race, thrown away: the first forwards pay one-off costs (allocator, kernels, caches, the CPU
+    thread team) that would otherwise be charged to whichever method goes first in the first real race."""
+    s = replace(settings, max_new_tokens=min(tokens, settings.max_new_tokens), time_limit_s=None)
+    for _ in engine.race(dict.fromkeys(engine.info.methods, input_ids), s).run():
+        pass
+
+
+# ----------------------------------------------------------------------------------------------- the engine side
+def _states(race: Race) -> dict[str, tuple[str, str | None]]:
+    return {m: (lane.status, lane.error) for m, lane in race.lanes.items()}
+
+
+def serve(conn: Any, load: dict[str, Any]) -> None:
+    """The engine process: load the arena, then run the races the server sends, one at a time, streaming each
+    step back; between steps, read the server's messages (a stop for this race, later races to queue)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the server decides, we follow
+    from app import setup_logging
+    from dart_core.models import load_arena
+
+    setup_logging()
+    try:
+        arena = load_arena(**load)
+    except BaseException as e:  # the server reports it; nothing of ours may be left half-loaded
+        known = type(e).__name__ in KNOWN_LOAD_ERRORS
+        conn.send(("error", str(e) or type(e).__name__, traceback.format_exc(), known))
+        conn.close()
+        return
+    conn.send(("ready", engine_info(arena), arena.tokenizer))
+    pending: deque[tuple[Any, ...]] = deque()
+    while True:
+        try:
+            msg = pending.popleft() if pending else conn.recv()
+        except (EOFError, OSError):
+            return  # the server is gone
+        if msg[0] == "quit":
+            return
+        if msg[0] != "race":
+            continue  # a stop for a race that already ended
+        _, race_id, methods, prompts, settings = msg
+        while conn.poll():  # a stop sent right after this race (a request cancelled while it queued)
+            pending.append(conn.recv())
+        if ("stop", race_id) in pending:
+            conn.send(("end", race_id, {m: ("stopped", None) for m in methods}, None))
+            continue
+        try:
+            race = Race(arena, prompts, methods=methods, settings=settings)
+        except Exception as e:  # the server checked the methods; anything else is a bug to show, not a crash
+            conn.send(("end", race_id, {m: ("error", f"{type(e).__name__}: {e}") for m in methods}, None))
+            continue
+        try:
+            for lane, step in race.run():
+                conn.send(("step", race_id, lane.method, step, _states(race)))
+                while conn.poll():
+                    m = conn.recv()
+                    if m[0] == "stop" and m[1] == race_id:
+                        race.stop()
+                    elif m[0] == "quit":
+                        race.stop()
+                        pending.append(m)
+                    elif m[0] == "race":
+                        pending.append(m)
+        except (EOFError, OSError, BrokenPipeError):
+            return
+        conn.send(("end", race_id, _states(race), race.limit))

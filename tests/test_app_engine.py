@@ -1,0 +1,132 @@
+"""The model's own process (``app/engine.py``) on the toy bundle assets/tiny: races run there give the same tokens
+as in this process, stop and cancel end them between two steps, a killed engine is an error every race reports,
+and a load failure is a message, not a hang."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers_app import BUNDLE, held_out_prompt
+
+from app.engine import EngineError, LocalEngine, ProcessEngine
+from app.race import RaceSettings
+from dart_core.racers import racer
+
+if not (BUNDLE / "target" / "config.json").is_file():
+    pytest.skip("the embedded bundle assets/tiny is missing", allow_module_level=True)
+
+LOAD = dict(base=str(BUNDLE / "target"), dart=str(BUNDLE / "dart"), eagle3=str(BUNDLE / "eagle3"),
+            ngram=str(BUNDLE / "ngram" / "small.ngram"), device="cpu", progress=False)
+TREES = {m: racer(m).default_settings("cpu") for m in ("dart", "eagle3")}
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[ProcessEngine]:
+    e = ProcessEngine(LOAD)
+    yield e
+    e.close()
+
+
+def prompts(engine: Any, i: int) -> dict[str, list[int]]:
+    ids = engine.tokenizer(held_out_prompt(i), add_special_tokens=False)["input_ids"]
+    return dict.fromkeys(engine.info.methods, ids)
+
+
+def test_races_in_the_engine_process_equal_races_here(engine: ProcessEngine) -> None:
+    from dart_core.models import load_arena
+
+    assert engine.pid != os.getpid()
+    assert engine.info.methods == ["dart", "eagle3", "ar"] and engine.info.has_store
+    assert engine.info.device == "cpu" and engine.info.max_context == 1024
+    settings = RaceSettings(max_new_tokens=24, trees=TREES)
+    remote = engine.race(prompts(engine, 0), settings)
+    order = [lane.method for lane, _ in remote.run()]
+    assert order[:3] == ["dart", "eagle3", "ar"]  # prefills, then one step each per round
+    local_arena = load_arena(**LOAD)
+    local = LocalEngine(local_arena).race(prompts(engine, 0), settings)
+    for _ in local.run():
+        pass
+    for m in engine.info.methods:
+        assert remote.lanes[m].status == "done"
+        assert remote.lanes[m].tokens == local.lanes[m].tokens == local.lanes["ar"].tokens, m
+        assert [s.accepted for s in remote.lanes[m].steps] == [s.accepted for s in local.lanes[m].steps], m
+    assert remote.greedy_matches() == {"dart": True, "eagle3": True}
+    assert remote.summary()["dart"]["tau"] > 1.0
+
+
+def test_stop_and_cancel_end_the_race_between_steps(engine: ProcessEngine) -> None:
+    settings = RaceSettings(max_new_tokens=600, trees=TREES)
+    race = engine.race(prompts(engine, 1), settings)
+    for seen, _ in enumerate(race.run(), 1):
+        if seen == 6:
+            threading.Thread(target=race.stop).start()  # Stop pressed: another thread
+    assert race.stopped and all(lane.status == "stopped" for lane in race.lanes.values())
+    assert max(len(lane.tokens) for lane in race.lanes.values()) < 100
+
+    cancelled = engine.race(prompts(engine, 2), settings)
+    it = cancelled.run()
+    for _ in range(4):
+        next(it)
+    it.close()  # a closed browser tab: returns once the engine has ended the race
+    assert cancelled.finished and cancelled.stopped
+    steps = sum(len(lane.steps) for lane in cancelled.lanes.values())
+    assert steps <= 5  # at most the step that was under way
+
+    after = engine.race(prompts(engine, 3), RaceSettings(max_new_tokens=16, trees=TREES))
+    for _ in after.run():
+        pass
+    assert {lane.status for lane in after.lanes.values()} == {"done"}
+    assert after.greedy_matches() == {"dart": True, "eagle3": True}
+
+
+def test_a_stop_before_the_race_starts_runs_nothing(engine: ProcessEngine) -> None:
+    race = engine.race(prompts(engine, 4), RaceSettings(max_new_tokens=16, trees=TREES))
+    race.stop()
+    assert list(race.run()) == []
+    assert all(lane.status == "stopped" and not lane.steps for lane in race.lanes.values())
+
+
+def test_the_time_limit_cuts_a_race_in_the_engine(engine: ProcessEngine) -> None:
+    race = engine.race(prompts(engine, 5), RaceSettings(max_new_tokens=900, trees=TREES, time_limit_s=0.3))
+    started = time.perf_counter()
+    for _ in race.run():
+        pass
+    assert race.limit == "time" and race.stopped
+    assert time.perf_counter() - started < 10
+
+
+def test_a_killed_engine_is_an_error_for_the_race_and_every_later_one() -> None:
+    engine = ProcessEngine(LOAD)
+    try:
+        race = engine.race(prompts(engine, 0), RaceSettings(max_new_tokens=900, trees=TREES))
+        it = race.run()
+        next(it)
+        os.kill(engine.pid, signal.SIGKILL)
+        for _ in it:
+            pass
+        assert race.failed == ["dart", "eagle3", "ar"]
+        assert "model process ended unexpectedly" in race.lanes["ar"].error
+        later = engine.race(prompts(engine, 1), RaceSettings(max_new_tokens=8, trees=TREES))
+        assert list(later.run()) == [] and later.failed == ["dart", "eagle3", "ar"]
+        assert "restart the app" in later.lanes["dart"].error
+    finally:
+        engine.close()
+
+
+def test_a_load_failure_is_a_message(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-model"
+    with pytest.raises(EngineError, match="no-such-model") as e:
+        ProcessEngine({**LOAD, "base": str(missing)})
+    assert e.value.details == ""  # a known kind of error: the message suffices, no traceback
+
+
+def test_unknown_methods_are_refused_before_the_engine_sees_them(engine: ProcessEngine) -> None:
+    with pytest.raises(ValueError, match="not loaded"):
+        engine.race(prompts(engine, 0), RaceSettings(), methods=["dflash"])
