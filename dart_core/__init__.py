@@ -1,0 +1,43 @@
+"""DART Arena's engine. The compiled core ``dart_core._native`` loads lazily, so that a copy of the package
+without it (the source tree shadowing an installed package) fails with a message that says how to fix it."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import sys
+from pathlib import Path
+from types import ModuleType
+
+_HERE = Path(__file__).resolve().parent
+
+
+def _has_native(pkg_dir: Path) -> bool:
+    return any((pkg_dir / f"_native{s}").is_file() for s in importlib.machinery.EXTENSION_SUFFIXES)
+
+
+def native_missing_message() -> str:
+    """One line: where ``dart_core`` came from, that it lacks the compiled core, and what to do about it."""
+    py = f"Python {sys.version_info.major}.{sys.version_info.minor}"
+    msg = f"dart_core was imported from {_HERE}, which has no compiled native core (dart_core._native) for {py}"
+    installed = next((p for p in (Path(e or ".").resolve() / "dart_core" for e in sys.path)
+                      if p != _HERE and _has_native(p)), None)
+    if installed is not None:
+        msg += f"; it shadows the installed dart_core in {installed}"
+    if (_HERE.parent / "native" / "CMakeLists.txt").is_file():
+        msg += " (this is the source tree)"
+    return (msg + ". Run from outside the source tree so the installed package is used, or build the core in "
+            "place with `pip install -e .` (or `bash scripts/dev.sh setup`) in the repository")
+
+
+def __getattr__(name: str) -> ModuleType:
+    # Reached by `from dart_core import _native` only once importing the submodule has failed (or for
+    # `dart_core._native` before any import): turn "cannot import name '_native'" into what to do.
+    if name != "_native":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        return importlib.import_module(f"{__name__}._native")
+    except ModuleNotFoundError as e:
+        if e.name != f"{__name__}._native":
+            raise
+        raise ImportError(native_missing_message(), name=e.name, path=str(_HERE)) from None

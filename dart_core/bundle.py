@@ -56,12 +56,24 @@ def build_command(root: Path) -> str:
     return BUILD_COMMANDS.get(root.name, f"python -m dart_core.train smollm2 --out {root}")
 
 
+def outside_repo_message(root: Path) -> str:
+    """Why a bundle of ``assets/`` is missing when the package is installed outside the repository (a plain
+    ``pip install .``): the wheel holds no bundles, so say where we looked and where to get one."""
+    return (f"model bundle not found: looked for {root}, next to the installed dart_core "
+            f"({Path(dart_core.__file__).resolve().parent}), but bundles are not installed with the package. "
+            f"Get the repository's `assets/{root.name}` (a clone of the DART Arena repository) and pass "
+            f"`--bundle DIR` or set `$DART_ARENA_BUNDLE=DIR` to it, install the clone in place (`pip install -e .`), "
+            f"or build one with `{BUILD_COMMANDS.get(root.name, BUILD_COMMANDS[DEFAULT])}`")
+
+
 def open_bundle(root: str | os.PathLike[str] | None = None) -> Bundle:
     """The bundle at ``root`` (default: :func:`default_bundle_dir`). Its target is ``target/`` inside it or the
     model ``bundle.json`` names; a bundle with neither is an error naming the command that builds it."""
     root = Path(root).expanduser() if root is not None else default_bundle_dir()
     meta_path = root / "bundle.json"
     if not root.is_dir():
+        if root.parent == ASSETS and not ASSETS.is_dir():
+            raise BundleError(outside_repo_message(root))
         raise BundleError(f"model bundle not found: {root} does not exist. Build it with `{build_command(root)}`, "
                           "or pass another bundle / target")
     meta: dict[str, object] = {}

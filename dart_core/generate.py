@@ -220,6 +220,11 @@ def generate(target: TargetModel, input_ids: Any, drafter: Drafter | None = None
 
 
 if __name__ == "__main__":
+    # `python -m dart_core.generate`: the CLI is imported here only (it imports this library, not the other way
+    # round), and it gets this very module, not a second copy executed under the library's name
+    import sys
+
+    sys.modules.setdefault("dart_core.generate", sys.modules[__name__])
     from dart_core.generate_cli import main
 
     raise SystemExit(main())

@@ -23,22 +23,16 @@ from dart_core.hub import cache_root
 
 NgramFormatError = _native.NgramFormatError
 
-_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 DEFAULT_CONVERT_MEMORY = 512 << 20
 
 
 def as_token_array(values: Any, what: str = "tokens") -> np.ndarray:
-    """Validate a 1-D sequence of token ids and return it as contiguous int32 (no silent wrap-around)."""
-    arr = np.asarray(values)
-    if arr.ndim != 1:
-        raise ValueError(f"{what} must be a 1-D sequence of token ids, got shape {arr.shape}")
-    if arr.size == 0:
-        return np.zeros(0, dtype=np.int32)
-    if not np.issubdtype(arr.dtype, np.integer):
-        raise ValueError(f"{what} must hold integer token ids, got dtype {arr.dtype}")
-    if arr.dtype != np.int32 and (arr.min() < _INT32_MIN or arr.max() > _INT32_MAX):
-        raise ValueError(f"{what} hold ids outside the int32 range")
-    return np.ascontiguousarray(arr, dtype=np.int32)
+    """Validate a 1-D sequence of token ids and return it as contiguous int32 (no silent wrap-around).
+
+    The checks live in C++ (``native/python/token_ids.hpp``) so that ``probability``, ``count`` and the builder
+    apply the very same rules without a Python round trip: ValueError for a non-1-D input, non-integer ids or
+    ids outside int32 (naming the first bad one)."""
+    return _native.as_token_array(values, what)
 
 
 def default_cache_dir() -> Path:
@@ -155,12 +149,15 @@ class NgramStore:
         return self._view
 
     def probability(self, context: Any, tokens: Any) -> tuple[np.ndarray, np.ndarray]:
-        """For each candidate token: (float32 probability, matched context length) per ``docs/formats.md``."""
-        return self._view.probability(as_token_array(context, "context"), as_token_array(tokens, "tokens"))
+        """For each candidate token: (float32 probability, matched context length) per ``docs/formats.md``.
+
+        ``context`` and ``tokens`` are 1-D sequences of int32 token ids (lists or integer arrays); they are
+        validated in the native binding, as :func:`as_token_array` does, because this sits on the decoding path."""
+        return self._view.probability(context, tokens)
 
     def count(self, ngram: Any) -> int:
         """How many inserted slices start with this token string (0 if never counted; ``[]`` = the root)."""
-        return self._view.count(as_token_array(ngram, "ngram"))
+        return self._view.count(ngram)
 
     def verify(self) -> None:
         """Check checksums and every structural invariant; raises NgramFormatError naming the problem."""
@@ -200,7 +197,7 @@ def _fill_builder(sequences: Iterable[Any], order: int, progress: bool, min_coun
 
         sequences = tqdm(sequences, desc="counting", unit="seq")
     for i, seq in enumerate(sequences):
-        builder.add(as_token_array(seq, f"sequence {i}"))
+        builder.add(seq, f"sequence {i}")
     return builder
 
 
@@ -289,6 +286,12 @@ def convert_trie_cached(
 
 
 if __name__ == "__main__":
+    # `python -m dart_core.ngram`: the CLI is imported here only, never at module level (the CLI imports this
+    # library, not the other way round; tests/test_cli_imports.py), and it gets this very module, not a second
+    # copy executed under the library's name
+    import sys
+
+    sys.modules.setdefault("dart_core.ngram", sys.modules[__name__])
     from dart_core.ngram_cli import main
 
     raise SystemExit(main())

@@ -11,10 +11,11 @@
 #include "ngram_builder.hpp"
 #include "ngram_store.hpp"
 #include "ngram_writer.hpp"
+#include "token_ids.hpp"
 #include "trie_convert.hpp"
 
 namespace py = pybind11;
-using I32Array = py::array_t<int32_t, py::array::c_style>;
+using dart_py::TokenIds;
 
 namespace {
 
@@ -83,18 +84,22 @@ void register_ngram(py::module_& m) {
       .def("rank_of", [](const StoreView& s, int32_t t) { return s.store().rank_of(t); })
       .def(
           "probability",
-          [](const StoreView& s, const I32Array& ctx, const I32Array& toks) {
-            const auto k = static_cast<size_t>(toks.size());
+          [](const StoreView& s, const py::handle& context, const py::handle& tokens) {
+            // Validation and conversion happen here (TokenIds), not in Python: see token_ids.hpp.
+            const TokenIds ctx(context, "context");
+            const TokenIds toks(tokens, "tokens");
+            const auto k = toks.size();
             py::array_t<float> probs(static_cast<py::ssize_t>(k));
             py::array_t<int32_t> lens(static_cast<py::ssize_t>(k));
-            s.store().probability(ctx.data(), static_cast<size_t>(ctx.size()), toks.data(), k,
-                                  probs.mutable_data(), lens.mutable_data());
-            return py::make_tuple(probs, lens);
+            s.store().probability(ctx.data(), ctx.size(), toks.data(), k, probs.mutable_data(), lens.mutable_data());
+            return py::make_tuple(std::move(probs), std::move(lens));
           },
           py::arg("context"), py::arg("tokens"))
       .def(
-          "count", [](const StoreView& s, const I32Array& ngram) {
-            return s.store().count(ngram.data(), static_cast<size_t>(ngram.size()));
+          "count",
+          [](const StoreView& s, const py::handle& ngram) {
+            const TokenIds ids(ngram, "ngram");
+            return s.store().count(ids.data(), ids.size());
           },
           py::arg("ngram"))
       .def(
@@ -126,6 +131,12 @@ void register_ngram(py::module_& m) {
         return v;
       });
 
+  m.def(
+      "as_token_array",
+      [](const py::handle& values, const std::string& what) { return TokenIds(values, what.c_str()).array(); },
+      py::arg("values"), py::arg("what") = "tokens",
+      "Validate a 1-D sequence of token ids and return it as contiguous int32 (no silent wrap-around).");
+
   m.def("has_store_magic", [](const py::bytes& head) {
     const std::string s = head;
     return dart::has_store_magic(reinterpret_cast<const uint8_t*>(s.data()), s.size());
@@ -134,8 +145,12 @@ void register_ngram(py::module_& m) {
   py::class_<dart::NgramBuilder>(m, "NgramBuilder")
       .def(py::init<uint32_t, uint64_t>(), py::arg("order"), py::arg("min_count") = 1)
       .def(
-          "add", [](dart::NgramBuilder& b, const I32Array& seq) { b.add(seq.data(), static_cast<size_t>(seq.size())); },
-          py::arg("tokens"))
+          "add",
+          [](dart::NgramBuilder& b, const py::handle& tokens, const std::string& what) {
+            const TokenIds ids(tokens, what.c_str());
+            b.add(ids.data(), ids.size());
+          },
+          py::arg("tokens"), py::arg("what") = "tokens")
       .def_property_readonly("num_tokens", &dart::NgramBuilder::num_tokens)
       .def("to_blob",
            [](const dart::NgramBuilder& b) {
