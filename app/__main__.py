@@ -97,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="append one JSON line per ended race (the 'Run data' JSON, the prompt and the wall time)")
     g.add_argument("--max-length", type=int, default=None,
                    help="limit on prompt + answer tokens (default: the target's context length)")
+    g.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="PyTorch CPU threads of the model (default on a CPU: one per core but one, so the server "
+                        "and a browser on the same machine never stall its steps; on a GPU: PyTorch's default)")
     s = p.add_argument_group("serving")
     s.add_argument("--listen", action="store_true",
                    help="listen on all interfaces (0.0.0.0) instead of 127.0.0.1 only")
@@ -190,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
              "".join(f", {label(k)} {short(v)}" for k, v in loaded.items()),
              f", N-gram {short(src['ngram'])}" if src["ngram"] else "")
 
-    for flag, value in (("--max-new-tokens-limit", args.max_new_tokens_limit), ("--max-queue", args.max_queue)):
+    for flag, value in (("--max-new-tokens-limit", args.max_new_tokens_limit), ("--max-queue", args.max_queue),
+                        ("--threads", args.threads)):
         if value is not None and value < 1:
             print(f"error: {flag} must be at least 1, got {value}", file=sys.stderr)
             return 2
@@ -207,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     try:
         engine = ProcessEngine(dict(base=src["base"], ngram=src["ngram"], small_ngram=args.use_small_ngram,
-                                    device=args.device, dtype=args.dtype, **loaded))
+                                    device=args.device, dtype=args.dtype, **loaded), threads=args.threads)
     except EngineError as e:
         if e.details:
             print(e.details, file=sys.stderr, end="")
@@ -223,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         log.warning("no N-gram store given (--ngram-model-name-or-path): the tree search of %s runs without it",
                     " and ".join(searching))
     device, dtype = info.device, info.dtype
-    log.info("loaded in %.1f s on %s (%s)", time.perf_counter() - t0, device, dtype)
+    log.info("loaded in %.1f s on %s (%s, %d CPU thread%s)", time.perf_counter() - t0, device, dtype, info.threads,
+             "" if info.threads == 1 else "s")
 
     template = args.template_name.lower()
     has_template = bool(getattr(engine.tokenizer, "chat_template", None))

@@ -26,8 +26,11 @@ from dataclasses import dataclass, replace
 from itertools import count
 from typing import Any
 
+import torch
+
 from app.race import Lane, Race, RaceSettings, Scoreboard
 from dart_core.generate import Step
+from dart_core.timing import threads_leaving_a_core
 
 log = logging.getLogger("dart_arena.app")
 
@@ -50,6 +53,7 @@ class EngineInfo:
     dtype: str
     max_context: int
     has_store: bool
+    threads: int  # PyTorch's CPU threads
 
 
 class EngineError(RuntimeError):
@@ -63,7 +67,8 @@ class EngineError(RuntimeError):
 def engine_info(arena: Any) -> EngineInfo:
     return EngineInfo(methods=list(arena.methods), drafters=list(arena.drafters), device=str(arena.target.device),
                       dtype=str(arena.target.dtype).removeprefix("torch."),
-                      max_context=int(arena.target.max_context), has_store=arena.store is not None)
+                      max_context=int(arena.target.max_context), has_store=arena.store is not None,
+                      threads=torch.get_num_threads())
 
 
 def model_worker() -> ThreadPoolExecutor:
@@ -177,15 +182,19 @@ class RemoteRace(Scoreboard):
 class ProcessEngine:
     """The arena loaded and raced in a child process (``spawn``: a clean interpreter, no forked threads).
 
-    ``load`` holds :func:`~dart_core.models.load_arena`'s arguments. The constructor returns once the models are
-    loaded (an :class:`EngineError` says why they are not); :meth:`race` then gives :class:`RemoteRace` objects.
+    ``load`` holds :func:`~dart_core.models.load_arena`'s arguments; ``threads``, PyTorch's CPU threads there
+    (default on a CPU: one per core but one, :func:`~dart_core.timing.threads_leaving_a_core`, so the server and a
+    browser on the same machine never take a core the model's steps wait for). The constructor returns once the
+    models are loaded (an :class:`EngineError` says why they are not); :meth:`race` then gives
+    :class:`RemoteRace` objects.
     If the engine process dies (killed, out of memory), the races under way end with an error that says so, and
     later races get the same error (restart the app)."""
 
-    def __init__(self, load: Mapping[str, Any]) -> None:
+    def __init__(self, load: Mapping[str, Any], *, threads: int | None = None) -> None:
         ctx = multiprocessing.get_context("spawn")
         self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=serve, args=(child, dict(load)), name="dart-arena-engine", daemon=True)
+        self._proc = ctx.Process(target=serve, args=(child, dict(load), threads), name="dart-arena-engine",
+                                 daemon=True)
         self._proc.start()
         child.close()
         try:
@@ -280,7 +289,7 @@ def _states(race: Race) -> dict[str, tuple[str, str | None]]:
     return {m: (lane.status, lane.error) for m, lane in race.lanes.items()}
 
 
-def serve(conn: Any, load: dict[str, Any]) -> None:
+def serve(conn: Any, load: dict[str, Any], threads: int | None = None) -> None:
     """The engine process: load the arena, then run the races the server sends, one at a time, streaming each
     step back; between steps, read the server's messages (a stop for this race, later races to queue)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the server decides, we follow
@@ -290,6 +299,8 @@ def serve(conn: Any, load: dict[str, Any]) -> None:
     setup_logging()
     try:
         arena = load_arena(**load)
+        if threads is not None or arena.target.device.type == "cpu":
+            torch.set_num_threads(threads or threads_leaving_a_core())
     except BaseException as e:  # the server reports it; nothing of ours may be left half-loaded
         known = type(e).__name__ in KNOWN_LOAD_ERRORS
         conn.send(("error", str(e) or type(e).__name__, traceback.format_exc(), known))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import torch
@@ -11,6 +12,14 @@ def sync(device: torch.device | str | None) -> None:
     """Wait for queued kernels on a CUDA device (no-op on CPU), so a clock read after it is honest."""
     if device is not None and torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def threads_leaving_a_core() -> int:
+    """CPU threads for the model that leave one core free (at least one thread): on a CPU, PyTorch's parallel
+    regions wait for their slowest thread, so a web server and a browser on the same machine that take one of
+    *its* cores made every step up to twice as slow; on a core of their own they cost the model nothing."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores - 1)
 
 
 class Stopwatch:

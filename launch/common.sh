@@ -10,7 +10,8 @@ run_app() {
 }
 
 # One published Qwen3 size: its target, DART drafter and EAGLE-3 head (docs/formats.md), the small
-# N-gram trie, chat template with thinking off, bfloat16 on the GPU, served on all interfaces at port 30000.
+# N-gram trie, chat template with thinking off, bfloat16 on the GPU, served on all interfaces at port 30000, with a
+# public host's limits (at most 2048 new tokens and 180 s per race, 32 visitors waiting).
 run_qwen3_app() {
   local target=$1 dart=$2 eagle3=$3
   shift 3
@@ -21,6 +22,7 @@ run_qwen3_app() {
     --compare-eagle3 --eagle3-model-name-or-path "$eagle3" \
     --template-name qwen --device cuda --dtype bfloat16 \
     --max-new-tokens 2048 --max-length 4096 \
+    --max-new-tokens-limit 2048 --race-time-limit 180 --max-queue 32 \
     --listen --server-port 30000 \
     "$@"
 }

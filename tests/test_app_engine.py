@@ -18,6 +18,7 @@ from helpers_app import BUNDLE, held_out_prompt
 from app.engine import EngineError, LocalEngine, ProcessEngine
 from app.race import RaceSettings
 from dart_core.racers import racer
+from dart_core.timing import threads_leaving_a_core
 
 if not (BUNDLE / "target" / "config.json").is_file():
     pytest.skip("the embedded bundle assets/tiny is missing", allow_module_level=True)
@@ -45,6 +46,7 @@ def test_races_in_the_engine_process_equal_races_here(engine: ProcessEngine) -> 
     assert engine.pid != os.getpid()
     assert engine.info.methods == ["dart", "eagle3", "ar"] and engine.info.has_store
     assert engine.info.device == "cpu" and engine.info.max_context == 1024
+    assert engine.info.threads == threads_leaving_a_core()  # on a CPU: a core left to the server and the page
     settings = RaceSettings(max_new_tokens=24, trees=TREES)
     remote = engine.race(prompts(engine, 0), settings)
     order = [lane.method for lane, _ in remote.run()]
@@ -116,6 +118,14 @@ def test_a_killed_engine_is_an_error_for_the_race_and_every_later_one() -> None:
         later = engine.race(prompts(engine, 1), RaceSettings(max_new_tokens=8, trees=TREES))
         assert list(later.run()) == [] and later.failed == ["dart", "eagle3", "ar"]
         assert "restart the app" in later.lanes["dart"].error
+    finally:
+        engine.close()
+
+
+def test_threads_are_the_hosts_choice() -> None:
+    engine = ProcessEngine(LOAD, threads=2)
+    try:
+        assert engine.info.threads == 2
     finally:
         engine.close()
 

@@ -55,7 +55,9 @@ def default_bundle() -> Path:
     return default_bundle_dir()
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """The model flags (``--bundle``, ``--base``, drafters, N-gram store, device, dtype), shared with the
+    app-vs-benchmark run so both resolve models the same way (:func:`resolve_sources`)."""
     m = p.add_argument_group("models (local directories or Hub ids)")
     m.add_argument("--bundle", type=Path, default=None,
                    help="bundle dir: bundle.json naming the target (or a target/ dir), "
@@ -69,6 +71,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--small-ngram", action="store_true", help="use small.trie instead of full.trie with --ngram")
     m.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto; default: cuda if available")
     m.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU), float32, float16, bfloat16")
+    m.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="PyTorch CPU threads (default: PyTorch's, one per core; the app's engine on a CPU leaves "
+                        "one core to the page: compare with the same number)")
+
+
+def add_mode_arguments(g: argparse._ArgumentGroup) -> None:
+    """``--raw`` / ``--chat`` (unset: the bundle's mode), shared with the app-vs-benchmark run."""
+    mode = g.add_mutually_exclusive_group()
+    mode.add_argument("--raw", dest="chat", action="store_false", default=None,
+                      help="completion mode, no chat template (default for a completion bundle: the toy)")
+    mode.add_argument("--chat", dest="chat", action="store_true",
+                      help="chat template when the tokenizer has one (default with --base and for a chat bundle: "
+                           "the default one)")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_model_arguments(p)
     g = p.add_argument_group("run")
     source = g.add_mutually_exclusive_group()
     source.add_argument("--prompts", type=Path, default=None,
@@ -88,12 +107,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--seed", type=int, default=0)
-    mode = g.add_mutually_exclusive_group()
-    mode.add_argument("--raw", dest="chat", action="store_false", default=None,
-                      help="completion mode, no chat template (default for a completion bundle: the toy)")
-    mode.add_argument("--chat", dest="chat", action="store_true",
-                      help="chat template when the tokenizer has one (default with --base and for a chat bundle: "
-                           "the default one)")
+    add_mode_arguments(g)
     g.add_argument("--system", default=None, help="system prompt (chat mode)")
     g.add_argument("--out", type=Path, default=None, help="output dir for e2e.json / e2e.html "
                    "(default .bench/e2e-<timestamp>/)")
@@ -271,6 +285,10 @@ def _run(args: argparse.Namespace) -> int:
     for note in src.notes:
         print(f"note: {note}")
     torch.manual_seed(args.seed)
+    if args.threads is not None:
+        if args.threads < 1:
+            raise BenchError(f"--threads must be at least 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
     arena = load_arena(src.base, ngram=src.ngram, small_ngram=src.small_ngram, device=args.device, dtype=args.dtype,
                        progress=not args.no_progress, **src.drafters)
     methods = args.methods.split(",") if args.methods else arena.methods
