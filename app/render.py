@@ -96,30 +96,51 @@ STATUS_TEXT = {"waiting": "waiting", "running": "running", "done": "done", "stop
 STOP_TEXT = {"eos": "end of text", "max_new_tokens": "token limit", "context": "context full"}
 
 
-def lane_header(method: str, figures: dict[str, Any] | None) -> str:
-    """Name, live τ / tokens/s / speedup chips and the state of one column."""
+def lane_header(method: str, figures: dict[str, Any] | None, *, chips: bool = True) -> str:
+    """Name, the state and (``chips``) the τ / tokens/s / speedup chips of one column."""
     f = figures or {}
     status = f.get("status", "waiting")
     state = STOP_TEXT.get(f.get("stop_reason") or "", "done") if status == "done" else STATUS_TEXT.get(status, status)
-    chips = (f'<span class="chip"><b>τ</b> {_fmt(f.get("tau"), ".2f")}</span>'
-             f'<span class="chip"><b>{_fmt(f.get("tokens_per_s"), ".1f")}</b> tok/s</span>')
-    if method != BASELINE:
-        chips += f'<span class="chip"><b>{_fmt(f.get("speedup_vs_ar"), ".2f", "×")}</b> vs AR</span>'
-    chips += f'<span class="chip chip-tokens">{f.get("tokens", 0)} tok</span>'
+    shown = ""
+    if chips:
+        shown = (f'<span class="chip"><b>τ</b> {_fmt(f.get("tau"), ".2f")}</span>'
+                 f'<span class="chip"><b>{_fmt(f.get("tokens_per_s"), ".1f")}</b> tok/s</span>')
+        if method != BASELINE:
+            shown += f'<span class="chip"><b>{_fmt(f.get("speedup_vs_ar"), ".2f", "×")}</b> vs AR</span>'
+        shown += f'<span class="chip chip-tokens">{f.get("tokens", 0)} tok</span>'
     return (f'<div class="lane-top"><div class="lane-head"><span class="lane-name lane-{method}">'
             f'{html.escape(label(method))}</span><span class="lane-state state-{html.escape(status)}">'
-            f'{html.escape(state)}</span></div><div class="chips">{chips}</div></div>')
+            f'{html.escape(state)}</span></div><div class="chips">{shown}</div></div>')
 
 
-def lane_html(method: str, turns: Sequence[dict[str, Any]], *, chat: bool, figures: dict[str, Any] | None) -> str:
+def live_pieces_html(pieces: Sequence[tuple[str, str]], method: str) -> str:
+    """One span per draft piece (no merged runs), so that more pieces only append to the string."""
+    return "".join(f'<span class="tok-draft tok-{method}">{html.escape(text)}</span>' if kind == DRAFT
+                   else html.escape(text) for text, kind in pieces)
+
+
+def lane_html(method: str, turns: Sequence[dict[str, Any]], *, chat: bool, figures: dict[str, Any] | None,
+              live: bool = False) -> str:
     """One column: header + the conversation (chat) or the prompt followed by its continuation (completion).
 
-    ``turns``: ``{"user": str, "replies": {method: {"pieces": [...], "error": str | None}}}`` dicts."""
+    ``turns``: ``{"user": str, "replies": {method: {"pieces": [...], "error": str | None}}}`` dicts. ``live``
+    (while the last turn streams): the header without its figure chips (the summary cards show them live) and
+    the last reply's markup left open, so each update's HTML extends the previous one and Gradio sends only the
+    new text (its stream diff is an "append" when the new string starts with the old); the browser closes the
+    open tags. The final update is the full, closed form."""
     body: list[str] = []
-    for turn in turns:
+    is_open = False
+    for i, turn in enumerate(turns):
         reply = turn.get("replies", {}).get(method, {})
-        text = pieces_html(reply.get("pieces", []), method)
         err = reply.get("error")
+        if live and i == len(turns) - 1 and not err:
+            user = html.escape(turn["user"])
+            opening = (f'<div class="msg msg-user">{user}</div><div class="msg msg-bot">' if chat
+                       else f'<div class="completion"><span class="prompt-text">{user}</span>')
+            body.append(opening + live_pieces_html(reply.get("pieces", []), method))
+            is_open = True
+            break
+        text = pieces_html(reply.get("pieces", []), method)
         err_html = f'<div class="lane-error">{html.escape(err)}</div>' if err else ""
         if chat:
             body.append(f'<div class="msg msg-user">{html.escape(turn["user"])}</div>'
@@ -131,8 +152,9 @@ def lane_html(method: str, turns: Sequence[dict[str, Any]], *, chat: bool, figur
         hint = "Send a prompt to start the race." if chat else "Send a code prompt to start the race."
         body.append(f'<div class="lane-empty">{hint}</div>')
     mode = "chat" if chat else "code"
-    return (f'<div class="lane lane-box-{method}" data-method="{method}">{lane_header(method, figures)}'
-            f'<div class="lane-body {mode}">{"".join(body)}</div></div>')
+    out = (f'<div class="lane lane-box-{method}" data-method="{method}">'
+           f'{lane_header(method, figures, chips=not live)}<div class="lane-body {mode}">{"".join(body)}')
+    return out if is_open else out + "</div></div>"
 
 
 def summary_html(summary: dict[str, dict[str, Any]], matches: dict[str, bool] | None = None) -> str:

@@ -196,9 +196,10 @@ class ArenaUI:
             self._label_cache[token] = render.token_label(self.tokenizer, token)
         return self._label_cache[token]
 
-    def lanes_html(self, conv: dict[str, Any]) -> dict[str, str]:
+    def lanes_html(self, conv: dict[str, Any], *, live: bool = False) -> dict[str, str]:
+        """Every column's HTML; ``live``: the streaming form whose updates only append (``render.lane_html``)."""
         figures = conv.get("summary") or {}
-        return {m: render.lane_html(m, conv["turns"], chat=self.config.chat, figures=figures.get(m))
+        return {m: render.lane_html(m, conv["turns"], chat=self.config.chat, figures=figures.get(m), live=live)
                 for m in self.methods}
 
     def empty_plots(self) -> dict[str, Any]:
@@ -477,7 +478,7 @@ class LiveRace:
             counts = " · ".join(f"{lane.label} {len(lane.tokens)}" for lane in race.lanes.values())
             banner = self.banner(f"Racing… tokens so far: {counts}", "info")
             result = KEEP
-        return PageUpdate(conv=self.conv, status=banner, lanes=self.ui.lanes_html(self.conv),
+        return PageUpdate(conv=self.conv, status=banner, lanes=self.ui.lanes_html(self.conv, live=not final),
                           cards=render.summary_html(summary, self.conv["matches"]),
                           plots=self.ui.race_plots(race) if plots or final else {}, result=result)
 

@@ -197,3 +197,29 @@ def test_a_failed_lane_is_never_reported_as_done(arena: Any, monkeypatch: pytest
     methods = final.result["methods"]
     assert methods["eagle3"]["status"] == "error" and methods["dart"]["status"] == methods["ar"]["status"] == "done"
     assert final.result["greedy_matches_ar"] is None
+
+
+def test_streaming_updates_of_a_column_only_append(arena: Any) -> None:
+    """While a race streams, a column's HTML extends the previous update's (Gradio then sends only the new text,
+    an "append" diff), except when the column's state changes; the final update is the full, closed form."""
+    import re
+    from itertools import pairwise
+
+    from gradio.utils import diff
+
+    updates = list(ui_for(arena).run(held_out_prompt(3), new_conversation(), *controls(40), session="d"))
+    live = updates[1:-1]  # after "Prefilling…", before the final state
+    assert len(live) > 10
+    state = re.compile(r'class="lane-state state-(\w+)"')
+    appended = 0
+    for old, new in pairwise(live):
+        for m in ("dart", "eagle3", "ar"):
+            if state.search(old.lanes[m]).group(1) == state.search(new.lanes[m]).group(1):
+                assert new.lanes[m].startswith(old.lanes[m]), m
+                edits = diff(old.lanes[m], new.lanes[m])
+                assert all(e[0] == "append" for e in edits), edits
+                appended += bool(edits)
+    assert appended > 10
+    final = updates[-1].lanes["dart"]
+    assert final.endswith("</div></div>") and 'class="chip"' in final  # closed, with its figure chips
+    assert 'class="chip"' not in live[-1].lanes["dart"]  # the live columns leave the figures to the cards
