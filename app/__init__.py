@@ -7,8 +7,9 @@
 import logging
 
 
-def setup_logging() -> logging.Logger:
-    """Our progress lines on stderr, without turning on every library's INFO logging."""
+def setup_logging(debug: bool = False) -> logging.Logger:
+    """Our progress lines on stderr, without turning on every library's INFO logging; ``debug`` (``--debug``) also
+    shows our debug lines, among them the traceback of a start-up error."""
     root = logging.getLogger("dart_arena")
     if not root.handlers:
         handler = logging.StreamHandler()
@@ -16,4 +17,6 @@ def setup_logging() -> logging.Logger:
         root.addHandler(handler)
         root.setLevel(logging.INFO)
         root.propagate = False
+    if debug:
+        root.setLevel(logging.DEBUG)
     return logging.getLogger("dart_arena.app")

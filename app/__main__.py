@@ -41,6 +41,8 @@ EPILOG = """examples:
       --compare-eagle3 --eagle3-model-name-or-path AngelSlim/Qwen3-8B_eagle3 \\
       --device cuda --dtype bfloat16 --listen --server-port 30000
   bash launch/qwen3_8b_app.sh                      # the same, with the published ids
+  bash launch/qwen3_8b_app.sh --check              # its plan and any problem, in seconds, without loading
+  bash launch/qwen3_8b_app.sh --download           # fetch exactly the files it needs, then serve
 """
 
 
@@ -57,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--ngram-model-name-or-path", default=None, metavar="PATH",
                    help="N-gram store for DART's tree search: a file, or a dir / Hub repo with small.trie / "
                         "full.trie, e.g. fvliang/dart-qwen3-ngram (default: the bundle's ngram/small.ngram)")
-    m.add_argument("--use-small-ngram", action="store_true",
+    m.add_argument("--use-small-ngram", action=argparse.BooleanOptionalAction, default=False,
                    help="load small.trie (quick to load, good for demos) instead of full.trie")
     for r in drafting_racers():  # one model flag per racer (and --compare-<key> for the opt-in ones)
         if r.opt_in:
@@ -95,17 +97,33 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: %(default)s)")
     h.add_argument("--race-log", type=Path, default=None, metavar="FILE",
                    help="append one JSON line per ended race (the 'Run data' JSON, the prompt and the wall time)")
+    h.add_argument("--max-sessions", type=int, default=100, metavar="N",  # app.ui.MAX_SESSIONS
+                   help="visitors (sessions) whose state the server keeps: their conversation and the page's last "
+                        "outputs; the least recently used beyond it are forgotten, and their next race starts a "
+                        "new conversation (default: %(default)s; about 0.3 MB each for short races)")
+    h.add_argument("--session-ttl", type=float, default=3600.0, metavar="SECONDS",  # app.ui.SESSION_TTL_S
+                   help="a conversation is forgotten this long after its last race (default: %(default)g)")
     g.add_argument("--max-length", type=int, default=None,
                    help="limit on prompt + answer tokens (default: the target's context length)")
     g.add_argument("--threads", type=int, default=None, metavar="N",
                    help="PyTorch CPU threads of the model (default on a CPU: one per core but one, so the server "
                         "and a browser on the same machine never stall its steps; on a GPU: PyTorch's default)")
     s = p.add_argument_group("serving")
-    s.add_argument("--listen", action="store_true",
+    s.add_argument("--listen", action=argparse.BooleanOptionalAction, default=False,
                    help="listen on all interfaces (0.0.0.0) instead of 127.0.0.1 only")
     s.add_argument("--server-port", type=int, default=7860, help="port (default: %(default)s)")
-    s.add_argument("--share", action="store_true",
+    s.add_argument("--share", action=argparse.BooleanOptionalAction, default=False,
                    help="also open a public *.gradio.live link (off unless asked; needs internet)")
+    s.add_argument("--debug", action=argparse.BooleanOptionalAction, default=False,
+                   help="log at debug level, and show the traceback of a start-up error (by default one line "
+                        "naming the file and its problem)")
+    c = p.add_argument_group("launch check (dart_core.preflight: always run, before any weight is read)")
+    c.add_argument("--check", action=argparse.BooleanOptionalAction, default=False,
+                   help="print the plan (what loads from where, file sizes, dtype, device, memory against free "
+                        "memory, the N-gram file, the port) and exit: 0 when it is sound, 2 with its problems")
+    c.add_argument("--download", action=argparse.BooleanOptionalAction, default=False,
+                   help="fetch exactly the files the plan needs from the Hugging Face Hub first (resumable; "
+                        "small.trie with --use-small-ngram, else full.trie), then serve (or exit, with --check)")
     return p
 
 
@@ -186,15 +204,21 @@ def bundle_examples(bundle: Bundle, limit: int = 4) -> list[tuple[str, str]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    log = setup_logging()
-    src = resolve(args)
+    log = setup_logging(debug=args.debug)
+    try:
+        src = resolve(args)
+    except SystemExit as e:  # its message (a missing bundle, a flag that needs another): one line, exit code 2
+        if not isinstance(e.code, str):
+            raise
+        print(e.code, file=sys.stderr, flush=True)
+        return 2
     loaded = {k: v for k, v in src["drafters"].items() if v}
-    log.info("loading target %s%s%s", short(src["base"]),
+    log.info("checking target %s%s%s", short(src["base"]),
              "".join(f", {label(k)} {short(v)}" for k, v in loaded.items()),
              f", N-gram {short(src['ngram'])}" if src["ngram"] else "")
 
     for flag, value in (("--max-new-tokens-limit", args.max_new_tokens_limit), ("--max-queue", args.max_queue),
-                        ("--threads", args.threads)):
+                        ("--threads", args.threads), ("--max-sessions", args.max_sessions)):
         if value is not None and value < 1:
             print(f"error: {flag} must be at least 1, got {value}", file=sys.stderr)
             return 2
@@ -202,6 +226,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --race-time-limit must be a positive number of seconds, got {args.race_time_limit}",
               file=sys.stderr)
         return 2
+    if not args.session_ttl > 0:
+        print(f"error: --session-ttl must be a positive number of seconds, got {args.session_ttl}", file=sys.stderr)
+        return 2
+    # every piece found, fitting each other, the device and its memory, the port: all before any weight loads
+    from dart_core.preflight import run_app_check
+
+    stop = run_app_check(args, src)
+    if stop is not None:
+        return stop
 
     from app.engine import EngineError, ProcessEngine, warm_up
     from app.race import RaceSettings
@@ -212,10 +245,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         engine = ProcessEngine(dict(base=src["base"], ngram=src["ngram"], small_ngram=args.use_small_ngram,
                                     device=args.device, dtype=args.dtype, **loaded), threads=args.threads)
-    except EngineError as e:
+    except EngineError as e:  # one line naming the file; the traceback only in the debug log (--debug)
         if e.details:
-            print(e.details, file=sys.stderr, end="")
-        print(f"error: {e}", file=sys.stderr)
+            log.debug("the model process failed to load:\n%s", e.details.rstrip())
+        hint = "" if e.known or args.debug else " (--debug shows the traceback)"
+        print(f"error: {e}{hint}", file=sys.stderr, flush=True)
         return 2
     info = engine.info
     for r in drafting_racers():
@@ -255,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     parts += [f"{device} · {dtype} · {'chat' if chat else 'completion'} mode"]
     config = AppConfig(chat=chat, max_new_tokens=args.max_new_tokens, max_length=args.max_length, trees=trees,
                        examples=examples, subtitle=" · ".join(parts), max_new_tokens_limit=args.max_new_tokens_limit,
-                       time_limit_s=args.race_time_limit, race_log=args.race_log)
+                       time_limit_s=args.race_time_limit, race_log=args.race_log, max_sessions=args.max_sessions,
+                       session_ttl_s=args.session_ttl)
 
     ui = ArenaUI(engine, config)
     log.info("warming up (a short race, not shown)")
@@ -266,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     host = "0.0.0.0" if args.listen else "127.0.0.1"
     log.info("serving on http://%s:%d%s", host, args.server_port, " (+ a public share link)" if args.share else "")
     try:
-        launch(demo, listen=args.listen, port=args.server_port, share=args.share, max_queue=args.max_queue)
+        launch(demo, listen=args.listen, port=args.server_port, share=args.share, max_queue=args.max_queue,
+               max_sessions=args.max_sessions)
     finally:
         engine.close()
     return 0

@@ -37,12 +37,10 @@ log = logging.getLogger("dart_arena.app")
 # The messages between server and engine process (tuples, first item the kind):
 #   server -> engine: ("race", id, methods, prompts, settings) | ("stop", id) | ("quit",)
 #   engine -> server: ("ready", EngineInfo, tokenizer) | ("error", message, traceback, known)
+#                     (message: one line, see dart_core.errors.describe; known: a LoadError or another of the
+#                     project's errors, whose message suffices)
 #                     ("step", id, method, Step, states) | ("end", id, states, limit)
 # ``states`` is {method: (status, error)} for every lane of the race.
-KNOWN_LOAD_ERRORS = ("HubFileError", "NgramFormatError", "BundleError", "ValueError", "OSError",
-                     "FileNotFoundError")  # a message suffices; anything else also shows its traceback
-
-
 @dataclass(frozen=True)
 class EngineInfo:
     """What the server needs to know of the loaded arena (it never holds the model itself)."""
@@ -57,11 +55,14 @@ class EngineInfo:
 
 
 class EngineError(RuntimeError):
-    """The engine could not load its models (``message`` says why) or has stopped."""
+    """The engine could not load its models (``message`` says why, on one line) or has stopped. ``details``: the
+    engine's traceback, shown only when asked for (``--debug``); ``known``: the message suffices (a file named
+    and its problem), else the traceback may help."""
 
-    def __init__(self, message: str, details: str = "") -> None:
+    def __init__(self, message: str, details: str = "", known: bool = True) -> None:
         super().__init__(message)
-        self.details = details  # a traceback, for errors that are not the user's to fix
+        self.details = details
+        self.known = known
 
 
 def engine_info(arena: Any) -> EngineInfo:
@@ -205,7 +206,7 @@ class ProcessEngine:
                               "models") from None
         if msg[0] == "error":
             self._proc.join(5)
-            raise EngineError(msg[1], "" if msg[3] else msg[2])
+            raise EngineError(msg[1], msg[2], msg[3])
         _, self.info, self.tokenizer = msg
         self._lock = threading.Lock()
         self._inboxes: dict[int, queue.SimpleQueue[tuple[Any, ...]]] = {}
@@ -294,6 +295,7 @@ def serve(conn: Any, load: dict[str, Any], threads: int | None = None) -> None:
     step back; between steps, read the server's messages (a stop for this race, later races to queue)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the server decides, we follow
     from app import setup_logging
+    from dart_core.errors import close_progress_bars, describe
     from dart_core.models import load_arena
 
     setup_logging()
@@ -302,8 +304,10 @@ def serve(conn: Any, load: dict[str, Any], threads: int | None = None) -> None:
         if threads is not None or arena.target.device.type == "cpu":
             torch.set_num_threads(threads or threads_leaving_a_core())
     except BaseException as e:  # the server reports it; nothing of ours may be left half-loaded
-        known = type(e).__name__ in KNOWN_LOAD_ERRORS
-        conn.send(("error", str(e) or type(e).__name__, traceback.format_exc(), known))
+        # bars closed first: the server prints its error line after this message, never onto a bar's line
+        close_progress_bars()
+        message, known = describe(e)
+        conn.send(("error", message, traceback.format_exc(), known))
         conn.close()
         return
     conn.send(("ready", engine_info(arena), arena.tokenizer))

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import plotly.graph_objects as go
+import plotly.io as pio
 
 from app.race import Lane
 from dart_core.racers import BASELINE, label
@@ -20,6 +21,19 @@ TEXT = "#374151"  # light theme; style.css overrides it under .dark
 GRID = "rgba(128, 128, 128, 0.22)"
 HEIGHT = 300
 TREE_MAX_NODES = 80  # beyond this the labels would overlap: show the accepted path and the top of the tree
+
+
+def _template() -> dict[str, Any]:
+    """Plotly's default template cut to what 2-D scatter plots read: the whole one (3-D, polar, geo, every trace
+    type's defaults) is 7 KB of JSON in each figure, sent with every plot update and kept, with the page's last
+    figures, in each visitor's Gradio session state; this is 0.9 KB and draws the same."""
+    full = pio.templates["plotly"].to_plotly_json()
+    unused = ("polar", "ternary", "coloraxis", "colorscale", "scene", "geo")
+    return {"layout": {k: v for k, v in full["layout"].items() if k not in unused},
+            "data": {"scatter": full["data"]["scatter"]}}
+
+
+TEMPLATE = _template()
 
 
 def color(method: str) -> str:
@@ -38,7 +52,7 @@ def _figure(traces: list[dict[str, Any]], title: str, x: str, y: str, *, height:
         "paper_bgcolor": "rgba(0,0,0,0)", "plot_bgcolor": "rgba(0,0,0,0)", "font": {"color": TEXT, "size": 12},
         "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0,
                    "bgcolor": "rgba(0,0,0,0)", "font": {"size": 11}},
-        "hovermode": "closest", "uirevision": "race",
+        "hovermode": "closest", "uirevision": "race", "template": TEMPLATE,
         "xaxis": {**axis, "title": {"text": x, "standoff": 6}, **(xaxis or {})},
         "yaxis": {**axis, "title": {"text": y, "standoff": 6}, "rangemode": "tozero", **(yaxis or {})},
     }

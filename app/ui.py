@@ -14,16 +14,18 @@ race ends on the engine, which closes every method's step generator.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import html
 import json
 import logging
 import math
+import reprlib
 import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -41,7 +43,13 @@ log = logging.getLogger("dart_arena.app")
 
 CSS_PATH = Path(__file__).with_name("style.css")
 CONCURRENCY_ID = "target-model"  # every event that runs the shared target
-MAX_SESSIONS = 256  # last races remembered for Stop / Clear
+# What the server keeps per visitor (session) is bounded: at most MAX_SESSIONS sessions (the least recently used
+# beyond it are forgotten: Gradio's per-session state, each with the page's last outputs, and the conversation),
+# a conversation is dropped SESSION_TTL_S after its last update, and a race's full record (every step, its draft
+# trees) is kept only while it runs and ENDED_KEEP_S after, for a Stop that arrives as it ends.
+MAX_SESSIONS = 100
+SESSION_TTL_S = 3600.0
+ENDED_KEEP_S = 30.0
 
 
 @dataclass
@@ -63,6 +71,9 @@ class AppConfig:
     max_new_tokens_limit: int | None = None
     time_limit_s: float | None = None
     race_log: Path | None = None  # a JSON line per ended race (the "Run data" JSON, the prompt, the wall time)
+    # what the server keeps per visitor: sessions remembered, seconds a conversation outlives its last update
+    max_sessions: int = MAX_SESSIONS
+    session_ttl_s: float | None = SESSION_TTL_S
 
 
 def encode(tok: Any, turns: list[dict[str, Any]], method: str, *, chat: bool) -> list[int]:
@@ -141,15 +152,32 @@ class Page:
         return out
 
 
+def shown(value: Any) -> str:
+    """``value`` for a message, at most about 40 characters whatever an API caller sent (a huge list or
+    string, an integer with more digits than Python prints)."""
+    try:
+        text = _SHORT.repr(value)
+    except ValueError:  # an int over sys.get_int_max_str_digits()
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = _SHORT.maxlong = 40
+
+
 def control_number(value: Any, label: str) -> float:
     """One control's value as a finite float, or a ValueError naming the control (an API caller can send a
-    string, null or NaN where the page's slider would send a number)."""
+    string, null, NaN or an integer too large for a float where the page's slider would send a number)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-        raise ValueError(f"{label}: expected a number, got {shown}")
-    if not math.isfinite(value):
-        raise ValueError(f"{label}: expected a finite number, got {value}")
-    return float(value)
+        raise ValueError(f"{label}: expected a number, got {shown(value)}")
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise ValueError(f"{label}: expected a finite number, got {shown(value)}")
+    return number
 
 
 def check_text(text: str) -> None:
@@ -180,7 +208,9 @@ class ArenaUI:
         self.context = context_limit(engine.info.max_context, config.max_length)
         self.token_cap = min(config.max_new_tokens_limit or 8192, self.context - 1)
         self._label_cache: dict[int, str] = {}
-        self.active: OrderedDict[str, LiveRace] = OrderedDict()  # session hash -> its last race (Stop, Clear)
+        # session hash -> its race while it runs and ENDED_KEEP_S after (Stop, Clear), least recently used first
+        self.active: OrderedDict[str, LiveRace] = OrderedDict()
+        self._active_lock = threading.Lock()  # races start in the queue's worker, Stop / Clear in other threads
 
     @property
     def control_labels(self) -> list[str]:
@@ -249,7 +279,8 @@ class ArenaUI:
     def run(self, prompt: str, conv: dict[str, Any], *controls: Any, regenerate: bool = False,
             session: str = "") -> Iterator[PageUpdate]:
         """The generation event: validate, race, stream the page's updates."""
-        conv = conv or new_conversation()
+        if not isinstance(conv, dict) or not isinstance(conv.get("turns"), list):
+            conv = new_conversation()  # the page's own state, but nothing here may trust its shape
         turns = list(conv["turns"])
         if prompt is not None and not isinstance(prompt, str):  # only an API caller can send that
             yield self._warn(f"The prompt must be text, got {type(prompt).__name__}.", "", conv)
@@ -285,22 +316,65 @@ class ArenaUI:
             capped = (f"{SAMPLING_LABELS[3]}: {controls[3]:g} is over this server's limit, so the race stops at "
                       f"{settings.max_new_tokens:,} new tokens.")
         live = LiveRace(self, turns, prompts, settings, notice=capped)
-        # kept after it ends: a Stop that arrives after Gradio already cancelled the event still finds it
-        self.active[session] = live
-        self.active.move_to_end(session)
-        while len(self.active) > MAX_SESSIONS:
-            self.active.popitem(last=False)
+        self.remember(session, live)
         yield from live.updates()
 
-    def _warn(self, message: str, prompt: str, conv: dict[str, Any]) -> PageUpdate:
+    def remember(self, session: str, live: LiveRace) -> None:
+        """Keep ``live`` as the session's race, and forget the races that ended over ENDED_KEEP_S ago (a Stop
+        that arrives after Gradio already cancelled the event still finds its race in that time) and the least
+        recently used beyond ``max_sessions``; a running race is never forgotten (it holds the shared model)."""
+        with self._active_lock:
+            self.active[session] = live
+            self.active.move_to_end(session)
+            self._forget_ended()
+
+    def _forget_ended(self) -> None:
+        now = time.monotonic()
+        for key, live in list(self.active.items()):
+            if live.ended_at is not None and now - live.ended_at > ENDED_KEEP_S:
+                del self.active[key]
+        over = len(self.active) - max(self.config.max_sessions, 1)
+        for key in [k for k, live in self.active.items() if live.ended_at is not None][:max(over, 0)]:
+            del self.active[key]
+
+    def _warn(self, message: str, prompt: Any, conv: dict[str, Any]) -> PageUpdate:
+        """The status banner (and a toast) say ``message``; the prompt box gets ``prompt`` back unless it cannot
+        be sent (not text, or a lone surrogate, which would break the answer's UTF-8 JSON): then it is left as
+        it is."""
         gr.Warning(html.escape(message))
-        return PageUpdate(prompt=prompt, conv=conv, status=render.status_html(message, "warn"))
+        echo: Any = KEEP
+        if isinstance(prompt, str):
+            with contextlib.suppress(UnicodeEncodeError):
+                prompt.encode("utf-8")
+                echo = prompt
+        return PageUpdate(prompt=echo, conv=conv, status=render.status_html(message, "warn"))
+
+    def guarded(self, what: str, updates: Callable[[], Iterator[PageUpdate]]) -> Iterator[PageUpdate]:
+        """The updates of ``updates()`` with any exception turned into a last update whose status names it (and a
+        toast), logged with its traceback: every request gets an answer on the page that says what went wrong,
+        never a bare failure."""
+        try:
+            yield from updates()
+        except Exception as e:
+            log.exception("unexpected error while %s", what)
+            text = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            text = text if len(text) <= 300 else text[:297] + "..."
+            message = (f"Something went wrong on the server while {what} ({text}). It has been logged; send again, "
+                       "or press Clear to start over.")
+            gr.Warning(html.escape(message))
+            yield PageUpdate(status=render.status_html(message, "warn"))
+
+    def answer(self, what: str, handler: Callable[[str], PageUpdate], session: str) -> PageUpdate:
+        """``handler(session)``'s update, or (it raised) the message of :meth:`guarded`."""
+        return next(self.guarded(what, lambda: iter([handler(session)])))
 
     def stop(self, session: str) -> PageUpdate:
         """Stop pressed: stop this session's race, wait until its generator has closed (so no update of it can
         arrive after this answer), and show the final, stopped state. A request still waiting in the queue is
         dropped by the button's ``cancels=``."""
-        live = self.active.get(session)
+        with self._active_lock:
+            live = self.active.get(session)
+            self._forget_ended()
         if live is None or (live.race.finished and not live.race.stopped):
             return PageUpdate()  # nothing is running
         live.race.stop()
@@ -310,7 +384,9 @@ class ArenaUI:
 
     def clear(self, session: str) -> PageUpdate:
         """Clear: stop a running race like Stop does, then empty the conversation, the plots and the summary."""
-        live = self.active.pop(session, None)
+        with self._active_lock:
+            live = self.active.pop(session, None)
+            self._forget_ended()
         if live is not None and not live.race.finished:
             live.race.stop()
             live.closed.wait(timeout=30)
@@ -322,7 +398,8 @@ class ArenaUI:
     def build(self) -> gr.Blocks:
         cfg = self.config
         with gr.Blocks(title="DART Arena", analytics_enabled=False) as demo:
-            conv = gr.State(new_conversation())
+            # dropped session_ttl_s after its last update (Gradio's sweep); a later race starts a new conversation
+            conv = gr.State(new_conversation(), time_to_live=cfg.session_ttl_s)
             drafts = " ".join(f'<span class="tok-draft tok-{r.key}">{html.escape(r.label)} draft</span>'
                               for r in self.racers if r.drafts)
             gr.HTML(f'<div class="hero"><h1>DART Arena</h1><p>{html.escape(cfg.subtitle)}</p>'
@@ -383,22 +460,25 @@ class ArenaUI:
 
             def race(request: gr.Request, prompt: str, conv: dict[str, Any], *controls: float) -> Iterator[dict]:
                 """Race the loaded methods on one prompt; the last update carries the figures as JSON."""
-                for update in self.run(prompt, conv, *controls, session=request.session_hash):
+                session = request.session_hash
+                for update in self.guarded("racing", lambda: self.run(prompt, conv, *controls, session=session)):
                     yield page.updates(update)
 
             def regenerate(request: gr.Request, prompt: str, conv: dict[str, Any],
                            *controls: float) -> Iterator[dict]:
                 """Race again on the last prompt (its answers are replaced)."""
-                for update in self.run(prompt, conv, *controls, regenerate=True, session=request.session_hash):
+                session = request.session_hash
+                for update in self.guarded("regenerating", lambda: self.run(prompt, conv, *controls,
+                                                                            regenerate=True, session=session)):
                     yield page.updates(update)
 
             def stop_race(request: gr.Request) -> dict:
                 """Stop this session's race; answers with its final (stopped) state."""
-                return page.updates(self.stop(request.session_hash))
+                return page.updates(self.answer("stopping the race", self.stop, request.session_hash))
 
             def clear_all(request: gr.Request) -> dict:
                 """Stop any race and empty the page."""
-                return page.updates(self.clear(request.session_hash))
+                return page.updates(self.answer("clearing the page", self.clear, request.session_hash))
 
             inputs = [prompt, conv, temperature, top_p, top_k, max_new, *trees]
             waiting = render.status_html("Waiting for the model (one race at a time on the shared target)…", "info")
@@ -427,6 +507,7 @@ class LiveRace:
         self.streams = {m: render.TextStream(ui.tokenizer) for m in ui.methods}
         self.conv: dict[str, Any] = {"turns": turns, "summary": None, "matches": None}
         self.closed = threading.Event()
+        self.ended_at: float | None = None  # time.monotonic() when it ended (ArenaUI forgets it ENDED_KEEP_S after)
         self.started = time.perf_counter()
         log.info("race: %d prompt tokens, %s, max %d new tokens", max(len(p) for p in prompts.values()),
                  "greedy" if settings.sampling.greedy else f"T={settings.sampling.temperature}",
@@ -451,8 +532,11 @@ class LiveRace:
             completed = True
             yield self.outputs(final=True)
         finally:
-            self.race.close()
-            self.closed.set()
+            try:
+                self.race.close()
+            finally:
+                self.ended_at = time.monotonic()
+                self.closed.set()
             wall = time.perf_counter() - self.started
             log.info("race %s after %.1f s: %s", ("stopped" if self.race.stopped else "finished") if completed
                      else "cancelled", wall, {lane.label: len(lane.tokens) for lane in self.race.lanes.values()})
@@ -530,12 +614,17 @@ class LiveRace:
 
 
 def launch(demo: gr.Blocks, *, listen: bool = False, port: int | None = None, share: bool = False,
-           max_queue: int | None = 64, **kwargs: Any) -> None:
-    """Queue (one generation at a time on the shared model) and serve: 127.0.0.1 unless ``listen``."""
+           max_queue: int | None = 64, max_sessions: int = MAX_SESSIONS, **kwargs: Any) -> None:
+    """Queue (one generation at a time on the shared model) and serve: 127.0.0.1 unless ``listen``. Gradio keeps
+    each session's state (a copy of the page's config with its last outputs: HTML, figures, the conversation) for
+    the ``max_sessions`` most recently used sessions only (its own default, 10,000, let memory grow by ~0.3 MB per
+    visitor). ``show_error``: the handlers answer their own errors with a message (:meth:`ArenaUI.guarded`), so
+    what still reaches Gradio is its own checking of a request (an API caller sending too few values, say), whose
+    message the caller gets instead of an error without one."""
     demo.queue(default_concurrency_limit=1, max_size=max_queue)
     demo.launch(server_name="0.0.0.0" if listen else "127.0.0.1", server_port=port, share=share,
-                css=page_css(), theme=theme(), ssr_mode=False, show_error=False,
-                **kwargs)
+                css=page_css(), theme=theme(), ssr_mode=False, show_error=True,
+                state_session_capacity=max(max_sessions, 1), **kwargs)
 
 
 def page_css() -> str:

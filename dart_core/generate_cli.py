@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from dart_core.drafters.interface import check_settings
+from dart_core.errors import report_error
 from dart_core.generate import Step, summarize
 from dart_core.hub import HubFileError
 from dart_core.models import load_arena
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--no-stream", action="store_true", help="print only the summary")
     g.add_argument("--json", action="store_true", help="print the summary as JSON")
+    g.add_argument("--debug", action="store_true", help="show the traceback of an error (by default one line)")
     add_tree_arguments(p)
     return p
 
@@ -164,9 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return run(args)
-    except (HubFileError, NgramFormatError, ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except (HubFileError, NgramFormatError, ValueError, OSError) as e:  # a LoadError names its file
+        return report_error(e, debug=args.debug)
 
 
 if __name__ == "__main__":

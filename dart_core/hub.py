@@ -28,6 +28,21 @@ class HubFileError(FileNotFoundError):
     """A file of a local checkpoint directory or Hub repo could not be found or fetched."""
 
 
+def weights_only_problem(exc: BaseException) -> str:
+    """What is wrong with a ``.bin`` that ``torch.load(weights_only=True)`` refused, in one line: a pickle of more
+    than tensors (the refusal names the global it met; torch's own text is a page of advice), or a damaged file."""
+    import pickle
+    import re
+
+    text = str(exc)
+    found = re.search(r"WeightsUnpickler error:\s*(.+?)(?:\.\s|\n|$)", text)
+    if isinstance(exc, pickle.UnpicklingError) and found:
+        return (f"refused by torch.load(weights_only=True): the pickle holds more than tensors ({found.group(1)}) "
+                "and unpickling it could run code; re-save it as safetensors from a copy you trust")
+    first = re.split(r"(?<=\.)\s", re.sub(r"\s+", " ", text).strip())[0][:300]  # its first sentence
+    return f"cannot be loaded with torch.load(weights_only=True) ({type(exc).__name__}: {first}): truncated or damaged?"
+
+
 def cache_root() -> Path:
     """Root of the files dart_core derives and keeps (converted N-gram stores, converted packaged models):
     ``$DART_ARENA_CACHE`` or ``~/.cache/dart_arena``."""
@@ -169,7 +184,7 @@ def load_tensor(
             try:
                 state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
             except Exception as e:  # refuses pickles that are not plain tensor dicts
-                raise HubFileError(f"{path}: cannot be loaded with weights_only=True ({e})") from None
+                raise HubFileError(f"{path}: {weights_only_problem(e)}") from None
             if not isinstance(state, dict):
                 raise HubFileError(f"{path}: expected a dict of tensors, got {type(state).__name__}")
             key = next((k for k in candidates if k in state), None)

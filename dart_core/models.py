@@ -12,9 +12,12 @@ from typing import Any
 
 import torch
 
+from dart_core.checkpoint_files import check_finite, held_load_report, tokenizer_error, weights_error
 from dart_core.drafters.interface import Drafter
+from dart_core.errors import loading
 from dart_core.generate import Step, stream
 from dart_core.hub import HubFileError, looks_local, resolve_file
+from dart_core.hub import _offline as hub_offline
 from dart_core.ngram import NgramStore
 from dart_core.packaged import ensure_checkpoint, packaged_model
 from dart_core.racers import BASELINE, PLAIN, RACERS, drafting_racers, racer
@@ -58,7 +61,8 @@ def load_target(
     **hf_kwargs: Any,
 ) -> tuple[TargetModel, Any]:
     """A stock ``AutoModelForCausalLM`` + its tokenizer from a local dir or Hub id. ``device="auto"`` spreads the
-    model over the visible GPUs (``device_map="auto"``)."""
+    model over the visible GPUs (``device_map="auto"``). A file that fails to load is named in a LoadError (see
+    :mod:`dart_core.checkpoint_files`), and so is a NaN or infinity in the embedding or ``lm_head``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     base = resolve_model_ref(base)
@@ -71,12 +75,17 @@ def load_target(
     device_map = hf_kwargs.pop("device_map", "auto" if device == "auto" else None)
     try:
         tokenizer = AutoTokenizer.from_pretrained(base, revision=revision)
-        model = AutoModelForCausalLM.from_pretrained(base, revision=revision, dtype=torch_dtype,
-                                                     device_map=device_map, **hf_kwargs)
-    except OSError as e:
-        raise HubFileError(f"cannot load target {os.fspath(base)}: {e}") from None
+    except Exception as e:
+        raise tokenizer_error(base, e, revision=revision) from e
+    try:
+        with held_load_report():
+            model = AutoModelForCausalLM.from_pretrained(base, revision=revision, dtype=torch_dtype,
+                                                         device_map=device_map, **hf_kwargs)
+    except Exception as e:
+        raise weights_error(base, e, revision=revision) from e
     if device_map is None:
         model = model.to(device)
+    check_finite(model, base, revision=revision)
     return TargetModel(model.eval().requires_grad_(False)), tokenizer
 
 
@@ -98,6 +107,10 @@ def load_ngram(
         found = sorted(p.glob("*.ngram"))
         if len(found) == 1:
             return NgramStore.load(found[0], progress=progress)
+    if not looks_local(ref):  # not cached and not fetched: offline, the Hub unreachable, or not in the repo
+        why = "HF_HUB_OFFLINE is set" if hub_offline() else "the Hub could not be reached, or the repo lacks it"
+        raise HubFileError(f"{stem}.trie of the N-gram repo {os.fspath(ref)} is not in the local Hugging Face cache "
+                           f"({why}); fetch it with `hf download {os.fspath(ref)} {stem}.trie`")
     raise HubFileError(f"{os.fspath(ref)} holds neither {stem}.ngram nor {stem}.trie")
 
 
@@ -159,7 +172,9 @@ def load_arena(
     """Load the target once and every drafter on it (their device and dtype follow the target's embedding).
     Drafters come as keyword arguments named by racer key (``dart=``, ``eagle3=``: local dirs or Hub ids; None
     skips one); the other keyword arguments go to ``from_pretrained`` of the target. Each drafter reads its own
-    target layers, so drafters whose layers differ share the target too."""
+    target layers, so drafters whose layers differ share the target too. Whatever fails to load is raised as an
+    error that names its file (a :class:`~dart_core.errors.LoadError`, or the project's own errors), after the
+    progress bar is closed, so an ``error:`` line printed next starts a line of its own."""
     from tqdm.auto import tqdm
 
     parts = {}
@@ -174,20 +189,25 @@ def load_arena(
         bar.set_postfix_str(name)
         bar.update(1)
 
-    target, tokenizer = load_target(base, device=device, dtype=dtype, **kwargs)
-    done("target")
-    arena = Arena(target=target, tokenizer=tokenizer, stop_ids=stop_token_ids(tokenizer, target.config))
-    for key, ref in parts.items():
-        r = racer(key)
-        arena.drafters[key] = r.load(ref, target)  # type: ignore[misc]
-        done(r.label)
-    if ngram:
-        arena.store = load_ngram(ngram, small=small_ngram, progress=progress)
-        done("N-gram")
+    try:  # the bar is closed however loading ends: left open, it was redrawn after the error line at exit
+        with loading(base):
+            target, tokenizer = load_target(base, device=device, dtype=dtype, **kwargs)
+        done("target")
+        arena = Arena(target=target, tokenizer=tokenizer, stop_ids=stop_token_ids(tokenizer, target.config))
+        for key, ref in parts.items():
+            r = racer(key)
+            with loading(ref):
+                arena.drafters[key] = r.load(ref, target)  # type: ignore[misc]
+            done(r.label)
+        if ngram:
+            with loading(ngram):
+                arena.store = load_ngram(ngram, small=small_ngram, progress=progress)
+            done("N-gram")
+    finally:
+        bar.close()
     for key, drafter in arena.drafters.items():
         if racer(key).uses_store:
             drafter.store = arena.store  # type: ignore[attr-defined]
-    bar.close()
     return arena
 
 

@@ -10,18 +10,23 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
-import tempfile
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from dart_core import _native
+from dart_core.atomic import atomic_output
+from dart_core.errors import LoadError
 from dart_core.hub import cache_root
 
 NgramFormatError = _native.NgramFormatError
+
+
+class NgramFileError(LoadError, NgramFormatError):
+    """A file that is not a readable N-gram store, named: a LoadError like every load failure, and still an
+    NgramFormatError for callers that catch that."""
 
 DEFAULT_CONVERT_MEMORY = 512 << 20
 
@@ -81,8 +86,10 @@ class NgramStore:
             try:
                 p = convert_trie_cached(p, cache_dir=cache_dir, tmp_dir=tmp_dir, memory_budget=memory_budget,
                                         progress=progress)
-            except NgramFormatError as e:
-                raise NgramFormatError(f"not a DART n-gram store (no magic) nor a valid reference .trie: {e}") from None
+            except NgramFormatError as e:  # most likely not a .trie at all: say what the file is not, first
+                why = str(e.problem if isinstance(e, LoadError) else e)
+                raise NgramFileError(p, "neither a DART N-gram store (no magic bytes) nor a valid reference .trie "
+                                        f"(read as a .trie: {why})") from None
         store = cls._map(p)
         if verify:
             store.verify()
@@ -92,19 +99,19 @@ class NgramStore:
     def _map(cls, path: Path) -> NgramStore:
         size = path.stat().st_size
         if size == 0:
-            raise NgramFormatError(f"{path}: empty file is not an N-gram store")
+            raise NgramFileError(path, "empty file is not an N-gram store")
         with open(path, "rb") as f:
             mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         try:
             return cls(mm, path=path, _mmap=mm)
         except NgramFormatError as e:
             mm.close()
-            raise NgramFormatError(f"{path}: {e}") from None
+            raise NgramFileError(path, str(e)) from None
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the store in our format (atomically: a temporary file renamed into place)."""
         out = Path(path)
-        with _atomic_output(out) as tmp, open(tmp, "wb") as f:
+        with atomic_output(out) as tmp, open(tmp, "wb") as f:
             f.write(memoryview(self._buffer))
         return out
 
@@ -164,8 +171,9 @@ class NgramStore:
         try:
             self._view.verify()
         except NgramFormatError as e:
-            where = f"{self.path}: " if self.path else ""
-            raise NgramFormatError(f"{where}{e}") from None
+            if self.path is None:
+                raise
+            raise NgramFileError(self.path, str(e)) from None
 
     def info(self) -> dict[str, Any]:
         """Sizes and layout, for ``python -m dart_core.ngram info`` and the benchmark."""
@@ -201,29 +209,12 @@ def _fill_builder(sequences: Iterable[Any], order: int, progress: bool, min_coun
     return builder
 
 
-@contextmanager
-def _atomic_output(out: Path) -> Iterator[Path]:
-    """A fresh, unique file next to ``out`` to write into, renamed onto ``out`` when the block succeeds and
-    removed when it fails: two writers of the same output (two processes converting one ``.trie`` into a
-    shared cache) never share a temporary file, and a reader never sees a partial store."""
-    fd, name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    os.close(fd)
-    tmp = Path(name)
-    try:
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would make a shared cache unreadable to other users
-        yield tmp
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    os.replace(tmp, out)
-
-
 def build_to_file(sequences: Iterable[Any], path: str | os.PathLike[str], order: int = 3, *,
                   min_count: int = 1, progress: bool = False) -> Path:
     """Build a store straight into a file (no second copy in memory); ``min_count`` as in ``build``."""
     builder = _fill_builder(sequences, order, progress, min_count)
     out = Path(path)
-    with _atomic_output(out) as tmp:
+    with atomic_output(out) as tmp:
         builder.write_file(str(tmp))
     return out
 
@@ -256,10 +247,10 @@ def convert_trie(
             bar.refresh()
 
     try:
-        with _atomic_output(out) as tmp:
+        with atomic_output(out) as tmp:
             stats = _native.convert_trie(str(src), str(tmp), str(tmp_dir or ""), int(memory_budget), callback)
     except NgramFormatError as e:
-        raise NgramFormatError(f"{src}: {e}") from None
+        raise NgramFileError(src, str(e)) from None
     finally:
         if bar is not None:
             bar.close()

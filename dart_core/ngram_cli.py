@@ -13,6 +13,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from dart_core.errors import report_error
 from dart_core.ngram import DEFAULT_CONVERT_MEMORY, NgramFormatError, NgramStore, build_to_file, convert_trie
 
 EXAMPLES = """examples:
@@ -210,9 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     command = {"build": cmd_build, "convert": cmd_convert, "info": cmd_info, "query": cmd_query}[args.command]
     try:
         return command(args)
-    except (NgramFormatError, ValueError, FileNotFoundError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except (NgramFormatError, ValueError, FileNotFoundError, OSError) as e:  # one line naming the file
+        return report_error(e, debug_flag=None)
 
 
 if __name__ == "__main__":

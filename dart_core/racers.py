@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from dart_core.drafters.dart import DartDrafter, DartSettings
+from dart_core.drafters.dflash import DFlashDrafter, DFlashSettings, DFlashTreeDrafter, DFlashTreeSettings
 from dart_core.drafters.eagle3 import Eagle3Drafter, Eagle3Settings
 from dart_core.drafters.interface import Drafter, NoSettings, PlainDecoding, knobs, settings_for
 
@@ -60,6 +61,12 @@ RACERS: list[Racer] = [
           example="fvliang/qwen8b-dart"),
     Racer("eagle3", "EAGLE-3", "#3b82f6", "one drafter forward per tree level", load=Eagle3Drafter.from_pretrained,
           settings_type=Eagle3Settings, opt_in=True, example="AngelSlim/Qwen3-8B_eagle3"),
+    Racer("dflash", "DFlash", "#a855f7", "one drafter forward fills a block; its argmax chain is verified",
+          load=DFlashDrafter.from_pretrained, settings_type=DFlashSettings, opt_in=True,
+          example="z-lab/Qwen3-8B-DFlash-b16"),
+    Racer("dflash-tree", "DFlash-tree", "#ec4899", "DFlash's block rows, top-k each, N-gram-guided tree search",
+          load=DFlashTreeDrafter.from_pretrained, settings_type=DFlashTreeSettings, uses_store=True, opt_in=True,
+          example="z-lab/Qwen3-8B-DFlash-b16"),
     Racer("ar", "AR", "#94a3b8", "plain autoregressive decoding: one target forward per token"),
 ]
 BASELINE = "ar"  # the racer every speedup is measured against

@@ -1,12 +1,56 @@
 # Sourced by launch/*_app.sh: set up .venv when needed (scripts/dev.sh setup, idempotent), then run the app.
-# DART_SHARE=1 adds --share (a public *.gradio.live link; off by default). Extra arguments of the launch script
-# come last, so they override its defaults (e.g. --server-port 8000, --device auto, --no-compare-eagle3).
+# DART_SHARE=1 adds --share (a public *.gradio.live link; off by default); DART_SKIP_SETUP=1 skips the set-up step
+# (a venv you keep yourself). A script's defaults (LAUNCH_DEFAULTS) come first and its extra arguments last, so an
+# explicit flag always wins (e.g. --server-port 8000, --device auto, --no-compare-eagle3, --no-listen, --no-share).
+# --help prints the defaults the script passes, then python -m app's help; --check prints the launch plan and
+# exits without loading (dart_core/preflight.py); --download fetches exactly what the plan needs, then serves.
+LAUNCH_DEFAULTS=()
+
 run_app() {
+  local script
+  script="launch/$(basename "$0")"
   cd "$(dirname "${BASH_SOURCE[0]}")/.."
-  bash scripts/dev.sh setup
+  if [ "${DART_SKIP_SETUP:-0}" != 1 ]; then bash scripts/dev.sh setup; fi
   local share=()
   if [ "${DART_SHARE:-0}" = 1 ]; then share=(--share); fi
-  exec "${VENV:-.venv}/bin/python" -m app "$@" "${share[@]}"
+  local arg
+  for arg in "$@"; do
+    if [ "$arg" = -h ] || [ "$arg" = --help ]; then
+      print_defaults "$script" "${LAUNCH_DEFAULTS[@]}" "${share[@]}"
+      exec "${VENV:-.venv}/bin/python" -m app --help
+    fi
+  done
+  exec "${VENV:-.venv}/bin/python" -m app "${LAUNCH_DEFAULTS[@]}" "${share[@]}" "$@"
+}
+
+# The command a launch script runs, one flag per line (what --help shows before python -m app's own help).
+print_defaults() {
+  local script=$1
+  shift
+  echo "$script runs python -m app with these defaults; arguments you add come after them, so they win:"
+  echo
+  if [ $# -eq 0 ]; then
+    echo "  python -m app                      (no defaults: the app's own)"
+  else
+    local line="  python -m app"
+    local arg
+    for arg in "$@"; do
+      if [[ $arg == --* ]]; then
+        echo "$line \\"
+        line="      $arg"
+      else
+        line="$line $arg"
+      fi
+    done
+    echo "$line"
+  fi
+  echo
+  echo "Before loading anything it checks every piece (found, fitting each other, device, memory, port);"
+  echo "--check prints that plan and exits, --download fetches exactly what it needs first. DART_SHARE=1 adds"
+  echo "--share; DART_SKIP_SETUP=1 skips 'bash scripts/dev.sh setup'."
+  echo
+  echo "python -m app --help:"
+  echo
 }
 
 # One published Qwen3 size: its target, DART drafter and EAGLE-3 head (docs/formats.md), the small
@@ -15,14 +59,15 @@ run_app() {
 run_qwen3_app() {
   local target=$1 dart=$2 eagle3=$3
   shift 3
-  run_app \
-    --base-model-name-or-path "$target" \
-    --dart-model-name-or-path "$dart" \
-    --ngram-model-name-or-path fvliang/dart-qwen3-ngram --use-small-ngram \
-    --compare-eagle3 --eagle3-model-name-or-path "$eagle3" \
-    --template-name qwen --device cuda --dtype bfloat16 \
-    --max-new-tokens 2048 --max-length 4096 \
-    --max-new-tokens-limit 2048 --race-time-limit 180 --max-queue 32 \
-    --listen --server-port 30000 \
-    "$@"
+  LAUNCH_DEFAULTS=(
+    --base-model-name-or-path "$target"
+    --dart-model-name-or-path "$dart"
+    --ngram-model-name-or-path fvliang/dart-qwen3-ngram --use-small-ngram
+    --compare-eagle3 --eagle3-model-name-or-path "$eagle3"
+    --template-name qwen --device cuda --dtype bfloat16
+    --max-new-tokens 2048 --max-length 4096
+    --max-new-tokens-limit 2048 --race-time-limit 180 --max-queue 32
+    --listen --server-port 30000
+  )
+  run_app "$@"
 }

@@ -17,8 +17,9 @@ setup() {
     echo "==> creating $VENV"
     "$PYTHON" -m venv "$VENV"
   fi
-  # torch: the pinned CPU build when it is absent (an unpinned torch would pull several GB of CUDA wheels).
-  if ! "$PY" -c "import torch" 2>/dev/null; then
+  # torch: the pinned CPU build when it is absent (an unpinned torch would pull several GB of CUDA wheels). Found,
+  # not imported: importing it takes ~2 s, which every launch script (and its --check) would pay once more.
+  if ! "$PY" -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('torch') is None)" 2>/dev/null; then
     echo "==> installing torch==2.13.0"
     "$PY" -m pip install -q torch==2.13.0
   fi

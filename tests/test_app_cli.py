@@ -86,9 +86,9 @@ def test_missing_bundle_exits_with_path_and_build_command(monkeypatch: pytest.Mo
 def test_main_reports_a_missing_bundle_without_a_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from app.__main__ import main
 
-    with pytest.raises(SystemExit) as e:
-        main(["--bundle", str(tmp_path / "nope")])
-    assert e.value.code != 0 and "model bundle not found" in str(e.value.code)
+    assert main(["--bundle", str(tmp_path / "nope")]) == 2  # the launch path's exit code for every error
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "model bundle not found" in err and "Traceback" not in err
 
 
 def test_examples_of_a_chat_bundle_are_labelled_by_category(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ template, Stop from another thread and a cancelled (closed) event, on the toy bu
 
 from __future__ import annotations
 
+import gc
 import html
 import json
 import threading
@@ -12,7 +13,7 @@ import pytest
 from helpers_app import BUNDLE, held_out_prompt
 
 from app.engine import LocalEngine
-from app.ui import AppConfig, ArenaUI, encode, new_conversation
+from app.ui import KEEP, AppConfig, ArenaUI, LiveRace, encode, new_conversation
 
 if not (BUNDLE / "target" / "config.json").is_file():
     pytest.skip("the embedded bundle assets/tiny is missing", allow_module_level=True)
@@ -144,6 +145,8 @@ def test_a_closed_event_closes_the_race(arena: Any) -> None:
     ("x = 1", 0, 5, "Temperature must be between 0 and 2, got 5"),
     ("x = 1", 1, 0, "Top-p must be between 0.05 and 1, got 0"),
     ("x = 1", 2, 1000, "Top-k must be between 0 and 200, got 1000"),
+    ("x = 1", 2, 10**400, "Top-k: expected a finite number, got 10000000"),  # OverflowError before
+    ("x = 1", 3, list(range(10**5)), "Max new tokens: expected a number, got [0, 1, 2, 3, 4, 5, ...]"),
 ])
 def test_malformed_api_values_get_a_message_naming_the_input(arena: Any, prompt: Any, index: int | None,
                                                              value: Any, message: str) -> None:
@@ -223,3 +226,60 @@ def test_streaming_updates_of_a_column_only_append(arena: Any) -> None:
     final = updates[-1].lanes["dart"]
     assert final.endswith("</div></div>") and 'class="chip"' in final  # closed, with its figure chips
     assert 'class="chip"' not in live[-1].lanes["dart"]  # the live columns leave the figures to the cards
+
+
+def test_a_prompt_that_cannot_be_sent_back_is_left_in_its_box(arena: Any) -> None:
+    """A lone surrogate echoed into the prompt box broke the answer's UTF-8 JSON (the request never completed)."""
+    with pytest.warns(UserWarning):
+        (out,) = ui_for(arena).run("def f():\ud800", new_conversation(), *controls(8), session="s")
+    assert out.prompt is KEEP and "lone surrogate" in out.status
+
+
+def test_an_unexpected_error_is_answered_with_a_message_and_logged(arena: Any, monkeypatch: pytest.MonkeyPatch,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    ui = ui_for(arena)
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("engine on fire")
+
+    monkeypatch.setattr(ui.engine, "race", broken)
+    with pytest.warns(UserWarning, match="Something went wrong"):
+        out = list(ui.guarded("racing", lambda: ui.run(held_out_prompt(0), new_conversation(), *controls(8),
+                                                      session="e")))
+    assert "RuntimeError: engine on fire" in out[-1].status and "banner-warn" in out[-1].status
+    assert "unexpected error while racing" in caplog.text and "Traceback" in caplog.text
+    monkeypatch.setattr(ui, "stop", broken)
+    with pytest.warns(UserWarning):
+        answer = ui.answer("stopping the race", ui.stop, "e")
+    assert "while stopping the race (RuntimeError: engine on fire)" in answer.status
+
+
+def test_ended_races_are_forgotten_and_sessions_capped(arena: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per visitor the server keeps a race only while it runs and ENDED_KEEP_S after (for a late Stop), and at
+    most ``max_sessions`` of them: races from many sessions leave no LiveRace (with its steps and draft trees)
+    behind."""
+    import app.ui
+
+    ui = ArenaUI(LocalEngine(arena), AppConfig(chat=False, update_every=0.0, max_sessions=3))
+    for i in range(5):
+        list(ui.run(held_out_prompt(i), new_conversation(), *controls(4), session=f"s{i}"))
+    assert list(ui.active) == ["s2", "s3", "s4"]  # the cap: the least recently used are forgotten
+    assert all(live.ended_at is not None for live in ui.active.values())
+    assert ui.stop("s3").status is KEEP  # a finished race: nothing to stop
+    monkeypatch.setattr(app.ui, "ENDED_KEEP_S", 0.0)
+    list(ui.run(held_out_prompt(5), new_conversation(), *controls(4), session="s5"))
+    assert list(ui.active) == ["s5"]  # the others ended over ENDED_KEEP_S ago
+    gc.collect()
+    alive = [o for o in gc.get_objects() if type(o) is LiveRace]
+    assert alive == [ui.active["s5"]], f"{len(alive)} races still held"
+    ui.clear("s5")
+    assert not ui.active
+
+
+@pytest.mark.parametrize("conv", [None, [1, 2], "turns", {"turns": "x"}, {}])
+def test_an_odd_conversation_is_a_new_one(arena: Any, conv: Any) -> None:
+    """The conversation is the server's own session state (API callers cannot send it), but a malformed one
+    still gives an answer, never an exception."""
+    with pytest.warns(UserWarning):
+        (out,) = ui_for(arena).run("", conv, *controls(8), regenerate=True, session="o")
+    assert "Nothing to regenerate" in out.status and out.conv == new_conversation()

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import random
 import struct
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -449,3 +451,59 @@ def test_two_conversions_of_one_file_at_once_both_succeed(tmp_path: Path, monkey
     assert out.read_bytes() == store_bytes(NgramStore.build(seqs, 3))
     assert [p.name for p in out.parent.iterdir()] == [out.name]  # no temporary file left behind
     assert out.stat().st_mode & 0o777 == 0o644
+
+
+ROUNDS = 30  # conversions per process: the writers collided only when their final writes overlapped
+READY_THEN_WAIT = """
+Path(sys.argv[4]).touch()  # imported: ready
+while not Path(sys.argv[1]).exists():
+    time.sleep(0.001)
+"""
+CACHED = """import sys, time
+from pathlib import Path
+from dart_core.ngram import NgramStore, convert_trie_cached
+""" + READY_THEN_WAIT + f"""for i in range({ROUNDS}):
+    out = convert_trie_cached(Path(sys.argv[2]), cache_dir=Path(sys.argv[3]) / str(i), progress=False)
+    NgramStore.load(out, verify=True)
+    print(out)
+"""
+CLI = """import sys, time
+from pathlib import Path
+from dart_core.ngram_cli import main
+""" + READY_THEN_WAIT + f"""for i in range({ROUNDS}):
+    if main(["convert", sys.argv[2], "--out", sys.argv[3]]):
+        sys.exit(1)
+"""
+
+
+def test_processes_converting_one_trie_at_once_all_succeed(tmp_path: Path) -> None:
+    """Two app processes converting one .trie into the shared cache, and two ``python -m dart_core.ngram convert``
+    runs into one file, all at the same moment: each writer has a temporary file of its own renamed into place,
+    so every one succeeds (no "No such file or directory: 'out.ngram.tmp' -> 'out.ngram'") and the result is a
+    good store, with no temporary file left behind."""
+    seqs = H.random_corpus(random.Random(11), 600, 60, VOCABS["medium"])
+    src = H.RefTrie.build(seqs, 3).write(tmp_path / "ref.trie")
+    cache, out = tmp_path / "cache", tmp_path / "cli" / "ref.ngram"
+    cache.mkdir()
+    out.parent.mkdir()
+    go = tmp_path / "go"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    jobs = [(CACHED, cache), (CACHED, cache), (CLI, out), (CLI, out)]
+    ready = [tmp_path / f"ready-{i}" for i in range(len(jobs))]
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(go), str(src), str(dest), str(r)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for (code, dest), r in zip(jobs, ready, strict=True)]
+    deadline = time.monotonic() + 120
+    while not all(r.exists() for r in ready) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    go.touch()  # all start converting at once
+    results = [(*p.communicate(timeout=300), p.returncode) for p in procs]
+    for _, stderr, rc in results:
+        assert rc == 0, stderr
+    want = store_bytes(NgramStore.build(seqs, 3))
+    cached = {Path(line) for stdout, _, _ in results[:2] for line in stdout.split()}
+    assert len(cached) == ROUNDS
+    for path in (*cached, out):
+        assert path.read_bytes() == want
+        NgramStore.load(path, verify=True)
+        assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left behind

@@ -312,6 +312,13 @@ def _tail(path: Path, lines: int = 30) -> str:
 @contextmanager
 def running_app(cmd: list[str], port: int, log_path: Path) -> Iterator[str]:
     """The app as a subprocess (its own process, as users run it) until it serves; stopped afterwards."""
+    with app_process(cmd, port, log_path) as (url, _):
+        yield url
+
+
+@contextmanager
+def app_process(cmd: list[str], port: int, log_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """:func:`running_app` that also gives the process (the soak benchmark reads its memory)."""
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -331,7 +338,7 @@ def running_app(cmd: list[str], port: int, log_path: Path) -> Iterator[str]:
             if time.monotonic() > deadline:
                 raise BenchError(f"the app did not serve within {START_TIMEOUT_S} s ({log_path}):\n{_tail(log_path)}")
             time.sleep(0.5)
-        yield url
+        yield url, proc
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)

@@ -29,6 +29,7 @@ import torch
 
 from dart_core.bench.datasets import DATASETS, DatasetError, load_dataset
 from dart_core.bundle import Bundle, BundleError, build_command, default_bundle_dir, open_bundle
+from dart_core.errors import report_error
 from dart_core.generate import Step, summarize
 from dart_core.generate_cli import add_tree_arguments, encode_prompt, tree_settings
 from dart_core.hub import HubFileError
@@ -113,6 +114,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(default .bench/e2e-<timestamp>/)")
     g.add_argument("--no-html", action="store_true", help="skip the plotly HTML report")
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
+    g.add_argument("--debug", action="store_true", help="show the traceback of an error (by default one line)")
     add_tree_arguments(p)
 
 
@@ -248,9 +250,8 @@ def run(args: argparse.Namespace) -> int:
     except BenchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except (HubFileError, NgramFormatError, ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except (HubFileError, NgramFormatError, ValueError, OSError) as e:  # a LoadError names its file
+        return report_error(e, debug=getattr(args, "debug", False))
 
 
 def encode_messages(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:

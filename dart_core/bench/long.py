@@ -46,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
     from dart_core.bundle import BundleError, open_bundle
+    from dart_core.errors import report_error
     from dart_core.generate_cli import encode_prompt
     from dart_core.models import load_arena
     from dart_core.racers import racer
@@ -55,8 +56,11 @@ def run(args: argparse.Namespace) -> int:
     except BundleError as e:
         print(f"error: {e}")
         return 2
-    arena = load_arena(bundle.target, ngram=bundle.ngram, device=args.device, dtype=args.dtype,
-                       **{k: str(v) for k, v in bundle.drafters.items()})
+    try:
+        arena = load_arena(bundle.target, ngram=bundle.ngram, device=args.device, dtype=args.dtype,
+                           **{k: str(v) for k, v in bundle.drafters.items()})
+    except (ValueError, OSError) as e:  # a LoadError (or HubFileError): one line naming the file
+        return report_error(e, debug_flag=None)
     methods = args.methods.split(",") if args.methods else [m for m in arena.methods if racer(m).drafts]
     ids = encode_prompt(arena.tokenizer, args.prompt, raw=not bundle.chat, system=None)
     if len(ids) + args.tokens > arena.target.max_context:

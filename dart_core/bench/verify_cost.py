@@ -64,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from dart_core.bundle import BundleError, open_bundle
+    from dart_core.errors import report_error
     from dart_core.models import load_target
 
     try:
@@ -75,7 +76,10 @@ def run(args: argparse.Namespace) -> int:
     if not sizes or sizes[0] < 1:
         print("error: --sizes must list positive node counts")
         return 2
-    target, tok = load_target(ref, device=args.device, dtype=args.dtype)
+    try:
+        target, tok = load_target(ref, device=args.device, dtype=args.dtype)
+    except (ValueError, OSError) as e:  # a LoadError (or HubFileError): one line naming the file
+        return report_error(e, debug_flag=None)
     text = "The history of science is a long story of people asking questions about the world. " * 40
     prefix = tok.encode(text)[: args.prefix]
     if len(prefix) < args.prefix:

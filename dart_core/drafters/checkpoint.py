@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
 from dart_core.drafters.config import DrafterConfig
-from dart_core.hub import HubFileError, load_tensor, resolve_file, resolve_first
+from dart_core.errors import LoadError, exception_text
+from dart_core.hub import HubFileError, load_tensor, resolve_file, resolve_first, weights_only_problem
 
 # Where a target checkpoint keeps its input embedding (plain causal LMs, and multimodal wrappers).
 EMBEDDING_KEYS = ("model.embed_tokens.weight", "embed_tokens.weight", "model.language_model.embed_tokens.weight")
@@ -23,9 +25,9 @@ def load_config(ref: str | os.PathLike[str], *, revision: str | None = None) -> 
     try:
         raw = json.loads(path.read_text())
     except ValueError as e:
-        raise ValueError(f"{path}: not valid JSON ({e})") from None
+        raise LoadError(path, f"not valid JSON ({e})") from None
     if not isinstance(raw, dict):
-        raise ValueError(f"{path}: expected a JSON object")
+        raise LoadError(path, "expected a JSON object")
     return DrafterConfig.from_dict(raw, source=str(path))
 
 
@@ -33,22 +35,31 @@ def load_weights(
     ref: str | os.PathLike[str], *, revision: str | None = None, allow_bin: bool = False
 ) -> dict[str, torch.Tensor]:
     """All tensors of a drafter checkpoint, on CPU. Pickles are never unpickled beyond plain tensor dicts."""
+    return load_weights_file(ref, revision=revision, allow_bin=allow_bin)[1]
+
+
+def load_weights_file(
+    ref: str | os.PathLike[str], *, revision: str | None = None, allow_bin: bool = False
+) -> tuple[Path, dict[str, torch.Tensor]]:
+    """The weights file of a drafter checkpoint and all its tensors, on CPU: the path, so that a later check
+    (a tensor's shape, a NaN) can name the file it refuses. A file that cannot be read is a LoadError."""
     names = ["model.safetensors", "pytorch_model.bin"] if allow_bin else ["model.safetensors"]
     path = resolve_first(ref, names, revision=revision)
     if path.name.endswith(".safetensors"):
         from safetensors.torch import load_file
 
         try:
-            return load_file(str(path))
+            return path, load_file(str(path))
         except Exception as e:  # safetensors has its own error types for corrupt files
-            raise ValueError(f"{path}: not a readable safetensors file ({e})") from None
+            raise LoadError(path, f"not a readable safetensors file ({exception_text(e)}): truncated or "
+                                  "damaged?") from None
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
-        raise ValueError(f"{path}: cannot be loaded with weights_only=True ({e})") from None
+        raise LoadError(path, weights_only_problem(e)) from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise ValueError(f"{path}: expected a flat dict of tensors")
-    return state
+        raise LoadError(path, "expected a flat dict of tensors")
+    return path, state
 
 
 def check_state(
@@ -59,7 +70,7 @@ def check_state(
     source: str,
 ) -> None:
     """Fail loudly (unlike the reference's ``strict=False``) on missing, unexpected, mis-shaped or non-finite
-    tensors."""
+    tensors: a LoadError of ``source`` (the weights file) naming the tensors."""
     missing = sorted(k for k in expected if k not in state and k not in optional)
     unexpected = sorted(k for k in state if k not in expected)
     wrong = [f"{k}: {tuple(state[k].shape)} != expected {expected[k]}" for k in sorted(expected)
@@ -71,11 +82,16 @@ def check_state(
         problems.append(f"unexpected keys {unexpected}")
     if wrong:
         problems.append("shape mismatches: " + "; ".join(wrong))
-    bad = sorted(k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all()))
-    if bad:  # such a drafter would load and propose garbage every step (or fail mid-race)
-        problems.append(f"non-finite values (NaN or inf) in {bad}")
     if problems:
-        raise ValueError(f"{source}: checkpoint does not match its config: " + ", ".join(problems))
+        raise LoadError(source, "checkpoint does not match its config: " + ", ".join(problems))
+    bad = non_finite(state)
+    if bad:  # such a drafter would load and propose garbage every step (or fail mid-race)
+        raise LoadError(source, f"non-finite values (NaN or inf) in {bad}: a damaged or diverged checkpoint")
+
+
+def non_finite(state: dict[str, torch.Tensor]) -> list[str]:
+    """The floating-point tensors of ``state`` that hold a NaN or an infinity, by name."""
+    return sorted(k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all()))
 
 
 def resolve_embedding(target: Any, *, revision: str | None = None) -> torch.Tensor:
@@ -121,13 +137,13 @@ def layer_shapes(cfg: DrafterConfig) -> dict[str, tuple[int, ...]]:
 
 def check_embedding(embed: torch.Tensor, cfg: DrafterConfig, source: str) -> None:
     if embed.dim() != 2 or tuple(embed.shape) != (cfg.vocab_size, cfg.hidden_size):
-        raise ValueError(f"{source}: token embedding has shape {tuple(embed.shape)}, the drafter needs "
-                         f"(vocab_size, hidden_size) = ({cfg.vocab_size}, {cfg.hidden_size}); wrong target?")
+        raise LoadError(source, f"token embedding has shape {tuple(embed.shape)}, the drafter needs "
+                                f"(vocab_size, hidden_size) = ({cfg.vocab_size}, {cfg.hidden_size}); wrong target?")
 
 
 def check_d2t(d2t: torch.Tensor, cfg: DrafterConfig, source: str) -> None:
     if d2t.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"{source}: d2t must be an integer tensor, got {d2t.dtype}")
+        raise LoadError(source, f"d2t must be an integer tensor, got {d2t.dtype}")
     ids = torch.arange(cfg.draft_vocab_size) + d2t.long()
     if ids.min() < 0 or ids.max() >= cfg.vocab_size:
-        raise ValueError(f"{source}: d2t maps draft ids outside the target vocabulary [0, {cfg.vocab_size})")
+        raise LoadError(source, f"d2t maps draft ids outside the target vocabulary [0, {cfg.vocab_size})")

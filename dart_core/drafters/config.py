@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dart_core.errors import LoadError
+
 
 @dataclass(frozen=True)
 class DrafterConfig:
@@ -28,12 +30,12 @@ class DrafterConfig:
     def from_dict(cls, raw: dict[str, Any], *, source: str = "config.json") -> DrafterConfig:
         def need(key: str) -> Any:
             if key not in raw:
-                raise ValueError(f"{source}: missing required field {key!r}")
+                raise LoadError(source, f"missing required field {key!r}")
             return raw[key]
 
         def positive(key: str, value: Any) -> int:
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{source}: {key} must be a positive integer, got {value!r}")
+                raise LoadError(source, f"{key} must be a positive integer, got {value!r}")
             return value
 
         hidden = positive("hidden_size", need("hidden_size"))
@@ -42,17 +44,17 @@ class DrafterConfig:
         head_dim = raw.get("head_dim") or hidden // heads
         act = raw.get("hidden_act", "silu")
         if act != "silu":
-            raise ValueError(f"{source}: hidden_act {act!r} is not supported (the published drafters use silu)")
+            raise LoadError(source, f"hidden_act {act!r} is not supported (the published drafters use silu)")
         if raw.get("num_hidden_layers", 1) != 1:
-            raise ValueError(f"{source}: drafters have one layer, config says {raw['num_hidden_layers']}")
+            raise LoadError(source, f"drafters have one layer, config says {raw['num_hidden_layers']}")
         vocab = positive("vocab_size", need("vocab_size"))
         draft_length = raw.get("draft_length")
         aux = (raw.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
         if aux is not None and (len(aux) != 3 or not all(isinstance(i, int) for i in aux)):
-            raise ValueError(f"{source}: eagle_aux_hidden_state_layer_ids must be three integers, got {aux!r}")
+            raise LoadError(source, f"eagle_aux_hidden_state_layer_ids must be three integers, got {aux!r}")
         scaling = raw.get("rope_scaling")
         if scaling is not None and not isinstance(scaling, dict):
-            raise ValueError(f"{source}: rope_scaling must be null or an object, got {scaling!r}")
+            raise LoadError(source, f"rope_scaling must be null or an object, got {scaling!r}")
         return cls(
             hidden_size=hidden,
             intermediate_size=positive("intermediate_size", need("intermediate_size")),

@@ -11,7 +11,13 @@ from typing import Any
 import torch
 
 from dart_core.drafters.base import DrafterLayer, DrafterState
-from dart_core.drafters.checkpoint import check_state, layer_shapes, load_config, load_weights, resolve_embedding
+from dart_core.drafters.checkpoint import (
+    check_state,
+    layer_shapes,
+    load_config,
+    load_weights_file,
+    resolve_embedding,
+)
 from dart_core.drafters.config import DrafterConfig
 from dart_core.drafters.interface import DraftInput, Proposal, knob
 from dart_core.drafters.layers import CacheRows, causal_mask
@@ -62,8 +68,8 @@ class DartDrafter(DrafterLayer):
         """Load ``config.json`` + ``model.safetensors`` (local dir or Hub id); ``target`` provides the shared
         embedding: a target dir / Hub id, an embedding tensor, or a loaded model."""
         cfg = load_config(path, revision=revision)
-        source = os.fspath(path)
-        state = load_weights(path, revision=revision)
+        weights, state = load_weights_file(path, revision=revision)
+        source = os.fspath(weights)  # what a refusal names: the file that holds the tensors
         expected = layer_shapes(cfg) | {"midlayer.mask_rep": (2 * cfg.hidden_size,)}
         check_state(state, expected, optional=frozenset({"t2d"}), source=source)
         return cls._build(cfg, state, resolve_embedding(target), source, device, dtype, target)

@@ -11,10 +11,17 @@ import numpy as np
 import torch
 
 from dart_core.drafters.base import DrafterLayer, DrafterState
-from dart_core.drafters.checkpoint import check_state, layer_shapes, load_config, load_weights, resolve_embedding
+from dart_core.drafters.checkpoint import (
+    check_state,
+    layer_shapes,
+    load_config,
+    load_weights_file,
+    resolve_embedding,
+)
 from dart_core.drafters.config import DrafterConfig
 from dart_core.drafters.interface import DraftInput, Proposal, knob
 from dart_core.drafters.layers import CacheRows, causal_mask
+from dart_core.errors import LoadError
 from dart_core.timing import Stopwatch
 from dart_core.tree import DraftTree
 
@@ -53,8 +60,8 @@ class Eagle3Drafter(DrafterLayer):
         """Load ``config.json`` + ``model.safetensors`` or ``pytorch_model.bin`` (``weights_only=True``). The
         embedding is the checkpoint's own ``embed_tokens.weight`` if it has one, else the target's."""
         cfg = load_config(path, revision=revision)
-        source = os.fspath(path)
-        state = load_weights(path, revision=revision, allow_bin=True)
+        weights, state = load_weights_file(path, revision=revision, allow_bin=True)
+        source = os.fspath(weights)  # what a refusal names: the file that holds the tensors
         expected = layer_shapes(cfg) | {"embed_tokens.weight": (cfg.vocab_size, cfg.hidden_size)}
         optional = {"embed_tokens.weight"}
         if cfg.draft_vocab_size == cfg.vocab_size:
@@ -62,8 +69,8 @@ class Eagle3Drafter(DrafterLayer):
         check_state(state, expected, optional=frozenset(optional | {"t2d"}), source=source)
         if "d2t" not in state:
             if cfg.draft_vocab_size != cfg.vocab_size:
-                raise ValueError(f"{source}: checkpoint needs d2t (draft vocab {cfg.draft_vocab_size} != "
-                                 f"vocab {cfg.vocab_size})")
+                raise LoadError(source, f"checkpoint needs d2t (draft vocab {cfg.draft_vocab_size} != "
+                                        f"vocab {cfg.vocab_size})")
             state["d2t"] = torch.zeros(cfg.draft_vocab_size, dtype=torch.long)
         own = state.pop("embed_tokens.weight", None)
         embed = own if own is not None else resolve_embedding(target)

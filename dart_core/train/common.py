@@ -18,6 +18,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
+from dart_core.atomic import atomic_output
 from dart_core.drafters.base import DrafterLayer
 from dart_core.target import TargetModel
 
@@ -354,10 +355,9 @@ class Checkpointer:
             self.resume_state = state
 
     def __call__(self, step: int, model: nn.Module, opt: Any, sched: Any, g: torch.Generator) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        torch.save({"step": step, "model": model.state_dict(), "optimizer": opt.state_dict(),
-                    "scheduler": sched.state_dict(), "generator": g.get_state()}, tmp)
-        os.replace(tmp, self.path)
+        with atomic_output(self.path) as tmp:  # a unique name: no other writer's file is ever renamed
+            torch.save({"step": step, "model": model.state_dict(), "optimizer": opt.state_dict(),
+                        "scheduler": sched.state_dict(), "generator": g.get_state()}, tmp)
 
     def finish(self) -> None:
         self.path.unlink(missing_ok=True)

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from dart_core.atomic import atomic_output
 from dart_core.target import TargetModel
 
 FORMAT = 1
@@ -79,9 +80,8 @@ class FeatureStore:
         return int(self.meta["done_sequences"]) == int(self.meta["n_sequences"])
 
     def save_meta(self) -> None:
-        tmp = self.root / "meta.json.tmp"
-        tmp.write_text(json.dumps(self.meta, indent=1))
-        os.replace(tmp, self.root / "meta.json")
+        with atomic_output(self.root / "meta.json") as tmp:  # unique per writer, renamed atomically
+            tmp.write_text(json.dumps(self.meta, indent=1))
 
 
 def _create(root: Path, sequences: Sequence[Sequence[int]], target: TargetModel, digest: str) -> FeatureStore:

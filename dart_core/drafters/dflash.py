@@ -1,0 +1,480 @@
+"""DFlash drafter (z-lab): a few non-causal layers that fill a whole block of masked positions in ONE forward,
+conditioned on target hidden states (``docs/drafters.md``). Two racers read it: ``dflash``, the
+upstream greedy chain (argmax per block row), and ``dflash-tree``, top-k per block row turned into a draft tree by
+the same native N-gram-guided search as DART's.
+
+Read from the published ``config.json`` + ``model.safetensors`` only (never the remote code); the embedding and
+the lm_head are the target's, shared (same storage) and frozen.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from dart_core.drafters.checkpoint import check_state, load_weights_file, resolve_embedding
+from dart_core.drafters.interface import DraftInput, Proposal, check_settings, knob
+from dart_core.drafters.layers import MLP, KVCache, RMSNorm, Rotary, apply_rotary
+from dart_core.errors import LoadError
+from dart_core.hub import HubFileError, load_tensor, resolve_file
+from dart_core.timing import Stopwatch
+from dart_core.tree import DraftTree
+from dart_core.tree_search import search_tree
+
+log = logging.getLogger(__name__)
+
+LM_HEAD_KEYS = ("lm_head.weight", "model.lm_head.weight", "language_model.lm_head.weight")
+
+
+# ------------------------------------------------------------------------------------------------ config
+def default_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> tuple[int, ...]:
+    """The spec's default decoder-layer OUTPUT ids: ``[L // 2]`` for one draft layer, else evenly from layer 1
+    to layer L−3, ``round(1 + i·(L−4)/(k−1))`` with Python's round (half to even), as upstream computes them."""
+    L, k = num_target_layers, num_draft_layers
+    if k == 1:
+        return (L // 2,)
+    return tuple(round(1 + i * (L - 4) / (k - 1)) for i in range(k))
+
+
+@dataclass(frozen=True)
+class DFlashConfig:
+    """The validated ``config.json`` of a DFlash drafter (Qwen3-style, plus ``block_size``,
+    ``num_target_layers`` and ``dflash_config``)."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    rope_scaling: dict | None
+    max_position_embeddings: int
+    attention_bias: bool
+    num_target_layers: int
+    block_size: int
+    mask_token_id: int
+    target_layer_ids: tuple[int, ...]
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], *, source: str = "config.json") -> DFlashConfig:
+        """Parse and check (a LoadError of ``source`` naming the field): a bad config must not load as garbage."""
+        def need(key: str, where: dict[str, Any] = raw) -> Any:
+            if key not in where:
+                raise LoadError(source, f"missing required field {key!r}")
+            return where[key]
+
+        def positive(key: str, value: Any, minimum: int = 1) -> int:
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise LoadError(source, f"{key} must be an integer >= {minimum}, got {value!r}")
+            return value
+
+        hidden = positive("hidden_size", need("hidden_size"))
+        heads = positive("num_attention_heads", need("num_attention_heads"))
+        kv = positive("num_key_value_heads", raw.get("num_key_value_heads") or heads)
+        if heads % kv:
+            raise LoadError(source, f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}")
+        layers = positive("num_hidden_layers", need("num_hidden_layers"))
+        act = raw.get("hidden_act", "silu")
+        if act != "silu":
+            raise LoadError(source, f"hidden_act {act!r} is not supported (DFlash uses silu)")
+        types = raw.get("layer_types")
+        if types is not None:
+            if not isinstance(types, list) or len(types) != layers:
+                raise LoadError(source, f"layer_types must list {layers} layer types, got {types!r}")
+            odd = sorted({t for t in types if t != "full_attention"})
+            if odd:
+                raise LoadError(source, f"layer_types {odd} are not supported (only full_attention: a "
+                                        "sliding_attention window is not implemented)")
+        dflash = raw.get("dflash_config")
+        if not isinstance(dflash, dict):
+            raise LoadError(source, f"missing or invalid 'dflash_config' (got {dflash!r}): not a DFlash config?")
+        mask_id = positive("dflash_config.mask_token_id", need("mask_token_id", dflash), minimum=0)
+        n_target = positive("num_target_layers", need("num_target_layers"))
+        block = positive("block_size", need("block_size"), minimum=2)
+        ids = dflash.get("target_layer_ids")
+        if ids is None:
+            ids = default_target_layer_ids(n_target, layers)
+        elif (not isinstance(ids, list) or not ids
+              or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids)):
+            raise LoadError(source, f"dflash_config.target_layer_ids must be a non-empty list of integers, "
+                                    f"got {ids!r}")
+        bad = [i for i in ids if not 0 <= i < n_target]
+        if bad:
+            raise LoadError(source, f"dflash_config.target_layer_ids {list(ids)}: {bad} outside the "
+                                    f"num_target_layers={n_target} decoder layers [0, {n_target - 1}]")
+        rope = raw.get("rope_parameters") if isinstance(raw.get("rope_parameters"), dict) else {}
+        scaling = raw.get("rope_scaling")
+        if scaling is None and rope.get("rope_type", "default") != "default":
+            scaling = rope
+        if scaling is not None and not isinstance(scaling, dict):
+            raise LoadError(source, f"rope_scaling must be null or an object, got {scaling!r}")
+        cfg = cls(
+            hidden_size=hidden,
+            intermediate_size=positive("intermediate_size", need("intermediate_size")),
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            num_key_value_heads=kv,
+            head_dim=positive("head_dim", raw.get("head_dim") or hidden // heads),
+            rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+            rope_theta=float(raw.get("rope_theta", rope.get("rope_theta", 10000.0))),
+            rope_scaling=scaling,
+            max_position_embeddings=positive("max_position_embeddings", raw.get("max_position_embeddings", 2048)),
+            attention_bias=bool(raw.get("attention_bias", False)),
+            num_target_layers=n_target,
+            block_size=block,
+            mask_token_id=mask_id,
+            target_layer_ids=tuple(int(i) for i in ids),
+        )
+        try:
+            Rotary(cfg)  # type: ignore[arg-type]  # duck-typed: the fields Rotary reads
+        except ValueError as e:
+            raise LoadError(source, str(e)) from None
+        return cfg
+
+
+def dflash_shapes(cfg: DFlashConfig) -> dict[str, tuple[int, ...]]:
+    """Key → shape of the published checkpoint (no embedding, no lm_head)."""
+    H, inter, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
+    q, kv = cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd
+    out: dict[str, tuple[int, ...]] = {
+        "fc.weight": (H, len(cfg.target_layer_ids) * H), "hidden_norm.weight": (H,), "norm.weight": (H,),
+    }
+    for i in range(cfg.num_hidden_layers):
+        p = f"layers.{i}."
+        out |= {p + "input_layernorm.weight": (H,), p + "post_attention_layernorm.weight": (H,),
+                p + "self_attn.q_proj.weight": (q, H), p + "self_attn.k_proj.weight": (kv, H),
+                p + "self_attn.v_proj.weight": (kv, H), p + "self_attn.o_proj.weight": (H, q),
+                p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,),
+                p + "mlp.gate_proj.weight": (inter, H), p + "mlp.up_proj.weight": (inter, H),
+                p + "mlp.down_proj.weight": (H, inter)}
+        if cfg.attention_bias:
+            out |= {p + "self_attn.q_proj.bias": (q,), p + "self_attn.k_proj.bias": (kv,),
+                    p + "self_attn.v_proj.bias": (kv,), p + "self_attn.o_proj.bias": (H,)}
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ settings
+@dataclass(frozen=True)
+class DFlashSettings:
+    """The upstream chain: how many of the block's B−1 argmax tokens to verify (capped at B−1; the drafter is
+    always fed its full trained block)."""
+
+    draft_tokens: int = knob(15, 1, 255, "chain tokens verified per step (capped at block size - 1)",
+                             label="chain length", flag="tokens")
+
+
+@dataclass(frozen=True)
+class DFlashTreeSettings:
+    """The tree over DFlash's block rows: DART's knobs and defaults (the same native search consumes them)."""
+
+    top_k: int = knob(25, 1, 1000, "candidates per block row", flag="top-k")
+    beam_width: int = knob(20, 1, 1000, "beam width of the tree search", flag="beam")
+    max_nodes: int = knob(60, 1, 512, "nodes below the root", label="tree size", flag="nodes", cpu=16, ui=True)
+    ngram_weight: float = knob(0.5, 0.0, 100.0, "weight of the N-gram term (0 = off)", flag="ngram-weight")
+
+
+@dataclass
+class DFlashState:
+    """Per-generation state: per draft layer, K/V of the CONTEXT rows fed so far (block rows are never kept)."""
+
+    caches: list[KVCache]
+    settings: Any = None
+
+    @property
+    def length(self) -> int:
+        return self.caches[0].length if self.caches else 0
+
+
+# ------------------------------------------------------------------------------------------------ module
+class DFlashAttention(nn.Module):
+    """Queries from the block rows only, keys/values from context + block; q_norm/k_norm before RoPE; no mask."""
+
+    def __init__(self, cfg: DFlashConfig) -> None:
+        super().__init__()
+        self.heads, self.kv_heads, self.hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        H, bias = cfg.hidden_size, cfg.attention_bias
+        self.q_proj = nn.Linear(H, self.heads * self.hd, bias=bias)
+        self.k_proj = nn.Linear(H, self.kv_heads * self.hd, bias=bias)
+        self.v_proj = nn.Linear(H, self.kv_heads * self.hd, bias=bias)
+        self.o_proj = nn.Linear(self.heads * self.hd, H, bias=bias)
+        self.q_norm = RMSNorm(self.hd, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(self.hd, cfg.rms_norm_eps)
+
+    def forward(self, a: torch.Tensor, c: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                cache: KVCache) -> torch.Tensor:
+        """a [B, H] block rows (normed), c [n, H] new context rows; cos/sin [n + B, hd]. The n + B new K/V are
+        written after the cache's committed rows (the caller commits the n context rows afterwards)."""
+        b, n = a.shape[0], c.shape[0]
+        x = torch.cat([c, a], dim=0)
+        q = self.q_norm(self.q_proj(a).view(b, self.heads, self.hd)).transpose(0, 1)
+        k = self.k_norm(self.k_proj(x).view(n + b, self.kv_heads, self.hd)).transpose(0, 1)
+        v = self.v_proj(x).view(n + b, self.kv_heads, self.hd).transpose(0, 1)
+        q, k = apply_rotary(q, cos[n:], sin[n:]), apply_rotary(k, cos, sin)
+        keys, values = cache.write(k[None], v[None], cache.length)
+        rep = self.heads // self.kv_heads  # GQA: the rep query heads of one K/V head as rows of one query
+        wide = torch.promote_types(a.dtype, torch.float32)
+        grouped = q.reshape(1, self.kv_heads, rep * b, self.hd)
+        out = nn.functional.scaled_dot_product_attention(grouped.to(wide), keys.to(wide), values.to(wide))
+        out = out.to(a.dtype).view(self.heads, b, self.hd).transpose(0, 1).reshape(b, self.heads * self.hd)
+        return self.o_proj(out)
+
+
+class DFlashLayer(nn.Module):
+    def __init__(self, cfg: DFlashConfig) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = DFlashAttention(cfg)
+        self.mlp = MLP(cfg)  # type: ignore[arg-type]  # reads hidden_size / intermediate_size only
+
+    def forward(self, h: torch.Tensor, c: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                cache: KVCache) -> torch.Tensor:
+        h = h + self.self_attn(self.input_layernorm(h), c, cos, sin, cache)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class DFlashDrafter(nn.Module):
+    """The published DFlash drafter as the ``dflash`` racer (the upstream greedy chain). ``draft_logits`` is the
+    spec's forward: cache-free without a state, cached with one."""
+
+    key = "dflash"
+    name = "DFlash"
+    settings_type: type = DFlashSettings
+
+    def __init__(self, cfg: DFlashConfig, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor) -> None:
+        super().__init__()
+        self.config = cfg
+        H = cfg.hidden_size
+        self.fc = nn.Linear(len(cfg.target_layer_ids) * H, H, bias=False)
+        self.hidden_norm = RMSNorm(H, cfg.rms_norm_eps)
+        self.layers = nn.ModuleList(DFlashLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(H, cfg.rms_norm_eps)
+        self.rotary = Rotary(cfg)  # type: ignore[arg-type]
+        self.embed_weight = embed_weight.detach()  # the target's: not parameters of ours
+        self.lm_head_weight = lm_head_weight.detach()
+        self.target_layer_ids: tuple[int, ...] = cfg.target_layer_ids
+        self.block_size: int = cfg.block_size
+        self.mask_token_id: int = cfg.mask_token_id
+        # hidden_states tuple indices: hs[0] is the embedding output, so decoder-layer output i is hs[i + 1]
+        self.feature_layers: tuple[int, ...] | None = tuple(i + 1 for i in cfg.target_layer_ids)
+        self.store: Any = None  # the N-gram store (``dflash-tree``), set by the arena loader
+
+    # ----------------------------------------------------------------- loading
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | os.PathLike[str],
+        target: Any,
+        *,
+        revision: str | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> DFlashDrafter:
+        """Load ``config.json`` + ``model.safetensors`` (local dir or Hub id, through ``dart_core.hub``);
+        ``target``: a loaded model (``TargetModel`` or HF) or a target checkpoint dir / Hub id, whose embedding and
+        lm_head are shared. A checkpoint built for another target is refused with the mismatch named."""
+        cfg_path = resolve_file(path, "config.json", revision=revision)
+        assert cfg_path is not None
+        try:
+            raw = json.loads(cfg_path.read_text())
+        except ValueError as e:
+            raise LoadError(cfg_path, f"not valid JSON ({e})") from None
+        if not isinstance(raw, dict):
+            raise LoadError(cfg_path, "expected a JSON object")
+        cfg = DFlashConfig.from_dict(raw, source=str(cfg_path))
+        weights, state = load_weights_file(path, revision=revision)
+        source = os.fspath(weights)
+        state = {k.removeprefix("model."): v for k, v in state.items()}
+        check_state(state, dflash_shapes(cfg), source=source)
+        embed, lm_head, target_layers = _target_parts(target, revision)
+        _check_target(cfg, embed, lm_head, target_layers, source)
+        device = torch.device(device) if device is not None else embed.device
+        dtype = dtype or (embed.dtype if embed.is_floating_point() else torch.float32)
+        model = cls(cfg, embed.to(device=device, dtype=dtype), lm_head.to(device=device, dtype=dtype))
+        model.load_state_dict(state, strict=True)
+        return model.to(device=device, dtype=dtype).eval().requires_grad_(False)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> DFlashDrafter:
+        super()._apply(fn, recurse)
+        self.embed_weight, self.lm_head_weight = fn(self.embed_weight), fn(self.lm_head_weight)
+        return self
+
+    @property
+    def device(self) -> torch.device:
+        return self.fc.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.fc.weight.dtype
+
+    # ----------------------------------------------------------------- state
+    def new_state(self, settings: Any = None) -> DFlashState:
+        """A fresh per-generation state (empty context caches) with checked ``settings`` (default: defaults)."""
+        settings = self.settings_type() if settings is None else settings
+        if not isinstance(settings, self.settings_type):
+            raise TypeError(f"{self.name} takes {self.settings_type.__name__}, got {type(settings).__name__}")
+        return DFlashState([KVCache() for _ in self.layers], check_settings(settings, self.name))
+
+    # ----------------------------------------------------------------- forward
+    def _features(self, features: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
+        if not isinstance(features, torch.Tensor):
+            features = torch.cat(list(features), dim=-1)  # per-layer tensors [n, H], in target_layer_ids order
+        feats = features[0] if features.dim() == 3 and features.shape[0] == 1 else features
+        width = len(self.target_layer_ids) * self.config.hidden_size
+        if feats.dim() != 2 or feats.shape[1] != width:
+            raise ValueError(f"{self.name} features must be [n, {width}] ({len(self.target_layer_ids)} target "
+                             f"layers of {self.config.hidden_size}), got {tuple(features.shape)}")
+        return feats.to(device=self.device, dtype=self.dtype)
+
+    @torch.no_grad()
+    def draft_logits(self, features: torch.Tensor | Sequence[torch.Tensor], block_ids: torch.Tensor | Sequence[int],
+                     state: DFlashState | None = None) -> torch.Tensor:
+        """One drafting call. Without ``state`` the cache-free form: ``features`` of EVERY committed position
+        [n, n_ids·H] (or the per-layer tensors). With ``state``: only the context rows it has not seen; their K/V
+        join its caches, the block's are dropped. ``block_ids`` [B']: the just-produced token, then mask ids.
+        Returns float32 logits [B'−1, vocab]: row j−1 predicts the token j places after ``block_ids[0]``."""
+        state = self.new_state() if state is None else state
+        feats = self._features(features)
+        ids = torch.as_tensor(block_ids, dtype=torch.long, device=self.device).reshape(-1)
+        if ids.shape[0] < 2:
+            raise ValueError(f"block_ids must hold at least 2 ids, got {ids.shape[0]}")
+        vocab = self.embed_weight.shape[0]
+        if int(ids.min()) < 0 or int(ids.max()) >= vocab:
+            raise ValueError(f"block_ids hold token ids outside [0, {vocab})")
+        n, b, past = feats.shape[0], ids.shape[0], state.length
+        positions = torch.arange(past, past + n + b, device=self.device)
+        cos, sin = self.rotary.cos_sin(positions, self.dtype)
+        c = self.hidden_norm(self.fc(feats))  # once per call: the same c feeds every layer
+        h = self.embed_weight[ids]
+        for layer, cache in zip(self.layers, state.caches, strict=True):
+            h = layer(h, c, cos, sin, cache)
+        for cache in state.caches:
+            cache.commit(n)  # the context rows stay; the block rows after them are scratch
+        return nn.functional.linear(self.norm(h[1:]), self.lm_head_weight).float()
+
+    def _block(self, root: int) -> torch.Tensor:
+        block = torch.full((self.block_size,), self.mask_token_id, dtype=torch.long, device=self.device)
+        block[0] = root
+        return block
+
+    # ---------------------------------------------------------------- proposal
+    @torch.no_grad()
+    def propose(self, state: DFlashState, step: DraftInput) -> Proposal:
+        """The upstream step: block [root, mask×(B−1)], one forward, argmax per row → a chain (the engine's verify
+        and acceptance: longest matching prefix + bonus; under sampling, the lossless rule with a one-hot draft)."""
+        s: DFlashSettings = state.settings
+        root = int(step.token_ids[-1])
+        with Stopwatch(self.device) as draft:
+            logits = self.draft_logits(step.features, self._block(root), state)
+            chain = logits[: min(s.draft_tokens, self.block_size - 1)].argmax(dim=-1).tolist()
+        m = len(chain)
+        tree = DraftTree(np.array([root, *chain]), np.arange(-1, m), np.zeros(m + 1, dtype=np.float32))
+        return Proposal(tree=tree, draft_ms=draft.ms, search_ms=0.0)
+
+
+class DFlashTreeDrafter(DFlashDrafter):
+    """The same drafter as the ``dflash-tree`` racer: top-k per block row, softmax over the k, DART's native
+    N-gram-guided beam search (N-gram term off, with a one-time notice, without a store), tree verify."""
+
+    key = "dflash-tree"
+    name = "DFlash-tree"
+    settings_type = DFlashTreeSettings
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._warned_no_store = False
+
+    @torch.no_grad()
+    def propose(self, state: DFlashState, step: DraftInput) -> Proposal:
+        """Draft a tree rooted at the just-produced token from the block's B−1 rows of logits."""
+        s: DFlashTreeSettings = state.settings
+        root = int(step.token_ids[-1])
+        with Stopwatch(self.device) as draft:
+            logits = self.draft_logits(step.features, self._block(root), state)
+            values, ids = torch.topk(logits, min(s.top_k, logits.shape[-1]), dim=-1)
+            probs = torch.softmax(values, dim=-1)
+            tokens_np, probs_np = ids.to(torch.int32).cpu().numpy(), probs.cpu().numpy()
+        store = self.store
+        if store is None and not self._warned_no_store:
+            log.warning("DFlash-tree is drafting without an N-gram store: the tree search runs with the N-gram "
+                        "term off")
+            self._warned_no_store = True
+        with Stopwatch() as search:
+            tree = search_tree(tokens_np, probs_np, step.context, store, beam_width=s.beam_width,
+                               max_nodes=s.max_nodes, ngram_weight=s.ngram_weight if store is not None else 0.0,
+                               eos_token_id=step.stop_ids)
+        return Proposal(tree=tree, draft_ms=draft.ms, search_ms=search.ms)
+
+
+# ------------------------------------------------------------------------------------------------ target side
+def _layers_of(config: Any) -> int | None:
+    get = getattr(config, "get_text_config", None)
+    text = get() if callable(get) else config
+    n = getattr(text, "num_hidden_layers", None)
+    return int(n) if n is not None else None
+
+
+def _target_parts(target: Any, revision: str | None) -> tuple[torch.Tensor, torch.Tensor, int | None]:
+    """(embedding [V, H], lm_head [V', H], decoder layers or None) of a loaded model (ours or HF) or a target
+    checkpoint dir / Hub id (only those two tensors and the config are read)."""
+    embed = resolve_embedding(target, revision=revision)
+    for obj in (target, getattr(target, "model", None)):
+        if obj is not None and hasattr(obj, "get_output_embeddings") and obj.get_output_embeddings() is not None:
+            return embed, obj.get_output_embeddings().weight, _layers_of(getattr(obj, "config", None))
+    if isinstance(target, (str, os.PathLike)):
+        layers = None
+        cfg_path = resolve_file(target, "config.json", revision=revision, required=False)
+        raw: dict[str, Any] = {}
+        if cfg_path is not None:
+            try:
+                raw = json.loads(cfg_path.read_text())
+            except ValueError:
+                raw = {}
+            text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
+            layers = text.get("num_hidden_layers")
+        try:
+            lm_head = load_tensor(target, LM_HEAD_KEYS, revision=revision)
+        except HubFileError:
+            if not raw.get("tie_word_embeddings", False):
+                raise HubFileError(f"cannot read the target's lm_head from {os.fspath(target)}") from None
+            lm_head = embed  # tied
+        return embed, lm_head, layers
+    raise TypeError(f"DFlash needs the target model or its checkpoint path/id (embedding and lm_head), "
+                    f"got {type(target)}")
+
+
+def _check_target(cfg: DFlashConfig, embed: torch.Tensor, lm_head: torch.Tensor, target_layers: int | None,
+                  source: str) -> None:
+    """Refuse a drafter built for another target, naming the mismatch."""
+    H = cfg.hidden_size
+    if embed.dim() != 2 or embed.shape[1] != H:
+        raise LoadError(source, f"the target's hidden size is {embed.shape[-1]}, the DFlash drafter's "
+                                f"{H}: built for another target?")
+    if lm_head.dim() != 2 or lm_head.shape[1] != H:
+        raise LoadError(source, f"the target's lm_head has shape {tuple(lm_head.shape)}, the DFlash drafter "
+                                f"needs [vocab, {H}]: built for another target?")
+    if not 0 <= cfg.mask_token_id < embed.shape[0]:
+        raise LoadError(source, f"mask_token_id {cfg.mask_token_id} is outside the target's embedding "
+                                f"(vocab {embed.shape[0]}): built for another target?")
+    if target_layers is not None:
+        bad = [i for i in cfg.target_layer_ids if i >= target_layers]
+        if bad:
+            raise LoadError(source, f"target_layer_ids {list(cfg.target_layer_ids)}: {bad} past the target's "
+                                    f"{target_layers} decoder layers: built for another target?")
+        if target_layers != cfg.num_target_layers:
+            log.warning("%s: DFlash drafter was trained on a %d-layer target, this one has %d", source,
+                        cfg.num_target_layers, target_layers)
+
+
+__all__ = ["DFlashConfig", "DFlashDrafter", "DFlashSettings", "DFlashState", "DFlashTreeDrafter",
+           "DFlashTreeSettings", "default_target_layer_ids", "dflash_shapes"]

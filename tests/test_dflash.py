@@ -1,0 +1,401 @@
+"""DFlash (``docs/drafters.md``): a tiny checkpoint in exactly the published format, the module against
+an independent literal reference of the cache-free forward, the cache against the cache-free form, the default
+layer rule, greedy losslessness of ``dflash`` and ``dflash-tree`` against HF ``generate`` on Qwen3 / Llama /
+Qwen3-MoE targets, a rigged drafter reaching deep acceptance, the upstream chain rule step by step, sampling, and
+the refusals."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import helpers_ckpt as C
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+from scipy.stats import chisquare
+from transformers import AutoModelForCausalLM, LlamaConfig, Qwen3Config, Qwen3MoeConfig
+
+from dart_core.drafters.dflash import (
+    DFlashDrafter,
+    DFlashSettings,
+    DFlashTreeDrafter,
+    DFlashTreeSettings,
+    default_target_layer_ids,
+)
+from dart_core.errors import LoadError
+from dart_core.generate import generate, stream, summarize
+from dart_core.target import TargetModel
+from dart_core.verify import SamplingConfig, processed_probs
+
+V, H, L, NEW = 97, 32, 8, 40
+
+
+def make_target(family: str, seed: int = 0, vocab: int = V) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    common = dict(vocab_size=vocab, hidden_size=H, intermediate_size=64, num_hidden_layers=L, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False)
+    if family == "qwen3":
+        cfg = Qwen3Config(head_dim=16, **common)
+    elif family == "llama":
+        cfg = LlamaConfig(**common)
+    else:
+        cfg = Qwen3MoeConfig(head_dim=8, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                             decoder_sparse_step=1, **common)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").eval()
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+# ------------------------------------------------------------------ a checkpoint in the published format
+def dflash_config(*, layers: int = 2, block: int = 6, mask: int = V - 1, ids: list[int] | None = None,
+                  head_dim: int = 12, bias: bool = False, n_target: int = L, **extra: object) -> dict:
+    cfg: dict = {
+        "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_size": H, "intermediate_size": 48,
+        "num_hidden_layers": layers, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": head_dim,
+        "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "rope_scaling": None, "max_position_embeddings": 512,
+        "attention_bias": bias, "hidden_act": "silu", "layer_types": ["full_attention"] * layers,
+        "num_target_layers": n_target, "block_size": block, "vocab_size": V, "torch_dtype": "float32",
+        "dflash_config": {"mask_token_id": mask},
+    }
+    if ids is not None:
+        cfg["dflash_config"]["target_layer_ids"] = ids
+    cfg.update(extra)
+    return cfg
+
+
+def n_ids(cfg: dict) -> int:
+    ids = cfg["dflash_config"].get("target_layer_ids")
+    return len(ids) if ids is not None else len(default_target_layer_ids(cfg["num_target_layers"],
+                                                                         cfg["num_hidden_layers"]))
+
+
+def dflash_state(cfg: dict, seed: int = 0, scale: float = 0.2) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    hd, inter = cfg["head_dim"], cfg["intermediate_size"]
+    q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
+
+    def w(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g) * scale
+
+    sd = {"fc.weight": w(H, n_ids(cfg) * H), "hidden_norm.weight": 1 + w(H), "norm.weight": 1 + w(H)}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"layers.{i}."
+        sd |= {p + "input_layernorm.weight": 1 + w(H), p + "post_attention_layernorm.weight": 1 + w(H),
+               p + "self_attn.q_proj.weight": w(q, H), p + "self_attn.k_proj.weight": w(kv, H),
+               p + "self_attn.v_proj.weight": w(kv, H), p + "self_attn.o_proj.weight": w(H, q),
+               p + "self_attn.q_norm.weight": 1 + w(hd), p + "self_attn.k_norm.weight": 1 + w(hd),
+               p + "mlp.gate_proj.weight": w(inter, H), p + "mlp.up_proj.weight": w(inter, H),
+               p + "mlp.down_proj.weight": w(H, inter)}
+        if cfg["attention_bias"]:
+            sd |= {p + "self_attn.q_proj.bias": w(q), p + "self_attn.k_proj.bias": w(kv),
+                   p + "self_attn.v_proj.bias": w(kv), p + "self_attn.o_proj.bias": w(H)}
+    return sd
+
+
+def write(path: Path, cfg: dict, sd: dict[str, torch.Tensor]) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(cfg))
+    save_file({k: v.contiguous() for k, v in sd.items()}, path / "model.safetensors")
+    return path
+
+
+# ------------------------------------------------------------------ literal reference of the spec
+def rms(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def rope(x: torch.Tensor, pos: torch.Tensor, theta: float = 10000.0) -> torch.Tensor:
+    hd = x.shape[-1]  # x: [rows, heads, hd]
+    inv = 1.0 / theta ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd)
+    ang = pos[:, None].float() * inv[None]
+    cos, sin = torch.cat([ang, ang], -1).cos(), torch.cat([ang, ang], -1).sin()
+    rot = torch.cat([-x[..., hd // 2 :], x[..., : hd // 2]], -1)
+    return x * cos[:, None] + rot * sin[:, None]
+
+
+def reference_logits(sd: dict, cfg: dict, embed: torch.Tensor, lm_head: torch.Tensor, ctx: torch.Tensor,
+                     block: list[int]) -> torch.Tensor:
+    """The spec's cache-free form, step by step, with plain torch ops and loops over heads."""
+    heads, kvh, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    n, b = ctx.shape[0], len(block)
+
+    def lin(x: torch.Tensor, name: str) -> torch.Tensor:
+        y = x @ sd[name + ".weight"].T
+        return y + sd[name + ".bias"] if name + ".bias" in sd else y
+
+    c = rms(ctx @ sd["fc.weight"].T, sd["hidden_norm.weight"])
+    h = embed[torch.tensor(block)]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"layers.{i}."
+        a = rms(h, sd[p + "input_layernorm.weight"])
+        both = torch.cat([c, a])
+        q = rms(lin(a, p + "self_attn.q_proj").view(b, heads, hd), sd[p + "self_attn.q_norm.weight"])
+        k = rms(lin(both, p + "self_attn.k_proj").view(n + b, kvh, hd), sd[p + "self_attn.k_norm.weight"])
+        v = lin(both, p + "self_attn.v_proj").view(n + b, kvh, hd)
+        q, k = rope(q, torch.arange(n, n + b)), rope(k, torch.arange(n + b))
+        out = torch.zeros(b, heads, hd)
+        for hh in range(heads):
+            kv = hh // (heads // kvh)
+            s = (q[:, hh] @ k[:, kv].T) / math.sqrt(hd)  # no mask
+            out[:, hh] = torch.softmax(s, -1) @ v[:, kv]
+        h = h + lin(out.reshape(b, heads * hd), p + "self_attn.o_proj")
+        x = rms(h, sd[p + "post_attention_layernorm.weight"])
+        g, u = x @ sd[p + "mlp.gate_proj.weight"].T, x @ sd[p + "mlp.up_proj.weight"].T
+        h = h + (torch.nn.functional.silu(g) * u) @ sd[p + "mlp.down_proj.weight"].T
+    return (rms(h, sd["norm.weight"]) @ lm_head.T)[1:]
+
+
+def target_ctx(model: torch.nn.Module, ids: list[int], layer_ids: tuple[int, ...]) -> torch.Tensor:
+    with torch.no_grad():
+        hs = model(torch.tensor([ids]), output_hidden_states=True).hidden_states
+    return torch.cat([hs[i + 1][0] for i in layer_ids], -1)
+
+
+@pytest.fixture(scope="module")
+def qwen() -> torch.nn.Module:
+    return make_target("qwen3")
+
+
+# ------------------------------------------------------------------ forward, cache, defaults
+@pytest.mark.parametrize("bias,layers,ids", [(False, 2, None), (True, 1, [2, 5]), (False, 3, [1, 3, 4, 6])])
+def test_forward_matches_literal_spec(tmp_path: Path, qwen: torch.nn.Module, bias: bool, layers: int,
+                                      ids: list[int] | None) -> None:
+    cfg = dflash_config(layers=layers, ids=ids, bias=bias)
+    sd = dflash_state(cfg, seed=3)
+    drafter = DFlashDrafter.from_pretrained(write(tmp_path / "d", cfg, sd), target=qwen)
+    assert drafter.block_size == 6 and drafter.mask_token_id == V - 1
+    assert drafter.feature_layers == tuple(i + 1 for i in drafter.target_layer_ids)
+    prompt = [5, 9, 2, 33, 7, 1, 60, 4, 12]
+    ctx = target_ctx(qwen, prompt, drafter.target_layer_ids)
+    block = [17] + [V - 1] * 5
+    got = drafter.draft_logits(ctx, torch.tensor(block))
+    assert got.dtype == torch.float32 and got.shape == (5, V)
+    ref = reference_logits(sd, cfg, qwen.get_input_embeddings().weight.detach(),
+                           qwen.get_output_embeddings().weight.detach(), ctx, block)
+    torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)
+    per_layer = ctx.split(H, dim=-1)  # the per-layer form of the features
+    torch.testing.assert_close(drafter.draft_logits(per_layer, block), got, atol=0, rtol=0)
+
+
+def test_cache_equals_cache_free(tmp_path: Path, qwen: torch.nn.Module) -> None:
+    cfg = dflash_config(layers=2)
+    drafter = DFlashDrafter.from_pretrained(write(tmp_path / "d", cfg, dflash_state(cfg, seed=1)), target=qwen)
+    rng = random.Random(0)
+    tokens = [rng.randrange(V) for _ in range(40)]
+    full = target_ctx(qwen, tokens, drafter.target_layer_ids)
+    state = drafter.new_state()
+    seen = 0
+    for end in (7, 8, 12, 13, 20, 31, 39):  # growing context, varying numbers of new rows
+        block = [tokens[end]] + [V - 1] * 5
+        cached = drafter.draft_logits(full[seen:end], block, state)
+        free = drafter.draft_logits(full[:end], block)
+        assert state.length == end
+        assert (cached - free).abs().max().item() <= 1e-5
+        seen = end
+
+
+def test_default_target_layer_ids_rule(tmp_path: Path, qwen: torch.nn.Module) -> None:
+    assert default_target_layer_ids(36, 1) == (18,)
+    assert default_target_layer_ids(36, 5) == (1, 9, 17, 25, 33)  # the published Qwen3-8B drafter's ids
+    assert default_target_layer_ids(8, 3) == (1, 3, 5)
+    assert default_target_layer_ids(7, 3) == (1, 2, 4)  # 2.5 rounds half to even: 2, not 3
+    assert default_target_layer_ids(11, 5) == (1, 3, 4, 6, 8)  # 2.75 -> 3, 4.5 -> 4, 6.25 -> 6
+    cfg = dflash_config(layers=3)  # no target_layer_ids: the rule with L = num_target_layers = 8
+    drafter = DFlashDrafter.from_pretrained(write(tmp_path / "d", cfg, dflash_state(cfg)), target=qwen)
+    assert drafter.target_layer_ids == (1, 3, 5) and drafter.feature_layers == (2, 4, 6)
+
+
+# ------------------------------------------------------------------ decoding
+def reference(model: torch.nn.Module, prompt: list[int], new: int) -> list[int]:
+    ids = torch.tensor([prompt])
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=new,
+                         min_new_tokens=new)
+    return out[0, len(prompt) :].tolist()
+
+
+class Rigged:
+    """Mixin: the real forward, then each row pushed towards the target's true continuation (known from the
+    reference run) with probability ``agree`` — a drafter that agrees with the target often."""
+
+    def setup(self, prompt: list[int], truth: list[int], agree: float, seed: int) -> None:
+        self.prompt_len, self.truth, self.agree, self.rng = len(prompt), truth, agree, random.Random(seed)
+
+    def propose(self, state, step):  # type: ignore[no-untyped-def]
+        self._done = len(step.context) - self.prompt_len  # tokens emitted so far (root included)
+        return super().propose(state, step)  # type: ignore[misc]
+
+    def draft_logits(self, features, block_ids, state=None):  # type: ignore[no-untyped-def]
+        logits = super().draft_logits(features, block_ids, state).clone()  # type: ignore[misc]
+        for r in range(logits.shape[0]):
+            i = self._done + r
+            if i < len(self.truth) and self.rng.random() < self.agree:
+                logits[r, self.truth[i]] += 50.0
+        return logits
+
+
+class RiggedChain(Rigged, DFlashDrafter):
+    pass
+
+
+class RiggedTree(Rigged, DFlashTreeDrafter):
+    pass
+
+
+@pytest.mark.parametrize("family", ["qwen3", "llama", "qwen3_moe"])
+def test_greedy_lossless_chain_and_tree(tmp_path: Path, family: str) -> None:
+    model = make_target(family)
+    target = TargetModel(model)
+    cfg = dflash_config(layers=2, ids=[1, 4, 5], block=6)
+    path = write(tmp_path / "d", cfg, dflash_state(cfg, seed=7))
+    plain = {"dflash": DFlashDrafter.from_pretrained(path, target=target),
+             "dflash-tree": DFlashTreeDrafter.from_pretrained(path, target=target)}
+    rigged = {"dflash": RiggedChain.from_pretrained(path, target=model),
+              "dflash-tree": RiggedTree.from_pretrained(path, target=model)}
+    taus: dict[str, list[float]] = {"dflash": [], "dflash-tree": []}
+    rng = random.Random(1)
+    settings = {"dflash": DFlashSettings(), "dflash-tree": DFlashTreeSettings(top_k=4, max_nodes=12)}
+    for p in range(4):
+        prompt = [rng.randrange(V) for _ in range(rng.randint(3, 20))]
+        want = reference(model, prompt, NEW)
+        for key in ("dflash", "dflash-tree"):
+            got, steps = generate(target, prompt, plain[key], settings=settings[key], max_new_tokens=NEW)
+            assert got == want, (family, key, "random")
+            assert all(s.method == key for s in steps)
+            rigged[key].setup(prompt, want, agree=0.9, seed=p)
+            got, steps = generate(target, prompt, rigged[key], settings=settings[key], max_new_tokens=NEW)
+            assert got == want, (family, key, "rigged")
+            taus[key].append(summarize(steps).tau)
+    for key, t in taus.items():
+        assert np.mean(t) > 3.0, (family, key, t)
+
+
+def test_upstream_chain_rule_step_by_step(tmp_path: Path, qwen: torch.nn.Module) -> None:
+    """The engine's ``dflash`` steps equal a tiny literal upstream loop: cache-free draft, argmax chain,
+    full recompute of the target, longest matching prefix + bonus."""
+    cfg = dflash_config(layers=2, block=5)
+    path = write(tmp_path / "d", cfg, dflash_state(cfg, seed=5))
+    target = TargetModel(qwen)
+    for rig in (False, True):
+        drafter = (RiggedChain if rig else DFlashDrafter).from_pretrained(path, target=qwen)
+        prompt = [3, 14, 15, 92, 65, 35, 89, 79]
+        truth = reference(qwen, prompt, 30)
+        if rig:
+            drafter.setup(prompt, truth, agree=0.7, seed=3)
+            ref_drafter = RiggedChain.from_pretrained(path, target=qwen)
+            ref_drafter.setup(prompt, truth, agree=0.7, seed=3)
+        else:
+            ref_drafter = drafter
+        steps = [s for s in stream(target, prompt, drafter, max_new_tokens=30) if not s.prefill]
+        # the literal loop
+        seq = [*prompt, truth[0]]
+        expected = []
+        while len(seq) - len(prompt) < 30:
+            x = seq[-1]
+            ctx = target_ctx(qwen, seq[:-1], drafter.target_layer_ids)
+            if rig:
+                ref_drafter._done = len(seq) - len(prompt)
+            chain = ref_drafter.draft_logits(ctx, [x] + [drafter.mask_token_id] * 4).argmax(-1).tolist()
+            with torch.no_grad():
+                top = qwen(torch.tensor([seq + chain])).logits[0, len(seq) - 1 :].argmax(-1).tolist()
+            acc = 0
+            while acc < len(chain) and chain[acc] == top[acc]:
+                acc += 1
+            emitted = [*chain[:acc], top[acc]]
+            room = 30 - (len(seq) - len(prompt))
+            expected.append((emitted[:room], min(acc, room - 1)))  # the engine drafts room - 1 at most
+            seq += emitted[:room]
+        assert [(s.tokens, s.accepted) for s in steps] == expected
+        assert all(s.tree_size <= 5 for s in steps) and steps[0].tree_size == 5
+
+
+def test_sampling_keeps_target_distribution(tmp_path: Path) -> None:
+    """The second emitted token (the first from a verify step) vs Σ_x1 p(x1) q(x2 | x1), chi-square, for the
+    chain (one-hot draft rule) and the tree."""
+    vocab = 12
+    model = make_target("qwen3", seed=11, vocab=vocab)
+    target = TargetModel(model)
+    cfg = dflash_config(layers=1, block=4, mask=vocab - 1)
+    cfg["vocab_size"] = vocab
+    path = write(tmp_path / "d", cfg, dflash_state(cfg, seed=1, scale=1.0))
+    sampling = SamplingConfig(temperature=1.3, top_p=0.95)
+    prompt = [3, 1, 4, 1, 5]
+    with torch.no_grad():
+        p1 = processed_probs(model(torch.tensor([prompt])).logits[0, -1], sampling)
+        q2 = processed_probs(model(torch.tensor([[*prompt, x] for x in range(vocab)])).logits[:, -1], sampling)
+    expected = (p1[:, None] * q2).sum(0).double().numpy()
+    n = 1500
+    for cls, settings in ((DFlashDrafter, DFlashSettings()), (DFlashTreeDrafter, DFlashTreeSettings(top_k=3,
+                                                                                                 max_nodes=8))):
+        drafter = cls.from_pretrained(path, target=model)
+        gen = torch.Generator().manual_seed(0)
+        counts = np.zeros(vocab)
+        for _ in range(n):
+            got, _ = generate(target, prompt, drafter, sampling=sampling, max_new_tokens=2, generator=gen,
+                              settings=settings)
+            counts[got[1]] += 1
+        keep = expected * n >= 5
+        f_exp = np.append(expected[keep] * n, expected[~keep].sum() * n)
+        f_obs = np.append(counts[keep], counts[~keep].sum())
+        if f_exp[-1] == 0:
+            f_exp, f_obs = f_exp[:-1], f_obs[:-1]
+        assert chisquare(f_obs, f_exp * f_obs.sum() / f_exp.sum()).pvalue > 1e-3, cls.__name__
+
+
+# ------------------------------------------------------------------ refusals
+def test_refusals_name_the_problem(tmp_path: Path, qwen: torch.nn.Module) -> None:
+    cfg = dflash_config(layers=2)
+    sd = dflash_state(cfg)
+    n = iter(range(100))
+
+    def load(c: dict = cfg, s: dict = sd, cls: type = DFlashDrafter, target: object = qwen) -> object:
+        return cls.from_pretrained(write(tmp_path / f"d{next(n)}", c, s), target=target)
+
+    prefixed = load(s={"model." + k: v for k, v in sd.items()})  # a leading model. prefix is stripped
+    assert isinstance(prefixed, DFlashDrafter)
+    with pytest.raises(LoadError, match=r"missing keys \['layers.1.self_attn.k_norm.weight'\]"):
+        load(s={k: v for k, v in sd.items() if k != "layers.1.self_attn.k_norm.weight"})
+    with pytest.raises(LoadError, match=r"unexpected keys \['embed_tokens.weight'\]"):
+        load(s=sd | {"embed_tokens.weight": torch.zeros(V, H)})
+    with pytest.raises(LoadError, match=r"fc.weight: \(32, 96\) != expected \(32, 64\)"):
+        load(s=sd | {"fc.weight": torch.zeros(H, 3 * H)})
+    with pytest.raises(LoadError, match="non-finite"):
+        load(s=sd | {"norm.weight": torch.full((H,), float("nan"))})
+    with pytest.raises(LoadError, match="sliding_attention"):
+        load(c=cfg | {"layer_types": ["full_attention", "sliding_attention"]})
+    with pytest.raises(LoadError, match="dflash_config"):
+        load(c={k: v for k, v in cfg.items() if k != "dflash_config"})
+    with pytest.raises(LoadError, match="block_size"):
+        load(c=cfg | {"block_size": 1})
+    with pytest.raises(LoadError, match="mask_token_id 500 is outside the target's embedding"):
+        load(c=cfg | {"dflash_config": {"mask_token_id": 500}})
+    with pytest.raises(LoadError, match=r"target_layer_ids \[1, 9\]: \[9\] past the target's 8 decoder layers"):
+        load(c=cfg | {"num_target_layers": 36, "dflash_config": {"mask_token_id": 1, "target_layer_ids": [1, 9]}},
+             s=sd | {"fc.weight": torch.zeros(H, 2 * H)})
+    with pytest.raises(LoadError, match="outside the num_target_layers=8"):
+        load(c=cfg | {"dflash_config": {"mask_token_id": 1, "target_layer_ids": [1, 8]}})
+    other = C.tiny_qwen3(vocab=V, hidden=48, layers=8)
+    with pytest.raises(LoadError, match="hidden size is 48, the DFlash drafter's 32"):
+        load(target=other)
+    with pytest.raises(LoadError, match="rope_scaling"):
+        load(c=cfg | {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}})
+    drafter = load()
+    with pytest.raises(ValueError, match=r"features must be \[n, 64\]"):
+        drafter.draft_logits(torch.zeros(3, 96), [1, 2])
+    with pytest.raises(TypeError, match="DFlashSettings"):
+        drafter.new_state(DFlashTreeSettings())
+
+
+def test_loads_from_target_checkpoint_dir(tmp_path: Path, qwen: torch.nn.Module) -> None:
+    cfg = dflash_config(layers=1)
+    sd = dflash_state(cfg)
+    path = write(tmp_path / "d", cfg, sd)
+    qwen.save_pretrained(tmp_path / "target")
+    a = DFlashDrafter.from_pretrained(path, target=str(tmp_path / "target"))
+    b = DFlashDrafter.from_pretrained(path, target=qwen)
+    ctx = torch.randn(5, a.fc.in_features)
+    torch.testing.assert_close(a.draft_logits(ctx, [3, V - 1, V - 1]), b.draft_logits(ctx, [3, V - 1, V - 1]))
