@@ -21,6 +21,27 @@ def tiny_qwen3(vocab: int = 97, hidden: int = 32, layers: int = 8, seed: int = 0
     return AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").eval()
 
 
+def tiny_target(family: str, *, vocab: int = 97, hidden: int = 32, layers: int = 8, seed: int = 0) -> Any:
+    """A tiny random HF causal LM of ``family`` (qwen3, llama or qwen3-moe) built from a config: SDPA attention,
+    no end-of-text (so generations run to their length), untied head."""
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen3Config, Qwen3MoeConfig
+
+    torch.manual_seed(seed)
+    common = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=64, num_hidden_layers=layers,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False)
+    if family == "qwen3":
+        cfg = Qwen3Config(head_dim=16, **common)
+    elif family == "llama":
+        cfg = LlamaConfig(**common)
+    else:
+        cfg = Qwen3MoeConfig(head_dim=8, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                             decoder_sparse_step=1, **common)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").eval()
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    return model
+
+
 def drafter_config(kind: str, *, vocab: int, hidden: int, draft_vocab: int | None = None, head_dim: int | None = None,
                    draft_length: int = 4, **extra: Any) -> dict[str, Any]:
     cfg: dict[str, Any] = {

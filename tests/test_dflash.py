@@ -17,7 +17,6 @@ import pytest
 import torch
 from safetensors.torch import save_file
 from scipy.stats import chisquare
-from transformers import AutoModelForCausalLM, LlamaConfig, Qwen3Config, Qwen3MoeConfig
 
 from dart_core.drafters.dflash import (
     DFlashDrafter,
@@ -35,20 +34,7 @@ V, H, L, NEW = 97, 32, 8, 40
 
 
 def make_target(family: str, seed: int = 0, vocab: int = V) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    common = dict(vocab_size=vocab, hidden_size=H, intermediate_size=64, num_hidden_layers=L, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False)
-    if family == "qwen3":
-        cfg = Qwen3Config(head_dim=16, **common)
-    elif family == "llama":
-        cfg = LlamaConfig(**common)
-    else:
-        cfg = Qwen3MoeConfig(head_dim=8, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
-                             decoder_sparse_step=1, **common)
-    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").eval()
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
-    return model
+    return C.tiny_target(family, vocab=vocab, hidden=H, layers=L, seed=seed)
 
 
 # ------------------------------------------------------------------ a checkpoint in the published format

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 from scipy.stats import chisquare
-from transformers import AutoModelForCausalLM, LlamaConfig, Qwen3Config, Qwen3MoeConfig
+from transformers import AutoModelForCausalLM, Qwen3Config
 
 from dart_core.drafters.dart import DartDrafter, DartSettings
 from dart_core.drafters.eagle3 import Eagle3Drafter, Eagle3Settings
@@ -27,20 +27,7 @@ N_PROMPTS = 20
 
 
 def make_target(family: str, seed: int = 0) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    common = dict(vocab_size=V, hidden_size=H, intermediate_size=64, num_hidden_layers=8, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False)
-    if family == "qwen3":
-        cfg = Qwen3Config(head_dim=16, **common)
-    elif family == "llama":
-        cfg = LlamaConfig(**common)
-    else:
-        cfg = Qwen3MoeConfig(head_dim=8, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
-                             decoder_sparse_step=1, **common)
-    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").eval()
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
-    return model
+    return C.tiny_target(family, vocab=V, hidden=H, seed=seed)
 
 
 def prompts(seed: int) -> list[list[int]]:
