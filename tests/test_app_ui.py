@@ -270,7 +270,7 @@ def test_ended_races_are_forgotten_and_sessions_capped(arena: Any, monkeypatch: 
     list(ui.run(held_out_prompt(5), new_conversation(), *controls(4), session="s5"))
     assert list(ui.active) == ["s5"]  # the others ended over ENDED_KEEP_S ago
     gc.collect()
-    alive = [o for o in gc.get_objects() if type(o) is LiveRace]
+    alive = [o for o in gc.get_objects() if type(o) is LiveRace and o.ui is ui]  # this page's, not other tests'
     assert alive == [ui.active["s5"]], f"{len(alive)} races still held"
     ui.clear("s5")
     assert not ui.active
