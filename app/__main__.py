@@ -65,13 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
         if r.opt_in:
             m.add_argument(f"--compare-{r.key}", action=argparse.BooleanOptionalAction, default=None,
                            help=f"add a {r.label} column on the same target (default: on when the bundle has "
-                                f"{r.key}/, off with --base-model-name-or-path)")
+                                f"{r.bundle_dir}/, off with --base-model-name-or-path)")
             m.add_argument(f"--{r.key}-model-name-or-path", default=None, metavar="MODEL",
                            help=f"{r.label} drafter for --compare-{r.key}, e.g. {r.example} (default: the bundle's "
-                                f"{r.key}/)")
+                                f"{r.bundle_dir}/)")
         else:
             m.add_argument(f"--{r.key}-model-name-or-path", default=None, metavar="MODEL",
-                           help=f"{r.label} drafter, e.g. {r.example} (default: the bundle's {r.key}/ when the "
+                           help=f"{r.label} drafter, e.g. {r.example} (default: the bundle's {r.bundle_dir}/ when the "
                                 f"target is the bundle's; without one there is no {r.label} column)")
     m.add_argument("--template-name", default="auto", metavar="NAME",
                    help="'auto' (default): the bundle's mode (chat for SmolLM2, completion for the toy); with "
@@ -155,7 +155,7 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
             if bundle is None:
                 raise SystemExit(f"error: {flag} needs --{r.key}-model-name-or-path (e.g. {r.example})")
             if in_bundle is None:
-                raise SystemExit(f"error: {flag}: the bundle {bundle.root} has no {r.key}/; pass "
+                raise SystemExit(f"error: {flag}: the bundle {bundle.root} has no {r.bundle_dir}/; pass "
                                  f"--{r.key}-model-name-or-path")
             given = str(in_bundle)
         if not compare and given is not None:

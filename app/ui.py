@@ -84,7 +84,9 @@ def encode(tok: Any, turns: list[dict[str, Any]], method: str, *, chat: bool) ->
     messages: list[dict[str, str]] = []
     for turn in turns:
         messages.append({"role": "user", "content": turn["user"]})
-        reply = turn.get("replies", {}).get(method)
+        replies = turn.get("replies", {})
+        # a racer the visitor ticked after this turn answers after the baseline's reply (the target's own text)
+        reply = replies.get(method) or replies.get(BASELINE)
         if reply is not None:
             messages.append({"role": "assistant", "content": "".join(p for p, _ in reply["pieces"])})
     text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
@@ -98,6 +100,7 @@ def encode(tok: Any, turns: list[dict[str, Any]], method: str, *, chat: bool) ->
 SAMPLING_LABELS = ("Temperature", "Top-p", "Top-k", "Max new tokens")
 SAMPLING_RANGES = ((0.0, 2.0), (0.05, 1.0), (0, 200))
 PLOTS = ("tau", "latency", "speed", "tree")
+RACERS_LABEL = "Racers"  # the picker of the drafting racers that race (the baseline always does), the last input
 
 
 class _Keep:
@@ -217,6 +220,26 @@ class ArenaUI:
         """Every control's caption, in the order the page passes them to :meth:`run`."""
         return [*SAMPLING_LABELS, *(f"{r.label} {k.label}" for r, k in self.tree_controls)]
 
+    @property
+    def optional_methods(self) -> list[str]:
+        """The loaded racers a visitor may leave out (every drafting one; the baseline always races: every
+        speedup is measured against it)."""
+        return [m for m in self.methods if m != BASELINE]
+
+    def picked(self, value: Any) -> list[str]:
+        """The picker's value (racer keys; None: every loaded racer) as the methods to race, registry order, the
+        baseline always in; a ValueError names the picker when an API caller sends something else."""
+        if value is None:
+            return list(self.methods)
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"{RACERS_LABEL}: expected a list of racer names ({', '.join(self.optional_methods)}), "
+                             f"got {shown(value)}")
+        unknown = [v for v in value if v not in self.optional_methods]
+        if unknown:
+            raise ValueError(f"{RACERS_LABEL}: {shown(unknown[0])} is not a racer loaded here (choose from "
+                             f"{', '.join(self.optional_methods)})")
+        return [m for m in self.methods if m in value or m == BASELINE]
+
     def tree_defaults(self, r: Racer) -> Any:
         return self.config.trees.get(r.key) or r.default_settings(self.engine.info.device)
 
@@ -226,11 +249,13 @@ class ArenaUI:
             self._label_cache[token] = render.token_label(self.tokenizer, token)
         return self._label_cache[token]
 
-    def lanes_html(self, conv: dict[str, Any], *, live: bool = False) -> dict[str, str]:
-        """Every column's HTML; ``live``: the streaming form whose updates only append (``render.lane_html``)."""
+    def lanes_html(self, conv: dict[str, Any], *, live: bool = False,
+                   methods: list[str] | None = None) -> dict[str, str]:
+        """The columns' HTML (of ``methods``; default every loaded racer); ``live``: the streaming form whose
+        updates only append (``render.lane_html``)."""
         figures = conv.get("summary") or {}
         return {m: render.lane_html(m, conv["turns"], chat=self.config.chat, figures=figures.get(m), live=live)
-                for m in self.methods}
+                for m in methods or self.methods}
 
     def empty_plots(self) -> dict[str, Any]:
         return dict(zip(PLOTS, (plots.tau_figure([]), plots.latency_figure([]), plots.speed_figure([]),
@@ -277,8 +302,9 @@ class ArenaUI:
                             time_limit_s=self.config.time_limit_s)
 
     def run(self, prompt: str, conv: dict[str, Any], *controls: Any, regenerate: bool = False,
-            session: str = "") -> Iterator[PageUpdate]:
-        """The generation event: validate, race, stream the page's updates."""
+            session: str = "", racers: Any = None) -> Iterator[PageUpdate]:
+        """The generation event: validate, race the ``racers`` picked (None: every loaded one), stream the page's
+        updates."""
         if not isinstance(conv, dict) or not isinstance(conv.get("turns"), list):
             conv = new_conversation()  # the page's own state, but nothing here may trust its shape
         turns = list(conv["turns"])
@@ -301,11 +327,12 @@ class ArenaUI:
         try:
             check_text(text)
             settings = self.settings(*controls)
+            methods = self.picked(racers)
             turns.append({"user": text, "replies": {}})
             limit = self.context
             hint = "shorten it, or press Clear to drop earlier turns" if self.config.chat and len(turns) > 1 \
                 else "shorten it"
-            prompts = {m: encode(self.tokenizer, turns, m, chat=self.config.chat) for m in self.methods}
+            prompts = {m: encode(self.tokenizer, turns, m, chat=self.config.chat) for m in methods}
             for ids in prompts.values():
                 check_prompt(ids, limit, hint=hint)
         except (PromptError, ValueError) as e:
@@ -315,7 +342,7 @@ class ArenaUI:
         if settings.max_new_tokens < control_number(controls[3], SAMPLING_LABELS[3]):
             capped = (f"{SAMPLING_LABELS[3]}: {controls[3]:g} is over this server's limit, so the race stops at "
                       f"{settings.max_new_tokens:,} new tokens.")
-        live = LiveRace(self, turns, prompts, settings, notice=capped)
+        live = LiveRace(self, turns, prompts, settings, notice=capped, methods=methods)
         self.remember(session, live)
         yield from live.updates()
 
@@ -406,6 +433,11 @@ class ArenaUI:
                     f'<p class="legend">{drafts} tokens came from accepted drafts; plain text is the target\'s own '
                     "token. Each method's clock counts only its own steps.</p></div>")
             status = gr.HTML(render.status_html("", "info"), elem_id="status", min_height=44)
+            picker = gr.CheckboxGroup(
+                [(r.label, r.key) for r in self.racers if r.key != BASELINE], value=self.optional_methods,
+                label=RACERS_LABEL, elem_id="racers", visible=len(self.optional_methods) > 1,
+                info=f"which drafters race {racer(BASELINE).label} (it always runs: speedups are measured against "
+                     "it); untick some on a narrow screen")
             with gr.Row(equal_height=True, elem_id="lanes"):
                 lanes = {m: gr.HTML(render.lane_html(m, [], chat=cfg.chat, figures=None), elem_id=f"lane-{m}",
                                     max_height=520, autoscroll=True, min_width=260) for m in self.methods}
@@ -458,19 +490,28 @@ class ArenaUI:
             common = {"outputs": page.outputs, "concurrency_limit": 1, "concurrency_id": CONCURRENCY_ID,
                       "show_progress": "full", "show_progress_on": [status], "preprocess": False}
 
-            def race(request: gr.Request, prompt: str, conv: dict[str, Any], *controls: float) -> Iterator[dict]:
-                """Race the loaded methods on one prompt; the last update carries the figures as JSON."""
-                session = request.session_hash
-                for update in self.guarded("racing", lambda: self.run(prompt, conv, *controls, session=session)):
+            def race(request: gr.Request, prompt: str, conv: dict[str, Any], *values: Any) -> Iterator[dict]:
+                """Race the picked methods on one prompt; the last update carries the figures as JSON."""
+                session, controls, racers = request.session_hash, values[:-1], values[-1]
+                for update in self.guarded("racing", lambda: self.run(prompt, conv, *controls, session=session,
+                                                                      racers=racers)):
                     yield page.updates(update)
 
-            def regenerate(request: gr.Request, prompt: str, conv: dict[str, Any],
-                           *controls: float) -> Iterator[dict]:
+            def regenerate(request: gr.Request, prompt: str, conv: dict[str, Any], *values: Any) -> Iterator[dict]:
                 """Race again on the last prompt (its answers are replaced)."""
-                session = request.session_hash
+                session, controls, racers = request.session_hash, values[:-1], values[-1]
                 for update in self.guarded("regenerating", lambda: self.run(prompt, conv, *controls,
-                                                                            regenerate=True, session=session)):
+                                                                            regenerate=True, session=session,
+                                                                            racers=racers)):
                     yield page.updates(update)
+
+            def show_lanes(value: Any) -> dict:
+                """Show the picked racers' columns only (and always the baseline's)."""
+                try:
+                    keep = set(self.picked(value))
+                except ValueError:
+                    keep = set(self.methods)
+                return {lane: gr.update(visible=m in keep) for m, lane in lanes.items()}
 
             def stop_race(request: gr.Request) -> dict:
                 """Stop this session's race; answers with its final (stopped) state."""
@@ -480,7 +521,8 @@ class ArenaUI:
                 """Stop any race and empty the page."""
                 return page.updates(self.answer("clearing the page", self.clear, request.session_hash))
 
-            inputs = [prompt, conv, temperature, top_p, top_k, max_new, *trees]
+            inputs = [prompt, conv, temperature, top_p, top_k, max_new, *trees, picker]
+            picker.change(show_lanes, picker, list(lanes.values()), queue=False, api_visibility="private")
             waiting = render.status_html("Waiting for the model (one race at a time on the shared target)…", "info")
             for trigger in (send.click, prompt.submit, regen.click):  # instant feedback, in the browser only
                 trigger(None, None, status, js=f"() => {json.dumps(waiting)}")
@@ -499,12 +541,13 @@ class LiveRace:
     turn it answers; renders the page's outputs. ``closed`` is set once the race has ended on the engine."""
 
     def __init__(self, ui: ArenaUI, turns: list[dict[str, Any]], prompts: dict[str, list[int]],
-                 settings: RaceSettings, *, notice: str | None = None) -> None:
+                 settings: RaceSettings, *, notice: str | None = None, methods: list[str] | None = None) -> None:
         self.ui = ui
         self.settings = settings
         self.notice = notice  # a limit applied before the race (shown with every status)
-        self.race = ui.engine.race(prompts, settings, ui.methods)
-        self.streams = {m: render.TextStream(ui.tokenizer) for m in ui.methods}
+        self.methods = list(methods or ui.methods)
+        self.race = ui.engine.race(prompts, settings, self.methods)
+        self.streams = {m: render.TextStream(ui.tokenizer) for m in self.methods}
         self.conv: dict[str, Any] = {"turns": turns, "summary": None, "matches": None}
         self.closed = threading.Event()
         self.ended_at: float | None = None  # time.monotonic() when it ended (ArenaUI forgets it ENDED_KEEP_S after)
@@ -521,7 +564,8 @@ class LiveRace:
         try:
             # chat: the message moves into the conversation; completion: the prompt stays for editing
             yield PageUpdate(prompt="" if cfg.chat else KEEP, conv=self.conv,
-                             status=self.banner("Prefilling…", "info"), lanes=self.ui.lanes_html(self.conv))
+                             status=self.banner("Prefilling…", "info"),
+                             lanes=self.ui.lanes_html(self.conv, methods=self.methods))
             for lane, step in self.race.run():
                 self.streams[lane.method].add_step(step.tokens, step.accepted)
                 now = time.perf_counter()
@@ -562,7 +606,8 @@ class LiveRace:
             counts = " · ".join(f"{lane.label} {len(lane.tokens)}" for lane in race.lanes.values())
             banner = self.banner(f"Racing… tokens so far: {counts}", "info")
             result = KEEP
-        return PageUpdate(conv=self.conv, status=banner, lanes=self.ui.lanes_html(self.conv, live=not final),
+        return PageUpdate(conv=self.conv, status=banner,
+                          lanes=self.ui.lanes_html(self.conv, live=not final, methods=self.methods),
                           cards=render.summary_html(summary, self.conv["matches"]),
                           plots=self.ui.race_plots(race) if plots or final else {}, result=result)
 

@@ -97,6 +97,6 @@ def open_bundle(root: str | os.PathLike[str] | None = None) -> Bundle:
 
     from dart_core.racers import drafting_racers
 
-    drafters = {r.key: path for r in drafting_racers() if (path := part(r.key)) is not None}
+    drafters = {r.key: path for r in drafting_racers() if (path := part(r.bundle_dir)) is not None}
     return Bundle(root=root, target=target, drafters=drafters, ngram=part("ngram/small.ngram"),
                   prompts=part("prompts.jsonl"), chat=meta.get("mode") == "chat")

@@ -50,7 +50,9 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "mer
 TOKENIZER_CORE = ("tokenizer.json", "tokenizer.model", "vocab.json")  # one of these makes a tokenizer
 WEIGHT_LAYOUTS = (("model.safetensors.index.json", "model.safetensors"),
                   ("pytorch_model.bin.index.json", "pytorch_model.bin"))
-DRAFTER_WEIGHTS = {"dart": ("model.safetensors",)}  # the others may also ship pytorch_model.bin (EAGLE-3 heads)
+# the others may also ship pytorch_model.bin (EAGLE-3 heads)
+DRAFTER_WEIGHTS = {"dart": ("model.safetensors",), "dflash": ("model.safetensors",),
+                   "dflash-tree": ("model.safetensors",)}
 NGRAM_MAGIC = b"DARTNGRM"
 OVERHEAD = {"cuda": 1 * GiB, "cpu": 512 << 20}  # CUDA context + allocator slack / Python, PyTorch, the server
 QWEN3 = re.compile(r"^Qwen/Qwen3-(\d+(?:\.\d+)?B)$", re.IGNORECASE)
@@ -140,24 +142,34 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     offline: bool = False
     seconds: float = 0.0
+    headers: dict[tuple[str, str | None, str], dict[str, Any]] = field(default_factory=dict, repr=False)
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    def header(self, src: Source, name: str) -> dict[str, Any]:
+        """``src.header(name)``, read once per plan (two racers that read one checkpoint share it)."""
+        key = (src.ref, src.revision, name)
+        if key not in self.headers:
+            self.headers[key] = src.header(name)
+        return self.headers[key]
 
     def piece(self, key: str) -> Piece | None:
         return next((p for p in self.pieces if p.key == key), None)
 
     def downloads(self) -> list[tuple[str, list[str]]]:
         """(Hub repo, its planned files) for every piece that comes from the Hub: what --download fetches."""
-        out: list[tuple[str, list[str]]] = []
+        out: dict[str, list[str]] = {}  # a repo that two racers read is fetched once
         for p in self.pieces:
             if p.repo is not None and p.files:
-                out.append((p.repo, [f.name for f in p.files]))
-        return out
+                names = out.setdefault(p.repo, [])
+                names += [f.name for f in p.files if f.name not in names]
+        return list(out.items())
 
     def to_fetch(self) -> int:
-        return sum(f.size or 0 for p in self.pieces if p.repo for f in p.missing)
+        missing = {(p.repo, f.name): f.size or 0 for p in self.pieces if p.repo for f in p.missing}
+        return sum(missing.values())
 
     def render(self) -> str:
         """The plan as the operator reads it (``--check``)."""
@@ -667,6 +679,9 @@ def check_drafter(key: str, label: str, ref: str, plan: Plan, target: Piece | No
         plan.problems.append(missing_files_problem(role, src, missing, alternatives=alt))
     if "config.json" not in needed:
         return piece
+    if reads_dflash_format(key):
+        check_dflash(piece, src, weights, plan, target, dtype_bytes)
+        return piece
     try:
         raw = src.json("config.json")
         if not isinstance(raw, dict):
@@ -685,7 +700,7 @@ def check_drafter(key: str, label: str, ref: str, plan: Plan, target: Piece | No
     header: dict[str, Any] | None = None
     if weights and weights.endswith(".safetensors"):
         try:
-            header = src.header(weights)
+            header = plan.header(src, weights)
         except ValueError as e:
             plan.problems.append(Problem(f"The {role}'s {weights} ({ref}) is damaged: {e}.",
                                          [refetch(src, [weights])]))
@@ -716,6 +731,86 @@ def check_drafter(key: str, label: str, ref: str, plan: Plan, target: Piece | No
             plan.problems.append(Problem(f"The {role} {ref} was built for another target than {target.ref}: "
                                          f"{'; '.join(fit)}.", fixes))
     return piece
+
+
+def reads_dflash_format(key: str) -> bool:
+    """Whether racer ``key`` loads a DFlash checkpoint (``dflash_config``, no draft vocab) rather than the
+    Llama-style DART / EAGLE-3 format."""
+    from dart_core.drafters.dflash import DFlashDrafter
+    from dart_core.racers import racer
+
+    owner = getattr(racer(key).load, "__self__", None)
+    return isinstance(owner, type) and issubclass(owner, DFlashDrafter)
+
+
+def check_dflash(piece: Piece, src: Source, weights: str | None, plan: Plan, target: Piece | None,
+                 dtype_bytes: int) -> None:
+    """A DFlash drafter (``docs/drafters.md``): its config parses, its tensors match it, and it fits the target
+    (hidden size, the mask id inside the target's vocabulary, target layers within its depth)."""
+    from dart_core.drafters.dflash import DFlashConfig, dflash_shapes
+
+    role, ref = piece.role, piece.ref
+    try:
+        raw = src.json("config.json")
+        if not isinstance(raw, dict):
+            raise ValueError("expected a JSON object")
+        cfg = DFlashConfig.from_dict(raw, source=f"{ref}/config.json")
+    except Exception as e:
+        plan.problems.append(Problem(f"The {role} config {ref}/config.json is not usable: {getattr(e, 'problem', e)}.",
+                                     [refetch(src, ["config.json"])]))
+        return
+    piece.config = raw
+    piece.summary = (f"{cfg.num_hidden_layers} layer(s) of hidden {cfg.hidden_size}, block {cfg.block_size}, mask "
+                     f"id {cfg.mask_token_id}, target layers {list(cfg.target_layer_ids)} of {cfg.num_target_layers}")
+    header: dict[str, Any] | None = None
+    if weights is not None:
+        try:
+            header = plan.header(src, weights)
+        except ValueError as e:
+            plan.problems.append(Problem(f"The {role}'s {weights} ({ref}) is damaged: {e}.", [refetch(src, [weights])]))
+        except Exception as e:
+            piece.notes.append(f"weight header not read ({type(e).__name__})")
+    if header is not None:
+        expected = dflash_shapes(cfg)
+        shapes = {k.removeprefix("model."): tuple(int(d) for d in v.get("shape", []))
+                  for k, v in header.items() if isinstance(v, Mapping)}
+        wrong = ([f"missing {', '.join(sorted(set(expected) - set(shapes))[:4])}"] if set(expected) - set(shapes)
+                 else []) + ([f"unexpected {', '.join(sorted(set(shapes) - set(expected))[:4])}"]
+                             if set(shapes) - set(expected) else [])
+        wrong += [f"shapes {k} {shapes[k]} != {expected[k]}" for k in sorted(expected)
+                  if k in shapes and shapes[k] != expected[k]][:3]
+        if wrong:
+            plan.problems.append(Problem(
+                f"The {role} {ref}: {weights} does not match its own config.json ({', '.join(wrong)}); a damaged or "
+                "mixed-up checkpoint.", [refetch(src, ["config.json", weights])]))
+        piece.memory = tensor_bytes(header, dtype_bytes)[0]
+    if target is None or target.config is None:
+        return
+    tc = text_config(target.config)
+    try:
+        hidden, vocab, layers = int(tc["hidden_size"]), int(tc["vocab_size"]), int(tc["num_hidden_layers"])
+    except (KeyError, TypeError, ValueError):
+        return
+    fit = []
+    if cfg.hidden_size != hidden:
+        fit.append(f"its hidden size {cfg.hidden_size} differs from the target's {hidden}, whose embedding and "
+                   "lm_head it shares")
+    if not 0 <= cfg.mask_token_id < vocab:
+        fit.append(f"its mask_token_id {cfg.mask_token_id} is outside the target's vocabulary of {vocab}")
+    bad = [i for i in cfg.target_layer_ids if i >= layers]
+    if bad:
+        fit.append(f"it reads target layers {list(cfg.target_layer_ids)}, but the target has {layers} layers "
+                   f"(0..{layers - 1})")
+    if fit:
+        right = published_drafter(piece.key, target.ref)
+        fixes = [f"--{piece.key}-model-name-or-path {right}   (the {role} built for {target.ref})"] \
+            if right and right != ref else []
+        built = next((f"Qwen/Qwen3-{s}" for s, (h, n) in QWEN3_SHAPES.items()
+                      if h == cfg.hidden_size and n == cfg.num_target_layers), "")
+        if built:
+            fixes.append(f"--base-model-name-or-path {built}   (the target it was built for)")
+        plan.problems.append(Problem(f"The {role} {ref} was built for another target than {target.ref}: "
+                                     f"{'; '.join(fit)}.", fixes or [f"pass the {role} trained for {target.ref}"]))
 
 
 def drafter_shapes(key: str, cfg: Any, header: Mapping[str, Any]) -> str:
@@ -780,7 +875,9 @@ def published_drafter(key: str, target: str) -> str:
     if m is None:
         return ""
     size = next((s for s in QWEN3_SIZES if s.lower() == m.group(1).lower()), m.group(1))
-    return {"dart": f"fvliang/qwen{size.lower()}-dart", "eagle3": f"AngelSlim/Qwen3-{size}_eagle3"}.get(key, "")
+    dflash = f"z-lab/Qwen3-{size}-DFlash-b16" if size in ("4B", "8B") else ""  # the published DFlash sizes
+    return {"dart": f"fvliang/qwen{size.lower()}-dart", "eagle3": f"AngelSlim/Qwen3-{size}_eagle3",
+            "dflash": dflash, "dflash-tree": dflash}.get(key, "")
 
 
 QWEN3_SHAPES = {"1.7B": (2048, 28), "4B": (2560, 36), "8B": (4096, 36), "14B": (5120, 40), "32B": (5120, 64)}

@@ -25,7 +25,8 @@ class Racer:
     ``<key>/`` folder, JSON fields); ``load`` builds its drafter from a checkpoint (local dir or Hub id) on the
     loaded target (shared embedding, feature layers bound to it; None: nothing to load, plain decoding);
     ``uses_store``: it drafts with the N-gram store; ``opt_in``: the app adds its column only when asked
-    (``--compare-<key>``) unless a bundle holds it."""
+    (``--compare-<key>``) unless a bundle holds it; ``folder``: the bundle's folder of its checkpoint when it is
+    not ``<key>/`` (two racers that read one drafter share it)."""
 
     key: str
     label: str
@@ -36,11 +37,17 @@ class Racer:
     uses_store: bool = False
     opt_in: bool = False
     example: str = ""  # a published checkpoint, for help texts
+    folder: str = ""
 
     @property
     def dest(self) -> str:
         """The key as a Python identifier (argparse destinations, keyword arguments)."""
         return self.key.replace("-", "_")
+
+    @property
+    def bundle_dir(self) -> str:
+        """The folder of its checkpoint in a bundle (``<key>`` unless ``folder`` names another)."""
+        return self.folder or self.key
 
     @property
     def drafts(self) -> bool:
@@ -66,7 +73,7 @@ RACERS: list[Racer] = [
           example="z-lab/Qwen3-8B-DFlash-b16"),
     Racer("dflash-tree", "DFlash-tree", "#ec4899", "DFlash's block rows, top-k each, N-gram-guided tree search",
           load=DFlashTreeDrafter.from_pretrained, settings_type=DFlashTreeSettings, uses_store=True, opt_in=True,
-          example="z-lab/Qwen3-8B-DFlash-b16"),
+          example="z-lab/Qwen3-8B-DFlash-b16", folder="dflash"),
     Racer("ar", "AR", "#94a3b8", "plain autoregressive decoding: one target forward per token"),
 ]
 BASELINE = "ar"  # the racer every speedup is measured against

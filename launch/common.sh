@@ -55,10 +55,16 @@ print_defaults() {
 
 # One published Qwen3 size: its target, DART drafter and EAGLE-3 head (docs/formats.md), the small
 # N-gram trie, chat template with thinking off, bfloat16 on the GPU, served on all interfaces at port 30000, with a
-# public host's limits (at most 2048 new tokens and 180 s per race, 32 visitors waiting).
+# public host's limits (at most 2048 new tokens and 180 s per race, 32 visitors waiting). A fourth argument names
+# the published DFlash drafter of that size (Qwen3-4B and 8B have one): the DFlash chain and DFlash-tree columns
+# join the race (--no-compare-dflash / --no-compare-dflash-tree leave them out).
 run_qwen3_app() {
-  local target=$1 dart=$2 eagle3=$3
+  local target=$1 dart=$2 eagle3=$3 dflash=""
   shift 3
+  if [ $# -gt 0 ] && [[ $1 != -* ]]; then
+    dflash=$1
+    shift
+  fi
   LAUNCH_DEFAULTS=(
     --base-model-name-or-path "$target"
     --dart-model-name-or-path "$dart"
@@ -69,5 +75,11 @@ run_qwen3_app() {
     --max-new-tokens-limit 2048 --race-time-limit 180 --max-queue 32
     --listen --server-port 30000
   )
+  if [ -n "$dflash" ]; then
+    LAUNCH_DEFAULTS+=(
+      --compare-dflash --dflash-model-name-or-path "$dflash"
+      --compare-dflash-tree --dflash-tree-model-name-or-path "$dflash"
+    )
+  fi
   run_app "$@"
 }

@@ -96,7 +96,7 @@ def test_a_closed_browser_cancels_its_race(app_server: Server) -> None:
     config = httpx.get(app_server.url + "/config", timeout=10).json()
     fn_index = next(d["id"] for d in config["dependencies"] if d.get("api_name") == "race")
     session = uuid.uuid4().hex[:11]
-    data = [held_out_prompt(3), None, 0.0, 1.0, 0, 900, 20, 6, 4, 21]
+    data = [held_out_prompt(3), None, 0.0, 1.0, 0, 900, 20, 6, 4, 21, ["dart", "eagle3"]]  # ..., the Racers picker
     with httpx.Client(base_url=app_server.url, timeout=30) as http:
         r = http.post("/gradio_api/queue/join", json={"data": data, "fn_index": fn_index, "session_hash": session,
                                                       "event_data": None, "trigger_id": None})

@@ -31,6 +31,7 @@ TOKEN_LIMIT = 6  # --max-new-tokens-limit: every race is short, whatever budget 
 REQUEST_TIMEOUT_S = 60.0
 # temperature, top-p, top-k, max new tokens, DART tree size, EAGLE-3 total / depth / top-k (ArenaUI.control_labels)
 VALID = (0.0, 1.0, 0, TOKEN_LIMIT, 16, 21, 6, 4)
+RACERS = ["dart", "eagle3"]  # the Racers picker, the last input (AR always races)
 KNOBS = [k for m in ("dart", "eagle3") for k in racer(m).knobs() if k.ui]
 RANGES = ((0.0, 2.0), (0.05, 1.0), (0, 200), (1, 8192), *((k.low, k.high) for k in KNOBS))
 WHOLE = (False, False, True, True, *(k.kind is int for k in KNOBS))  # integer controls
@@ -72,14 +73,25 @@ def odd_prompt(rng: random.Random) -> Any:
     return "".join(rng.choice(pieces) for _ in range(rng.randint(1, 4)))
 
 
+def odd_racers(rng: random.Random) -> Any:
+    """A value for the Racers picker: a valid subset, an unknown or repeated name, or not a list of names."""
+    return rng.choice([[], ["dart"], ["eagle3"], ["eagle3", "dart"], ["dart", "dart"], ["ar"], ["medusa"],
+                       "dart", [None], [1, 2], *ODD])
+
+
 def fuzzed(rng: random.Random) -> list[Any]:
-    """The prompt and the eight controls: a valid request with one to three inputs replaced by odd values, or
-    (one in ten) every input odd."""
-    values: list[Any] = [held_out_prompt(rng.randrange(10)), *VALID]
+    """The prompt, the eight controls and the Racers picker: a valid request with one to three inputs replaced by
+    odd values, or (one in ten) every input odd."""
+    values: list[Any] = [held_out_prompt(rng.randrange(10)), *VALID, RACERS]
     every = rng.random() < 0.1
     picks = range(len(values)) if every else rng.sample(range(len(values)), rng.randint(1, 3))
     for i in picks:
-        values[i] = odd_prompt(rng) if i == 0 else odd_number(rng, *RANGES[i - 1], WHOLE[i - 1])
+        if i == 0:
+            values[i] = odd_prompt(rng)
+        elif i == len(values) - 1:
+            values[i] = odd_racers(rng)
+        else:
+            values[i] = odd_number(rng, *RANGES[i - 1], WHOLE[i - 1])
     return values
 
 
@@ -185,7 +197,7 @@ def test_generated_requests_all_get_an_answer_and_greedy_stays_exact(tmp_path: P
                 silent.append((values, answer))
             assert app.process.poll() is None, f"the server died after request {i} ({values!r}):\n{app.log()}"
             if i % CHECK_EVERY == 0:
-                check = call(http, fns["race"], [held_out_prompt(i % 10), *VALID])
+                check = call(http, fns["race"], [held_out_prompt(i % 10), *VALID, RACERS])
                 assert check.result is not None, (check, app.log()[-3000:])
                 assert check.result["greedy_matches_ar"] == {"dart": True, "eagle3": True}, check.result
                 counts["greedy checks"] += 1

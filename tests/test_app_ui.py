@@ -283,3 +283,35 @@ def test_an_odd_conversation_is_a_new_one(arena: Any, conv: Any) -> None:
     with pytest.warns(UserWarning):
         (out,) = ui_for(arena).run("", conv, *controls(8), regenerate=True, session="o")
     assert "Nothing to regenerate" in out.status and out.conv == new_conversation()
+
+
+def test_visitor_picks_the_racers(arena: Any) -> None:
+    """The Racers picker: only the picked drafters (and always AR) race and have their columns updated; a racer
+    ticked later in a chat answers after AR's earlier replies; a bad value from an API caller names the picker."""
+    tok = arena.tokenizer
+    saved = tok.chat_template
+    tok.chat_template = CHAT_TEMPLATE
+    try:
+        ui = ui_for(arena, chat=True)
+        assert ui.optional_methods == ["dart", "eagle3"]
+        first = list(ui.run("def add(a, b):", new_conversation(), *controls(8), session="p", racers=["dart"]))[-1]
+        assert set(first.result["methods"]) == {"dart", "ar"} and "identical to AR" in first.status
+        assert set(first.lanes) == {"dart", "ar"}  # the EAGLE-3 column is left as it is
+        conv = first.conv
+        assert set(conv["turns"][0]["replies"]) == {"dart", "ar"}
+        ar_reply = "".join(p for p, _ in conv["turns"][0]["replies"]["ar"]["pieces"])
+        conv["turns"].append({"user": "more", "replies": {}})
+        text = tok.decode(encode(tok, conv["turns"], "eagle3", chat=True))
+        assert "<|assistant|>" + ar_reply + "\n<|user|>more" in text  # EAGLE-3 joins after AR's reply
+        conv["turns"].pop()
+        second = list(ui.run("more", conv, *controls(8), session="p", racers=["eagle3"]))[-1]
+        assert set(second.result["methods"]) == {"eagle3", "ar"} and "identical to AR" in second.status
+        only_ar = list(ui.run("x", new_conversation(), *controls(4), session="q", racers=[]))[-1]
+        assert set(only_ar.result["methods"]) == {"ar"}
+    finally:
+        tok.chat_template = saved
+    for value, message in ((["medusa"], "Racers: 'medusa' is not a racer loaded here"),
+                           ("dart", "Racers: expected a list of racer names"), ([1], "Racers: expected a list")):
+        with pytest.warns(UserWarning):
+            (out,) = ui.run(held_out_prompt(0), new_conversation(), *controls(4), session="b", racers=value)
+        assert html.escape(message) in out.status and "banner-warn" in out.status

@@ -31,7 +31,9 @@ def launch_args(*extra: str, port: int | None = None) -> list[str]:
     """The flags of launch/qwen3_8b_app.sh (on the CPU unless ``extra`` says otherwise), ``extra`` last."""
     return ["--base-model-name-or-path", QWEN3_8B["target"], "--dart-model-name-or-path", QWEN3_8B["dart"],
             "--ngram-model-name-or-path", QWEN3_8B["ngram"], "--use-small-ngram", "--compare-eagle3",
-            "--eagle3-model-name-or-path", QWEN3_8B["eagle3"], "--template-name", "qwen", "--device", "cpu",
+            "--eagle3-model-name-or-path", QWEN3_8B["eagle3"], "--compare-dflash", "--dflash-model-name-or-path",
+            QWEN3_8B["dflash"], "--compare-dflash-tree", "--dflash-tree-model-name-or-path", QWEN3_8B["dflash"],
+            "--template-name", "qwen", "--device", "cpu",
             "--max-length", "4096", "--server-port", str(port or free_port()), *extra]
 
 
@@ -156,7 +158,7 @@ def test_check_prints_the_plan_and_reads_no_weight(hub: Path, no_loading: list[s
                    "port free", "The plan is sound"):
         assert needle in out, needle
     weights = {k: v for k, v in reads.items() if k.endswith(".safetensors")}
-    assert len(weights) == 4  # two target shards and two drafters: each header, no tensor data
+    assert len(weights) == 5  # two target shards and three drafters' files: each header, no tensor data
     for name, n in weights.items():
         with real_open(name, "rb") as f:
             header = 8 + int.from_bytes(f.read(8), "little")
@@ -447,6 +449,7 @@ def test_download_fetches_exactly_the_plan(published: Path, tmp_path: Path, monk
     assert fetched == [(QWEN3_8B["target"], target_files),
                        (QWEN3_8B["dart"], ["config.json", "model.safetensors"]),
                        (QWEN3_8B["eagle3"], ["config.json", "model.safetensors"]),
+                       (QWEN3_8B["dflash"], ["config.json", "model.safetensors"]),  # once for both DFlash racers
                        (QWEN3_8B["ngram"], ["small.trie" if small else "full.trie"])]
 
 
@@ -582,3 +585,50 @@ def test_a_flaw_of_the_check_never_blocks_a_launch(hub: Path, monkeypatch: pytes
     code, _, err, _ = run_main(launch_args(), capsys)
     assert code == 2 and "the engine was reached" in err
     assert warnings == ["the launch check itself failed (RuntimeError: a bug in the check); loading without it"]
+
+
+@pytest.mark.parametrize(("extra", "needle"), [
+    ({"hidden_size": 48, "num_attention_heads": 6}, "its hidden size 48 differs from the target's 32"),
+    ({"dflash_config": {"mask_token_id": 500, "target_layer_ids": [1, 3, 5]}},
+     "its mask_token_id 500 is outside the target's vocabulary of 97"),
+    ({"num_target_layers": 36, "dflash_config": {"mask_token_id": 5, "target_layer_ids": [1, 17, 33]}},
+     "it reads target layers [1, 17, 33], but the target has 8 layers (0..7)"),
+])
+def test_dflash_drafter_built_for_another_target(published: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 no_loading: list[str], capsys: pytest.CaptureFixture[str],
+                                                 extra: dict[str, Any], needle: str) -> None:
+    """The DFlash chain and tree racers read one checkpoint: each gets the mismatch named, before any weight."""
+    cache = tmp_path / "hub"
+    shutil.copytree(published, cache)
+    use_cache(monkeypatch, cache, offline=True)
+    repo = "models--z-lab--Qwen3-8B-DFlash-b16"
+    shutil.rmtree(cache / repo)
+    published_cache(tmp_path / "mixed", parts=("dflash",), drafter_extra={"dflash": extra})
+    shutil.copytree(tmp_path / "mixed" / repo, cache / repo)
+    code, _, err, _ = run_main(launch_args(), capsys)
+    assert code == 2 and not no_loading
+    texts = problems(err)
+    assert len(texts) == 2, texts  # DFlash and DFlash-tree
+    for text, role in zip(texts, ("DFlash drafter", "DFlash-tree drafter"), strict=True):
+        assert f"The {role} z-lab/Qwen3-8B-DFlash-b16 was built for another target than Qwen/Qwen3-8B" in text
+        assert needle in text
+
+
+def test_dflash_weights_that_do_not_match_their_config(hub: Path, no_loading: list[str],
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    from dart_core.drafters.dflash import DFlashConfig, dflash_shapes
+
+    folder = snapshot(hub, QWEN3_8B["dflash"])
+    shapes = dflash_shapes(DFlashConfig.from_dict(json.loads((folder / "config.json").read_text())))
+    shapes["fc.weight"] = (32, 64)
+    del shapes["norm.weight"]
+    (folder / "model.safetensors").unlink()  # a blob of the cache: replace the file, not its shared contents
+    save_file({k: torch.zeros(v) for k, v in shapes.items()}, str(folder / "model.safetensors"))
+    code, out, err, _ = run_main(launch_args("--no-compare-dflash-tree"), capsys)
+    assert code == 2 and not no_loading
+    (text,) = problems(err)
+    assert "The DFlash drafter z-lab/Qwen3-8B-DFlash-b16: model.safetensors does not match its own config.json" in text
+    assert "missing norm.weight" in text and "fc.weight (32, 64) != (32, 96)" in text

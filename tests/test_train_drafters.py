@@ -16,11 +16,14 @@ from safetensors.torch import load_file
 
 import tests.helpers_ckpt as C
 from dart_core.drafters.dart import DartDrafter
+from dart_core.drafters.dflash import DFlashConfig, DFlashDrafter, DFlashTreeDrafter, dflash_shapes
 from dart_core.drafters.eagle3 import Eagle3Drafter
 from dart_core.generate import generate, summarize
 from dart_core.target import TargetModel
 from dart_core.train.common import build_draft_vocab, load_frozen_target
 from dart_core.train.dart import block_mask, dart_train_forward, train_dart
+from dart_core.train.dflash import block_mask as dflash_block_mask
+from dart_core.train.dflash import dflash_train_forward, train_dflash
 from dart_core.train.eagle3 import eagle3_train_forward, train_eagle3, ttt_mask
 
 V, H, EOS = 97, 32, 0
@@ -229,3 +232,85 @@ def test_short_training_learns_and_round_trips(tmp_path: Path, target_dir: Path,
     ar = [generate(target, p, None, max_new_tokens=20)[0] for p in prompts]
     tau_trained, tau_untrained = _tau(target, trained, prompts, ar), _tau(target, untrained, prompts, ar)
     assert tau_trained > tau_untrained + 0.5, (tau_trained, tau_untrained)
+
+
+# ------------------------------------------------------------------------------------------------ DFlash
+def random_dflash(block: int = 4) -> DFlashDrafter:
+    """A random DFlash drafter (2 layers, GQA) for a target of hidden H: its embedding and lm_head random too."""
+    cfg = DFlashConfig.from_dict({
+        "hidden_size": H, "intermediate_size": 2 * H, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 8, "num_target_layers": 8, "block_size": block,
+        "dflash_config": {"mask_token_id": V - 1, "target_layer_ids": [1, 3, 5]}})
+    g = torch.Generator().manual_seed(7)
+    model = DFlashDrafter(cfg, torch.randn(V, H, generator=g), torch.randn(V, H, generator=g) * 0.3)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * (0.3 if p.dim() > 1 else 0.1) + (p.dim() == 1))
+    return model.eval()
+
+
+def test_dflash_block_mask() -> None:
+    mask, pos = dflash_block_mask(4, torch.tensor([1, 3]), 2)
+    assert pos.tolist() == [0, 1, 2, 3, 1, 2, 3, 4]
+    # block 0 (anchor 1): context row 0 only, then both of its own rows (bidirectional), not block 1's
+    assert mask[0].tolist() == [True, False, False, False, True, True, False, False]
+    assert mask[1].tolist() == mask[0].tolist()
+    assert mask[3].tolist() == [True, True, True, False, False, False, True, True]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_dflash_train_forward_equals_chunked_cached_inference(one_thread: None, dtype: torch.dtype) -> None:
+    """Training (many blocks per window, one mask, no cache) == drafting (one block per call) fed chunk by chunk
+    through ONE state: the block at anchor p sees exactly the context rows before p in both."""
+    model = random_dflash().to(dtype)
+    g = torch.Generator().manual_seed(8)
+    feats, ids = torch.randn(2, 20, 3 * H, generator=g, dtype=dtype), torch.randint(0, V - 1, (2, 20), generator=g)
+    anchors = torch.tensor(CHUNKS[1:-1])  # each call's block starts at the row after its context
+    with torch.no_grad():
+        hidden = dflash_train_forward(model, feats, ids, anchors)
+        logits = model.logits(hidden)
+    assert logits.shape == (2, len(anchors), 3, V)
+    for b in range(2):
+        state = model.new_state()
+        for k, (lo, hi) in enumerate(itertools.pairwise(CHUNKS[:-1])):
+            block = [int(ids[b, hi])] + [model.mask_token_id] * 3
+            got = model.draft_logits(feats[b, lo:hi], block, state)  # float32 by contract: compare roundings
+            close(got, logits[b, k].float(), torch.float32)
+            if dtype == torch.float64:  # the drafting call's float64 hidden states, before that rounding
+                assert (got.double() - logits[b, k]).abs().max() <= 1e-6 * max(1.0, float(got.abs().max()))
+        assert state.length == CHUNKS[-2]
+
+
+def test_dflash_short_training_learns_and_round_trips(tmp_path: Path, target_dir: Path) -> None:
+    """A short run learns (held-out loss halves, top-1 up), saves the published format (fp16, no embedding or
+    lm_head, the target's feature layers as target_layer_ids, an unused mask id), loads through the inference
+    loader on the target, decodes losslessly as both racers, and accepts more than an untrained drafter."""
+    train, held = corpus(96, 64, seed=2), corpus(8, 64, seed=3)
+
+    def run(out: Path, steps: int) -> dict:
+        return train_dflash(target_dir, train, out, block_size=4, steps=steps, batch_windows=6, window=32,
+                            anchors_per_window=6, lr=5e-3, seed=0, threads=2, log_every=5, eval_sequences=held,
+                            progress=False)
+
+    stats = run(tmp_path / "trained", 150)
+    before, after = stats["eval_before"], stats["eval_after"]
+    assert after["loss"] < 0.5 * before["loss"]
+    assert after["top1"][0] > before["top1"][0] + 0.2
+    cfg = json.loads((tmp_path / "trained" / "config.json").read_text())
+    target = load_frozen_target(target_dir)
+    assert cfg["block_size"] == 4 and cfg["num_target_layers"] == 8
+    assert cfg["dflash_config"]["target_layer_ids"] == [i - 1 for i in target.feature_layers]
+    assert cfg["dflash_config"]["mask_token_id"] == 0  # the smallest id the corpus (3..50) never holds
+    raw = load_file(str(tmp_path / "trained" / "model.safetensors"))
+    assert set(raw) == set(dflash_shapes(DFlashConfig.from_dict(cfg)))
+    assert all(t.dtype == torch.float16 for t in raw.values())
+
+    run(tmp_path / "untrained", 0)
+    prompts = [seq[:6] for seq in held[:3]]
+    ar = [generate(target, p, None, max_new_tokens=20)[0] for p in prompts]
+    for cls in (DFlashDrafter, DFlashTreeDrafter):
+        trained = cls.from_pretrained(tmp_path / "trained", target=target)
+        untrained = cls.from_pretrained(tmp_path / "untrained", target=target)
+        assert trained.feature_layers == target.feature_layers  # one target forward serves DART and DFlash
+        tau_trained, tau_untrained = _tau(target, trained, prompts, ar), _tau(target, untrained, prompts, ar)
+        assert tau_trained > tau_untrained + 1.0, (cls.__name__, tau_trained, tau_untrained)

