@@ -1,7 +1,7 @@
 """An offline Hugging Face cache that holds the published file layout of the ids a launch script names (target
 config + tokenizer + sharded ``model-*.safetensors`` with an index, the DART drafter, the EAGLE-3 head, the DFlash
-drafter, the N-gram repo with ``small.trie``) at tiny shapes with self-consistent configs, for the launch-check tests. The files are
-written by the shared writers of the published formats (``helpers_ckpt``, ``helpers_trie``)."""
+drafter, the N-gram repo with ``small.trie``) at tiny shapes with self-consistent configs, for the launch-check
+tests. The files are written by the shared writers of the published formats (``helpers_ckpt``, ``helpers_trie``)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
-
 from helpers_ckpt import (
     drafter_config,
     random_drafter_state,
@@ -22,6 +20,7 @@ from helpers_ckpt import (
     write_target_weights,
 )
 from helpers_trie import RefTrie
+from safetensors.torch import save_file
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 QWEN3_8B = {"target": "Qwen/Qwen3-8B", "dart": "fvliang/qwen8b-dart", "eagle3": "AngelSlim/Qwen3-8B_eagle3",

@@ -14,6 +14,7 @@ import torch
 
 import tests.helpers_ckpt as C
 from dart_core.drafters.dart import DartDrafter
+from dart_core.drafters.dflash import DFlashTreeDrafter
 from dart_core.drafters.eagle3 import Eagle3Drafter
 from dart_core.generate import generate
 from dart_core.models import load_target, stop_token_ids
@@ -166,18 +167,22 @@ def test_fit_cli_trains_loadable_lossless_heads(arch: str, tmp_path: Path) -> No
     out = tmp_path / "out"
     assert train_main(["fit", "--target", str(root), "--data", str(data), "--out", str(out), "--dart-steps", "3",
                        "--eagle3-steps", "2", "--draft-vocab", "40", "--window", "16", "--batch-windows", "2",
-                       "--eval-windows", "1", "--drafter-intermediate", "48", "--no-progress"]) == 0
+                       "--eval-windows", "1", "--drafter-intermediate", "48", "--dflash-steps", "2",
+                       "--dflash-block-size", "4", "--no-progress"]) == 0
     recipe = json.loads((out / "recipe.json").read_text())
-    assert {"features", "dart", "eagle3"} <= set(recipe["stages"])
+    assert {"features", "dart", "eagle3", "dflash"} <= set(recipe["stages"])
     assert recipe["stages"]["dart"]["eval_after"]["top1"]
     target, _ = load_target(root, device="cpu", dtype="float32")
     embed = target.embed_tokens.weight
     dart = DartDrafter.from_pretrained(out / "dart", target=embed)
     eagle = Eagle3Drafter.from_pretrained(out / "eagle3", target=embed)
+    dflash = DFlashTreeDrafter.from_pretrained(out / "dflash", target=target)
     assert dart.config.intermediate_size == 48 and dart.config.draft_vocab_size == 40
+    assert dflash.config.intermediate_size == 48 and dflash.block_size == 4
+    assert dflash.feature_layers == target.feature_layers  # the stored features' layers: one forward serves all
     prompt = read_sequences(data)[0][:12]
     ar, _ = generate(target, prompt, None, max_new_tokens=24)
-    for drafter in (dart, eagle):
+    for drafter in (dart, eagle, dflash):
         assert generate(target, prompt, drafter, max_new_tokens=24)[0] == ar
     if arch == "llama":  # the target inside every step instead of stored features (large data on a GPU)
         assert train_main(["fit", "--target", str(root), "--data", str(data), "--out", str(tmp_path / "online"),
@@ -245,10 +250,11 @@ def test_smollm2_quick_recipe(tmp_path: Path) -> None:
                        "--no-progress"]) == 0
     bundle = open_bundle(out)
     assert bundle.chat and bundle.target == "smollm2"
-    assert set(bundle.drafters) == {"dart", "eagle3"} and bundle.ngram and bundle.prompts
+    assert set(bundle.drafters) == {"dart", "eagle3", "dflash", "dflash-tree"} and bundle.ngram and bundle.prompts
+    assert bundle.drafter("dflash-tree") == bundle.drafter("dflash") == out / "dflash"  # one checkpoint, two racers
     recipe = json.loads((out / "recipe.json").read_text())
     assert recipe["history"] == [f"python -m dart_core.train smollm2 --quick --out {out} --work {tmp_path / 'work'} "
                                  "--no-progress"]
-    assert {"prompts", "distill", "ngram", "features", "dart", "eagle3", "bundle"} <= set(recipe["stages"])
+    assert {"prompts", "distill", "ngram", "features", "dart", "eagle3", "dflash", "bundle"} <= set(recipe["stages"])
     card = (out / "README.md").read_text()
-    assert "SmolLM2-135M-Instruct" in card and "## Measured figures" in card
+    assert "SmolLM2-135M-Instruct" in card and "## Measured figures" in card and "| dflash | 2 |" in card

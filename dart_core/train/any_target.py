@@ -163,10 +163,10 @@ def run_fit(target_ref: str, data: Path, out: Path, *, work: Path, only: str | N
             continue
         t1 = time.perf_counter()
         rec = fn(target, train_seqs, out / name, steps=steps[name], **common)
-        rec.update(stage_seconds=round(time.perf_counter() - t1, 1), steps=steps[name], draft_vocab=draft_vocab,
+        rec.update(stage_seconds=round(time.perf_counter() - t1, 1), steps=steps[name],
+                   draft_vocab=draft_vocab if name != "dflash" else "full (the target's lm_head)",
                    intermediate_size=intermediate, window=window, batch_windows=batch_windows,
                    eval_windows=eval_windows, data=str(data),
-                   **({"draft_vocab": "full (the target's lm_head)"} if name == "dflash" else {}),
                    bytes=sum(p.stat().st_size for p in (out / name).glob("*") if p.is_file()))
         _record(out, name, rec, command)
         results[name] = rec
