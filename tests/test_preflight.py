@@ -627,7 +627,7 @@ def test_dflash_weights_that_do_not_match_their_config(hub: Path, no_loading: li
     del shapes["norm.weight"]
     (folder / "model.safetensors").unlink()  # a blob of the cache: replace the file, not its shared contents
     save_file({k: torch.zeros(v) for k, v in shapes.items()}, str(folder / "model.safetensors"))
-    code, out, err, _ = run_main(launch_args("--no-compare-dflash-tree"), capsys)
+    code, _, err, _ = run_main(launch_args("--no-compare-dflash-tree"), capsys)
     assert code == 2 and not no_loading
     (text,) = problems(err)
     assert "The DFlash drafter z-lab/Qwen3-8B-DFlash-b16: model.safetensors does not match its own config.json" in text
