@@ -284,7 +284,8 @@ class TargetModel:
                layers: Sequence[int] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Run every tree node in one forward after the committed prefix, with tree attention.
 
-        Node i sits at position ``length + depth(i)`` and attends to the whole prefix plus its own ancestors.
+        Node i sits at position ``length + depth(i)`` and attends to the whole prefix plus its own ancestors (a
+        4-D mask; a chain, where that is plain causal attention, gets none: the kernel's own causal path).
         Returns float32 logits ``[n_tree, V]`` and features ``[n_tree, F]`` (``layers`` as in :meth:`prefill`);
         the cache then also holds the (uncommitted) tree rows until :meth:`commit`.
         """
@@ -301,9 +302,11 @@ class TargetModel:
             )
         n = tree.size
         dev = self.device
-        hidden = torch.from_numpy(~tree.ancestor_mask()).to(dev)  # tree rows a node may not see
-        mask = torch.zeros(1, 1, n, prefix + n, dtype=self.dtype, device=dev)
-        mask[0, 0, :, prefix:].masked_fill_(hidden, torch.finfo(self.dtype).min)
+        mask: torch.Tensor | None = None  # a chain (DFlash, AR-like): the model's own causal attention suffices
+        if not np.array_equal(tree.parents, np.arange(-1, n - 1)):
+            hidden = torch.from_numpy(~tree.ancestor_mask()).to(dev)  # tree rows a node may not see
+            mask = torch.zeros(1, 1, n, prefix + n, dtype=self.dtype, device=dev)
+            mask[0, 0, :, prefix:].masked_fill_(hidden, torch.finfo(self.dtype).min)
         ids = torch.from_numpy(tree.tokens.astype(np.int64)).to(dev)[None]
         positions = torch.from_numpy(tree.position_ids(prefix).astype(np.int64)).to(dev)[None]
         logits, feats = self._run(state, ids, positions, mask, last_only=False, layers=layers)

@@ -150,6 +150,26 @@ def test_verify_matches_sequential(family, attn):
             torch.testing.assert_close(feats[path], ref_f[-n:], atol=TOL, rtol=0)
 
 
+@pytest.mark.parametrize("family", ["qwen3", "llama", "qwen3_moe"])
+def test_chain_verify_without_a_mask_matches_the_masked_tree(family):
+    """A chain is verified with the model's own causal attention (no 4-D mask); its rows equal the same chain's
+    rows inside a tree (masked: a sibling leaf makes it one) and a sequential forward."""
+    t = get_target(family)
+    rng = np.random.default_rng(11)
+    prompt = rng.integers(0, V, 7).tolist()
+    chain = rng.integers(0, V, 6).tolist()
+    with_leaf = DraftTree(np.array([*chain, 5]), np.array([-1, 0, 1, 2, 3, 4, 2]))
+    out = {}
+    for name, tree in (("chain", DraftTree(np.array(chain), np.arange(-1, 5))), ("tree", with_leaf)):
+        st = t.new_state()
+        t.prefill(st, torch.tensor([prompt]))
+        out[name] = t.verify(st, tree)
+    ref_l, ref_f = reference(t, prompt + chain)
+    torch.testing.assert_close(out["chain"][0], out["tree"][0][:6], atol=TOL, rtol=0)
+    torch.testing.assert_close(out["chain"][0], ref_l[-6:], atol=TOL, rtol=0)
+    torch.testing.assert_close(out["chain"][1], ref_f[-6:], atol=TOL, rtol=0)
+
+
 # ------------------------------------------------------------------ commit
 @pytest.mark.parametrize("family", ["qwen3", "llama", "qwen3_moe"])
 def test_commit_then_continue_matches_from_scratch(family):
