@@ -146,7 +146,18 @@ def test_race_in_a_real_browser(app_server: Server) -> None:
             race_to_completion(page, prompt)
             check_finished_page(page, prompt)
 
-            # 4. the dark theme: plots keep readable (light) axis text
+            # 4. the Racers picker: unticked, EAGLE-3's column hides and the race runs without it; ticked, back
+            page.locator("#racers label", has_text="EAGLE-3").click()
+            page.wait_for_selector("#lane-eagle3", state="hidden", timeout=10_000)
+            race_to_completion(page, prompt)
+            cards = page.locator("#summary").inner_text()
+            assert "DART" in cards and "EAGLE-3" not in cards, cards
+            assert page.locator("#lane-dart").is_visible() and page.locator("#lane-ar").is_visible()
+            page.screenshot(path=str(out / "app-picked.png"), full_page=True)
+            page.locator("#racers label", has_text="EAGLE-3").click()
+            page.wait_for_selector("#lane-eagle3", state="visible", timeout=10_000)
+
+            # 5. the dark theme: plots keep readable (light) axis text
             page.goto(app_server.url + "/?__theme=dark")
             page.wait_for_selector("#prompt textarea", timeout=60_000)
             race_to_completion(page, prompt)

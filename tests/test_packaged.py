@@ -345,3 +345,33 @@ def test_smollm2_real_package(smollm2: Path) -> None:
     out = model.generate(ids, max_new_tokens=8, do_sample=False)
     answer = tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
     assert "Paris" in answer, answer
+
+
+def test_the_default_bundle_races_losslessly_on_smollm2(smollm2: Path) -> None:
+    """The shipped drafters of assets/smollm2 (DART, EAGLE-3, DFlash for the chain and the tree racer) load on the
+    converted SmolLM2 and, greedy, every racer prints exactly AR's tokens; each drafter is trained (τ well above 1
+    on a held-out chat prompt)."""
+    from transformers import AutoTokenizer
+
+    from dart_core.bundle import ASSETS, open_bundle
+    from dart_core.generate import summarize
+    from dart_core.models import load_arena
+
+    bundle = open_bundle(ASSETS / "smollm2")
+    assert set(bundle.drafters) == {"dart", "eagle3", "dflash", "dflash-tree"}
+    assert bundle.drafter("dflash-tree") == bundle.drafter("dflash")  # one checkpoint, two racers
+    arena = load_arena(smollm2, ngram=bundle.ngram, device="cpu", dtype="float32", progress=False,
+                       **{k: str(v) for k, v in bundle.drafters.items()})
+    assert arena.methods == ["dart", "eagle3", "dflash", "dflash-tree", "ar"]
+    prompt = json.loads((bundle.prompts).read_text().splitlines()[0])["prompt"]
+    tok = AutoTokenizer.from_pretrained(smollm2)
+    ids = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
+    ids = ids["input_ids"] if isinstance(ids, dict) else ids
+    tokens, taus = {}, {}
+    for method in arena.methods:
+        steps = list(arena.stream(method, torch.tensor([ids]), max_new_tokens=40))
+        tokens[method] = [t for s in steps for t in s.tokens]
+        taus[method] = summarize(steps).tau
+    for method in arena.methods:
+        assert tokens[method] == tokens["ar"], method
+    assert all(taus[m] > 1.3 for m in ("dart", "eagle3", "dflash", "dflash-tree")), taus
