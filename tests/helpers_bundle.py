@@ -18,7 +18,7 @@ def chat_bundle(root: Path, *, meta: object = None, parts: bool = True) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     (root / "bundle.json").write_text(json.dumps(meta if meta is not None else {"target": "smollm2", "mode": "chat"}))
     if parts:
-        for sub in ("dart", "eagle3"):
+        for sub in ("dart", "eagle3", "dflash"):  # dflash/ serves the DFlash chain and DFlash-tree racers
             (root / sub).mkdir(exist_ok=True)
             (root / sub / "config.json").write_text("{}")
         (root / "ngram").mkdir(exist_ok=True)

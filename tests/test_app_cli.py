@@ -27,7 +27,10 @@ def test_default_is_the_environment_bundle_with_every_part(monkeypatch: pytest.M
     assert src["base"] == "smollm2"  # the packaged model's name: converted into the cache at load time
     assert (dr["dart"], dr["eagle3"], src["ngram"]) == (str(root / "dart"), str(root / "eagle3"),
                                                           str(root / "ngram/small.ngram"))
+    assert dr["dflash"] == dr["dflash-tree"] == str(root / "dflash")  # the bundle's one DFlash checkpoint
     assert src["bundle"].chat and src["bundle"].root == root
+    src = resolve(args("--no-compare-dflash-tree"))
+    assert src["drafters"]["dflash"] == str(root / "dflash") and src["drafters"]["dflash-tree"] is None
 
 
 def test_bundle_flag_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -45,6 +48,8 @@ def test_a_bundle_without_eagle3_has_no_eagle3_column(tmp_path: Path) -> None:
     assert (src["base"], dr["dart"], dr["eagle3"], src["ngram"]) == ("smollm2", None, None, None)
     with pytest.raises(SystemExit, match="has no eagle3/"):
         resolve(args("--bundle", str(root), "--compare-eagle3"))
+    with pytest.raises(SystemExit, match="has no dflash/"):
+        resolve(args("--bundle", str(root), "--compare-dflash-tree"))
 
 
 def test_toy_bundle(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -120,6 +120,7 @@ def test_sources_of_a_chat_bundle_default_to_chat_mode(tmp_path: Path, monkeypat
         assert (src.base, src.chat, src.bundle, src.prompts) == ("smollm2", True, root, root / "prompts.jsonl")
         assert (src.drafters["dart"], src.drafters["eagle3"], src.ngram) == (str(root / "dart"), str(root / "eagle3"),
                                                      str(root / "ngram/small.ngram"))
+        assert src.drafters["dflash"] == src.drafters["dflash-tree"] == str(root / "dflash")  # one folder, two racers
     assert not _resolve("--raw").chat
     (root / "bundle.json").write_text(json.dumps({"target": "smollm2"}))  # no mode: completion
     assert not _resolve().chat

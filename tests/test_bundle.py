@@ -20,7 +20,9 @@ def test_chat_bundle_names_its_target_and_parts(tmp_path: Path) -> None:
     root = chat_bundle(tmp_path / "smollm2")
     b = open_bundle(root)
     assert (b.root, b.target, b.chat, b.name) == (root, "smollm2", True, "smollm2")
-    assert b.drafters == {"dart": root / "dart", "eagle3": root / "eagle3"}  # registry order
+    assert b.drafters == {"dart": root / "dart", "eagle3": root / "eagle3", "dflash": root / "dflash",
+                          "dflash-tree": root / "dflash"}  # registry order; the two DFlash racers share dflash/
+    assert list(b.drafters) == ["dart", "eagle3", "dflash", "dflash-tree"]
     assert (b.drafter("dart"), b.ngram, b.prompts) == (root / "dart", root / "ngram/small.ngram",
                                                        root / "prompts.jsonl")
 

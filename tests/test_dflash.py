@@ -215,8 +215,8 @@ class Rigged:
         self._done = len(step.context) - self.prompt_len  # tokens emitted so far (root included)
         return super().propose(state, step)  # type: ignore[misc]
 
-    def draft_logits(self, features, block_ids, state=None):  # type: ignore[no-untyped-def]
-        logits = super().draft_logits(features, block_ids, state).clone()  # type: ignore[misc]
+    def draft_logits(self, features, block_ids, state=None, *, head=None):  # type: ignore[no-untyped-def]
+        logits = super().draft_logits(features, block_ids, state, head=head).clone()  # type: ignore[misc]
         for r in range(logits.shape[0]):
             i = self._done + r
             if i < len(self.truth) and self.rng.random() < self.agree:
@@ -385,3 +385,33 @@ def test_loads_from_target_checkpoint_dir(tmp_path: Path, qwen: torch.nn.Module)
     b = DFlashDrafter.from_pretrained(path, target=qwen)
     ctx = torch.randn(5, a.fc.in_features)
     torch.testing.assert_close(a.draft_logits(ctx, [3, V - 1, V - 1]), b.draft_logits(ctx, [3, V - 1, V - 1]))
+
+
+def test_proposal_head_is_bf16_on_a_cpu_with_native_bf16(tmp_path: Path, qwen: torch.nn.Module) -> None:
+    """The racers score proposals with a bf16 copy of a float32 lm_head where the CPU multiplies bf16 natively
+    (the full-vocabulary matmul of a few rows is ~10x faster there); draft_logits stays exact by default, and the
+    proposals are those of the bf16 head."""
+    from dart_core.drafters.dflash import _cpu_has_fast_bf16
+
+    cfg = dflash_config()
+    path = write(tmp_path / "d", cfg, dflash_state(cfg))
+    drafter = DFlashDrafter.from_pretrained(path, target=qwen)
+    fast = _cpu_has_fast_bf16()
+    assert drafter.proposal_head.dtype == (torch.bfloat16 if fast else torch.float32)
+    assert drafter.double().proposal_head.dtype == torch.float64  # only a float32 head gets a bf16 copy
+    drafter = drafter.float()
+    target = TargetModel(qwen)
+    prompt = [3, 17, 5, 9, 22, 41]
+    state, st = drafter.new_state(), target.new_state()
+    _, feats = target.prefill(st, torch.tensor([prompt]), layers=drafter.feature_layers)
+    from dart_core.drafters.interface import DraftInput
+
+    step = DraftInput(features=feats, token_ids=torch.tensor([*prompt[1:], 7]),
+                      context=np.array([*prompt, 7], dtype=np.int32))
+    proposal = drafter.propose(state, step)
+    exact = drafter.draft_logits(feats, drafter._block(7))
+    assert exact.dtype == torch.float32
+    scored = drafter.draft_logits(feats, drafter._block(7), head=drafter.proposal_head)
+    assert proposal.tree.tokens[1:].tolist() == scored.argmax(-1).tolist()[: len(proposal.tree.tokens) - 1]
+    assert (scored - exact).abs().max() <= 0.02 * max(1.0, float(exact.abs().max())) if fast else torch.equal(
+        scored, exact)

@@ -153,7 +153,7 @@ def resolve_sources(args: argparse.Namespace) -> Sources:
             if args.base is None or not bundle.is_dir() or (bundle / "bundle.json").exists():
                 raise BenchError(f"{e}\n(--bundle DIR picks another bundle, e.g. --bundle assets/tiny for the "
                                  "stdlib toy; --base MODEL another target.)") from None
-        for name, sub in [*((r.key, r.key) for r in drafting_racers()), ("ngram", "ngram/small.ngram")]:
+        for name, sub in [*((r.key, r.bundle_dir) for r in drafting_racers()), ("ngram", "ngram/small.ngram")]:
             if parts[name] is None:
                 if (bundle / sub).exists():
                     parts[name] = str(bundle / sub)

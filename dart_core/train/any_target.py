@@ -35,7 +35,7 @@ SMOLLM2 = {
     "window": 128,
     "batch_windows": 8,
     "eval_windows": 24,
-    "steps": {"dart": 2400, "eagle3": 1200, "dflash": 1400},
+    "steps": {"dart": 2400, "eagle3": 1200, "dflash": 2000},
     "dflash_block": 8,
     "ngram_order": 3,
     "ngram_min_count": 2,
