@@ -771,17 +771,10 @@ def check_dflash(piece: Piece, src: Source, weights: str | None, plan: Plan, tar
         except Exception as e:
             piece.notes.append(f"weight header not read ({type(e).__name__})")
     if header is not None:
-        expected = dflash_shapes(cfg)
-        shapes = {k.removeprefix("model."): tuple(int(d) for d in v.get("shape", []))
-                  for k, v in header.items() if isinstance(v, Mapping)}
-        wrong = ([f"missing {', '.join(sorted(set(expected) - set(shapes))[:4])}"] if set(expected) - set(shapes)
-                 else []) + ([f"unexpected {', '.join(sorted(set(shapes) - set(expected))[:4])}"]
-                             if set(shapes) - set(expected) else [])
-        wrong += [f"shapes {k} {shapes[k]} != {expected[k]}" for k in sorted(expected)
-                  if k in shapes and shapes[k] != expected[k]][:3]
+        wrong = shape_mismatch(dflash_shapes(cfg), header, strip="model.")
         if wrong:
             plan.problems.append(Problem(
-                f"The {role} {ref}: {weights} does not match its own config.json ({', '.join(wrong)}); a damaged or "
+                f"The {role} {ref}: {weights} does not match its own config.json ({wrong}); a damaged or "
                 "mixed-up checkpoint.", [refetch(src, ["config.json", weights])]))
         piece.memory = tensor_bytes(header, dtype_bytes)[0]
     if target is None or target.config is None:
@@ -828,7 +821,15 @@ def drafter_shapes(key: str, cfg: Any, header: Mapping[str, Any]) -> str:
         optional.add("embed_tokens.weight")
         if cfg.draft_vocab_size == cfg.vocab_size:
             optional |= {"d2t"}
-    shapes = {k: tuple(int(d) for d in v.get("shape", [])) for k, v in header.items() if isinstance(v, Mapping)}
+    return shape_mismatch(expected, header, optional=optional)
+
+
+def shape_mismatch(expected: Mapping[str, tuple[int, ...]], header: Mapping[str, Any], *,
+                   optional: set[str] | frozenset[str] = frozenset(), strip: str = "") -> str:
+    """Missing, unexpected or mis-shaped tensors of a safetensors header against ``expected`` ('' when it matches;
+    ``strip``: a key prefix to drop first)."""
+    shapes = {k.removeprefix(strip) if strip else k: tuple(int(d) for d in v.get("shape", []))
+              for k, v in header.items() if isinstance(v, Mapping)}
     out = []
     missing = sorted(k for k in expected if k not in shapes and k not in optional)
     unexpected = sorted(k for k in shapes if k not in expected)

@@ -274,6 +274,7 @@ class DFlashDrafter(nn.Module):
         # hidden_states tuple indices: hs[0] is the embedding output, so decoder-layer output i is hs[i + 1]
         self.feature_layers: tuple[int, ...] | None = tuple(i + 1 for i in cfg.target_layer_ids)
         self.store: Any = None  # the N-gram store (``dflash-tree``), set by the arena loader
+        self._proposal_head: torch.Tensor | None = None  # made from lm_head_weight on first use
 
     # ----------------------------------------------------------------- loading
     @classmethod
@@ -313,7 +314,7 @@ class DFlashDrafter(nn.Module):
     def _apply(self, fn: Any, recurse: bool = True) -> DFlashDrafter:
         super()._apply(fn, recurse)
         self.embed_weight, self.lm_head_weight = fn(self.embed_weight), fn(self.lm_head_weight)
-        self._proposal_head: torch.Tensor | None = None  # derived from lm_head_weight: made again when needed
+        self._proposal_head = None  # derived from lm_head_weight: made again when needed
         return self
 
     @property
@@ -323,7 +324,7 @@ class DFlashDrafter(nn.Module):
         vocabulary, and a float32 matmul of a block's few rows over it runs far below the memory bandwidth there
         (SmolLM2, 7 rows × 49,152: 21.5 ms in float32, 2.2 ms in bf16); only the proposals use it, so the output
         stays the target's own (verification is unchanged), while :meth:`draft_logits` keeps the exact forward."""
-        if getattr(self, "_proposal_head", None) is None:
+        if self._proposal_head is None:
             w = self.lm_head_weight
             self._proposal_head = w.to(torch.bfloat16) if (w.device.type == "cpu" and w.dtype == torch.float32
                                                             and _cpu_has_fast_bf16()) else w

@@ -376,24 +376,41 @@ def fit_drafter(kind: str, prepared: tuple[Any, ...], loss_fn: Any, sequences: S
     if window < min_len:
         raise ValueError(f"training window of {window} tokens is too short (need >= {min_len})")
     if features is not None:
-        from dart_core.train.features import StoredWindows
-
         head = target.model.get_output_embeddings()
         softcap = getattr(target.text_config, "final_logit_softcapping", None)
-        device = next(model.parameters()).device
-        total = features.n_tokens // window
-        if eval_windows >= total:
-            raise ValueError(f"eval_windows={eval_windows} leaves no training window (the store holds {total})")
-        kw = {"head_bias": head.bias, "softcap": softcap, "device": device}
-        source = StoredWindows(features, window, head.weight, draft_ids, count=total - eval_windows, **kw)
-        eval_source = (StoredWindows(features, window, head.weight, draft_ids, first=total - eval_windows, **kw)
-                       if eval_windows else None)
+        source, eval_source = stored_sources(features, window, eval_windows, head_weight=head.weight,
+                                             draft_ids=draft_ids, head_bias=head.bias, softcap=softcap,
+                                             device=next(model.parameters()).device)
     else:
         if not sequences:
             raise ValueError("no training sequences")
         source = OnlineWindows(target, make_windows(sequences, window, min_len), draft_ids)
         eval_source = (OnlineWindows(target, make_windows(eval_sequences, window, min_len), draft_ids)
                        if eval_sequences else None)
+    stats = train_and_save(kind, model, source, eval_source, loss_fn, out,
+                           lambda: save_checkpoint(model, cfg_dict, t2d, out), batch_windows=batch_windows,
+                           resume=resume, checkpoint_every=checkpoint_every, **loop)
+    stats["draft_vocab_size"] = int(cfg_dict["draft_vocab_size"])
+    return stats
+
+
+def stored_sources(features: Any, window: int, eval_windows: int, **kw: Any) -> tuple[Any, Any]:
+    """The training windows of a feature store and its last ``eval_windows`` windows held out (None without),
+    as ``features.StoredWindows`` with ``kw``."""
+    from dart_core.train.features import StoredWindows
+
+    total = features.n_tokens // window
+    if eval_windows >= total:
+        raise ValueError(f"eval_windows={eval_windows} leaves no training window (the store holds {total})")
+    source = StoredWindows(features, window, count=total - eval_windows, **kw)
+    return source, (StoredWindows(features, window, first=total - eval_windows, **kw) if eval_windows else None)
+
+
+def train_and_save(kind: str, model: nn.Module, source: Any, eval_source: Any, loss_fn: Any, out: Path,
+                   save: Any, *, batch_windows: int, resume: bool, checkpoint_every: int,
+                   **loop: Any) -> dict[str, Any]:
+    """The training loop with held-out eval and resumable checkpoints in ``out``, then ``save()`` (the published
+    format) and the checkpoint removed: what every trainer runs once its model and windows are ready."""
 
     def eval_fn(m: Any, src: Any) -> dict[str, Any]:
         return evaluate(m, src, loss_fn, batch_windows)
@@ -402,7 +419,6 @@ def fit_drafter(kind: str, prepared: tuple[Any, ...], loss_fn: Any, sequences: S
     stats = train_loop(kind, model, source, loss_fn, batch_windows=batch_windows, out_dir=out,
                        eval_source=eval_source, eval_fn=eval_fn, checkpoint=ckpt, checkpoint_every=checkpoint_every,
                        **loop)
-    save_checkpoint(model, cfg_dict, t2d, out)
+    save()
     ckpt.finish()
-    stats["draft_vocab_size"] = int(cfg_dict["draft_vocab_size"])
     return stats

@@ -23,14 +23,13 @@ from safetensors.torch import save_file
 from dart_core.drafters.dflash import DFlashConfig, DFlashDrafter
 from dart_core.target import TargetModel
 from dart_core.train.common import (
-    Checkpointer,
     _rope_theta,
-    evaluate,
     kl_and_top1,
     load_frozen_target,
     make_windows,
     seed_everything,
-    train_loop,
+    stored_sources,
+    train_and_save,
 )
 
 
@@ -138,25 +137,6 @@ def dflash_loss(model: DFlashDrafter, feats: torch.Tensor, head_in: torch.Tensor
     return (kl_d * weights).sum(), kl_d.detach(), top1_d
 
 
-class _HeadInputWindows:
-    """Training windows (ids, target features, output-head inputs) from a complete ``features.FeatureStore``."""
-
-    def __init__(self, store: Any, window: int, *, first: int, count: int, device: torch.device) -> None:
-        self.store, self.window, self.first, self.n, self.device = store, window, first, count, device
-
-    def __len__(self) -> int:
-        return self.n
-
-    def get(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        starts = [(self.first + int(i)) * self.window for i in idx]
-        rows = np.concatenate([np.arange(s, s + self.window) for s in starts])
-        w = len(starts)
-        ids = torch.from_numpy(np.asarray(self.store.tokens[rows], dtype=np.int64)).view(w, -1)
-        feats = torch.from_numpy(np.asarray(self.store.features[rows], dtype=np.float32)).view(w, self.window, -1)
-        head = torch.from_numpy(np.asarray(self.store.head_input[rows], dtype=np.float32)).view(w, self.window, -1)
-        return ids.to(self.device), feats.to(self.device), head.to(self.device)
-
-
 class _OnlineHeadInputWindows:
     """The same windows computed by the target at each use (a target as small as the test models)."""
 
@@ -181,15 +161,15 @@ class _OnlineHeadInputWindows:
         return batch, feats, hook.value.float()
 
 
-def _teacher_head(target: TargetModel, dtype: torch.dtype = torch.float32) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The target's output head (bias and final-logit soft-capping included) on head inputs, its matmul in
-    ``dtype``."""
+def _teacher_head(target: TargetModel, weight: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The target's output head on head inputs: ``weight`` (the head's weight, in the dtype its matmul should run
+    in) with the target's bias and final-logit soft-capping."""
     head = target.model.get_output_embeddings()
-    weight, bias = head.weight.detach().to(dtype), None if head.bias is None else head.bias.detach().to(dtype)
+    bias = None if head.bias is None else head.bias.detach().to(device=weight.device, dtype=weight.dtype)
     softcap = getattr(target.text_config, "final_logit_softcapping", None)
 
     def teacher(x: torch.Tensor) -> torch.Tensor:
-        logits = torch.nn.functional.linear(x.to(device=weight.device, dtype=dtype), weight, bias).float()
+        logits = torch.nn.functional.linear(x.to(device=weight.device, dtype=weight.dtype), weight, bias).float()
         return torch.tanh(logits / softcap) * softcap if softcap else logits
 
     return teacher
@@ -266,14 +246,8 @@ def train_dflash(
     out.mkdir(parents=True, exist_ok=True)
     if window < block_size + 1:
         raise ValueError(f"training window of {window} tokens is too short for block size {block_size}")
-    if features is not None:
-        total = features.n_tokens // window
-        if eval_windows >= total:
-            raise ValueError(f"eval_windows={eval_windows} leaves no training window (the store holds {total})")
-        dev = torch.device(device)
-        source: Any = _HeadInputWindows(features, window, first=0, count=total - eval_windows, device=dev)
-        eval_source = (_HeadInputWindows(features, window, first=total - eval_windows, count=eval_windows,
-                                         device=dev) if eval_windows else None)
+    if features is not None:  # the head inputs, not a draft-vocab teacher: the loss scores the full vocabulary
+        source, eval_source = stored_sources(features, window, eval_windows, device=device)
     else:
         if not sequences:
             raise ValueError("no training sequences")
@@ -281,23 +255,17 @@ def train_dflash(
                                          target.feature_layers)
         eval_source = (_OnlineHeadInputWindows(target, make_windows(eval_sequences, window, block_size + 1),
                                                target.feature_layers) if eval_sequences else None)
-    teacher = _teacher_head(target, head_dtype)
-    head = model.lm_head_weight.to(head_dtype)  # frozen: one copy for the whole run
+    head = model.lm_head_weight.to(head_dtype)  # frozen, the target's own: one copy for teacher and drafter
+    teacher = _teacher_head(target, head)
 
     def loss_fn(m: Any, f: torch.Tensor, t: torch.Tensor, w: torch.Tensor, g: torch.Generator) -> Any:
         return dflash_loss(m, f, t, w, g, teacher=teacher, anchors_per_window=anchors_per_window, gamma=gamma,
                            head=head)
 
-    def eval_fn(m: Any, src: Any) -> dict[str, Any]:
-        return evaluate(m, src, loss_fn, batch_windows)
-
-    ckpt = Checkpointer(out, model, resume)
-    stats = train_loop("dflash", model, source, loss_fn, steps=steps, batch_windows=batch_windows, lr=lr,
-                       warmup=warmup, weight_decay=weight_decay, clip=clip, seed=seed, out_dir=out,
-                       log_every=log_every, eval_source=eval_source, eval_fn=eval_fn, progress=progress,
-                       checkpoint=ckpt, checkpoint_every=checkpoint_every)
-    save_dflash(model, cfg_dict, out)
-    ckpt.finish()
+    stats = train_and_save("dflash", model, source, eval_source, loss_fn, out,
+                           lambda: save_dflash(model, cfg_dict, out), batch_windows=batch_windows, resume=resume,
+                           checkpoint_every=checkpoint_every, steps=steps, lr=lr, warmup=warmup,
+                           weight_decay=weight_decay, clip=clip, seed=seed, log_every=log_every, progress=progress)
     stats.update(block_size=block_size, mask_token_id=mask_token_id, target_layer_ids=layer_ids,
                  anchors_per_window=anchors_per_window, gamma=gamma, head_dtype=str(head_dtype).removeprefix("torch."))
     return stats

@@ -191,10 +191,12 @@ def build_features(target: TargetModel, sequences: Sequence[Sequence[int]], root
 class StoredWindows:
     """Training windows cut from a complete :class:`FeatureStore`: non-overlapping runs of ``window`` tokens of
     the packed stream, with the teacher (the target's log-probs over the draft vocab) computed on demand from the
-    stored head inputs."""
+    stored head inputs; without ``head_weight``, the head inputs themselves (a trainer scoring the full vocabulary
+    computes its teacher at the rows it needs only)."""
 
-    def __init__(self, store: FeatureStore, window: int, head_weight: torch.Tensor, draft_ids: torch.Tensor,
-                 *, head_bias: torch.Tensor | None = None, softcap: float | None = None,
+    def __init__(self, store: FeatureStore, window: int, head_weight: torch.Tensor | None = None,
+                 draft_ids: torch.Tensor | None = None, *, head_bias: torch.Tensor | None = None,
+                 softcap: float | None = None,
                  device: torch.device | str = "cpu", first: int = 0, count: int | None = None) -> None:
         if not store.complete():
             raise ValueError(f"feature store {store.root} is incomplete ({store.meta['done_sequences']} of "
@@ -207,23 +209,32 @@ class StoredWindows:
         self.n = (total - first) if count is None else min(count, total - first)
         if self.n < 1:
             raise ValueError(f"no training window left after the first {first} (of {total})")
-        ids = draft_ids.to(self.device)
-        self.head = head_weight.detach().float().to(self.device)[ids]
-        self.bias = None if head_bias is None else head_bias.detach().float().to(self.device)[ids]
+        self.head: torch.Tensor | None = None
+        self.bias: torch.Tensor | None = None
+        if head_weight is not None:
+            if draft_ids is None:
+                raise ValueError("StoredWindows: head_weight needs the draft_ids it is restricted to")
+            ids = draft_ids.to(self.device)
+            self.head = head_weight.detach().float().to(self.device)[ids]
+            self.bias = None if head_bias is None else head_bias.detach().float().to(self.device)[ids]
         self.softcap = softcap
 
     def __len__(self) -> int:
         return self.n
 
     def get(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(ids [B, n], features [B, n, 3H] float32, teacher log-probs [B, n, Vd]) of windows ``idx``."""
+        """(ids [B, n], features [B, n, 3H] float32, teacher log-probs [B, n, Vd] — or the head inputs [B, n, H]
+        without ``head_weight``) of windows ``idx``."""
         starts = [(self.first + int(i)) * self.window for i in idx]
         rows = np.concatenate([np.arange(s, s + self.window) for s in starts])
         ids = torch.from_numpy(np.asarray(self.store.tokens[rows], dtype=np.int64)).view(len(starts), -1)
         feats = torch.from_numpy(np.asarray(self.store.features[rows], dtype=np.float32))
         last = torch.from_numpy(np.asarray(self.store.head_input[rows], dtype=np.float32)).to(self.device)
-        logits = torch.nn.functional.linear(last, self.head, self.bias)
-        if self.softcap:
-            logits = torch.tanh(logits / self.softcap) * self.softcap
-        teach = torch.log_softmax(logits, dim=-1).view(len(starts), self.window, -1)
+        if self.head is None:
+            teach = last.view(len(starts), self.window, -1)
+        else:
+            logits = torch.nn.functional.linear(last, self.head, self.bias)
+            if self.softcap:
+                logits = torch.tanh(logits / self.softcap) * self.softcap
+            teach = torch.log_softmax(logits, dim=-1).view(len(starts), self.window, -1)
         return ids.to(self.device), feats.view(len(starts), self.window, -1).to(self.device), teach
