@@ -21,7 +21,7 @@ from typing import Any
 
 from app import setup_logging
 from dart_core.bundle import Bundle, BundleError, default_bundle_dir, open_bundle
-from dart_core.racers import BASELINE, drafting_racers, label, racer
+from dart_core.racers import BASELINE, drafting_racers, label, racer, runner_racers
 
 REPO = Path(__file__).resolve().parent.parent
 COMPLETION_TEMPLATES = ("raw", "none", "completion")
@@ -73,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
             m.add_argument(f"--{r.key}-model-name-or-path", default=None, metavar="MODEL",
                            help=f"{r.label} drafter, e.g. {r.example} (default: the bundle's {r.bundle_dir}/ when the "
                                 f"target is the bundle's; without one there is no {r.label} column)")
+    for r in runner_racers():  # racers that load nothing (HF generate): off unless asked for
+        m.add_argument(f"--compare-{r.key}", action=argparse.BooleanOptionalAction, default=False,
+                       help=f"add a {r.label} column on the same target: {r.blurb} (default off)")
     m.add_argument("--template-name", default="auto", metavar="NAME",
                    help="'auto' (default): the bundle's mode (chat for SmolLM2, completion for the toy); with "
                         "--base-model-name-or-path the tokenizer's chat template when it has one (Qwen3: thinking "
@@ -167,6 +170,7 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
         "drafters": drafters,
         "ngram": args.ngram_model_name_or_path or (str(bundle.ngram) if bundle and bundle.ngram else None),
         "bundle": bundle,
+        "runners": [r.key for r in runner_racers() if getattr(args, f"compare_{r.dest}", False)],
     }
 
 
@@ -244,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     try:
         engine = ProcessEngine(dict(base=src["base"], ngram=src["ngram"], small_ngram=args.use_small_ngram,
-                                    device=args.device, dtype=args.dtype, **loaded), threads=args.threads)
+                                    device=args.device, dtype=args.dtype, **loaded,
+                                    **dict.fromkeys(src["runners"], True)), threads=args.threads)
     except EngineError as e:  # one line naming the file; the traceback only in the debug log (--debug)
         if e.details:
             log.debug("the model process failed to load:\n%s", e.details.rstrip())

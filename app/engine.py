@@ -106,6 +106,7 @@ class RemoteRace(Scoreboard):
                  prompts: Mapping[str, Sequence[int]], settings: RaceSettings) -> None:
         super().__init__(methods, prompts, settings)
         self._engine = engine
+        self.dtype = getattr(torch, engine.info.dtype, torch.float32)
         self._id = race_id
         self._inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         self._started = False

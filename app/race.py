@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from dart_core.generate import RunStats, Step, summarize
+from dart_core.greedy_check import Verdict, compare
 from dart_core.racers import BASELINE, label
 from dart_core.verify import SamplingConfig
 
@@ -107,6 +108,7 @@ class Scoreboard:
         self.prompts = {m: [int(t) for t in prompts[m]] for m in self.methods}
         self.lanes = {m: Lane(m) for m in self.methods}
         self.limit: str | None = None
+        self.dtype: torch.dtype = torch.float32  # the target's: how wide a rounding tie may be (greedy_check)
 
     @property
     def finished(self) -> bool:
@@ -129,14 +131,22 @@ class Scoreboard:
         mine = self.lanes[method].stats()
         return mine.speedup_over(ar.stats() if ar is not None else None) if mine is not None else None
 
-    def greedy_matches(self) -> dict[str, bool] | None:
-        """Greedy only, once every lane finished normally: does each method's output equal AR's?"""
+    def greedy_verdicts(self) -> dict[str, Verdict] | None:
+        """Greedy only, once every lane finished normally: each method's output against AR's — identical,
+        identical up to a rounding tie of the target's top two logits, or a mismatch (``greedy_check``)."""
         ar = self.lanes.get(BASELINE)
         if not self.settings.sampling.greedy or ar is None or ar.status != "done":
             return None
         if any(lane.status != "done" for lane in self.lanes.values()):
             return None
-        return {m: lane.tokens == ar.tokens for m, lane in self.lanes.items() if m != BASELINE}
+        ar_top2 = [t for s in ar.steps for t in s.top2]
+        return {m: compare(ar.tokens, ar_top2, lane.tokens, [t for s in lane.steps for t in s.top2], self.dtype)
+                for m, lane in self.lanes.items() if m != BASELINE}
+
+    def greedy_matches(self) -> dict[str, bool] | None:
+        """Greedy only, once every lane finished normally: is each method's output AR's (up to a rounding tie)?"""
+        verdicts = self.greedy_verdicts()
+        return None if verdicts is None else {m: v.ok for m, v in verdicts.items()}
 
     def summary(self) -> dict[str, dict[str, Any]]:
         """Per method: tokens, verify steps, τ, tokens/s, speedup vs AR, ms per step, status — plain numbers."""
@@ -192,6 +202,7 @@ class Race(Scoreboard):
         prompts = input_ids if isinstance(input_ids, Mapping) else dict.fromkeys(methods, input_ids)
         super().__init__(methods, prompts, settings)
         self.arena = arena
+        self.dtype = getattr(arena.target, "dtype", torch.float32)
         self._worker = worker
         self._gens: dict[str, Iterator[Step]] = {}
         self._stop = threading.Event()

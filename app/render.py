@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dart_core.greedy_check import Verdict
 from dart_core.racers import BASELINE, RACERS, label
 
 DRAFT, TARGET = "d", "t"  # origin of a piece of text: an accepted draft token, or the target's own token
@@ -157,8 +158,10 @@ def lane_html(method: str, turns: Sequence[dict[str, Any]], *, chat: bool, figur
     return out if is_open else out + "</div></div>"
 
 
-def summary_html(summary: dict[str, dict[str, Any]], matches: dict[str, bool] | None = None) -> str:
-    """The summary row: one card per method with τ, tokens/s and speedup vs AR, plus the greedy check."""
+def summary_html(summary: dict[str, dict[str, Any]], verdicts: dict[str, Verdict] | None = None,
+                 dtype: str = "float32") -> str:
+    """The summary row: one card per method with τ, tokens/s and speedup vs AR, plus the greedy check (a flip
+    between the target's top two within ``dtype``'s rounding is shown neutrally, as a tie)."""
     cards = []
     for m, f in summary.items():
         speed = _fmt(f.get("speedup_vs_ar"), ".2f", "×") if m != BASELINE else "1.00×"
@@ -172,13 +175,18 @@ def summary_html(summary: dict[str, dict[str, Any]], matches: dict[str, bool] | 
             f'<span>search {_fmt(f.get("search_ms_per_step"), ".2f")}</span>'
             f'<span>verify {_fmt(f.get("verify_ms_per_step"), ".2f")} ms/step</span></div></div>')
     note = ""
-    if matches:
-        same = [label(m) for m, ok in matches.items() if ok]
-        diff = [label(m) for m, ok in matches.items() if not ok]
+    if verdicts:
+        same = [label(m) for m, v in verdicts.items() if v.kind == "identical"]
+        ties = [f"{label(m)} {v.describe(dtype)}" for m, v in verdicts.items() if v.kind == "tie"]
+        diff = [f"{label(m)} (at token {v.position})" for m, v in verdicts.items() if v.kind == "mismatch"]
         if same:
             note += f'<div class="check ok">✓ greedy output of {" and ".join(same)} identical to AR</div>'
+        if ties:
+            note += (f'<div class="check tie">≈ greedy output of {html.escape("; ".join(ties))} (the target\'s two '
+                     "best tokens within its rounding: a different forward shape may flip them)</div>")
         if diff:
-            note += f'<div class="check bad">✗ {" and ".join(diff)} differs from AR (greedy): please report</div>'
+            note += (f'<div class="check bad">✗ {html.escape(" and ".join(diff))} differs from AR (greedy, beyond '
+                     "rounding): please report</div>")
     return f'<div class="cards">{"".join(cards)}</div>{note}'
 
 

@@ -155,6 +155,11 @@ class Page:
         return out
 
 
+def dtype_name(dtype: Any) -> str:
+    """``bfloat16`` for ``torch.bfloat16``: how the page names the target's precision."""
+    return str(dtype).removeprefix("torch.")
+
+
 def shown(value: Any) -> str:
     """``value`` for a message, at most about 40 characters whatever an API caller sent (a huge list or
     string, an integer with more digits than Python prints)."""
@@ -597,7 +602,7 @@ class LiveRace:
                 self.streams[m].finish()
             turn["replies"][m] = {"pieces": list(self.streams[m].pieces), "error": lane.error}
         summary = race.summary()
-        self.conv["summary"], self.conv["matches"] = summary, race.greedy_matches()
+        self.conv["summary"], self.conv["matches"] = summary, race.greedy_verdicts()
         if final:
             kind = "warn" if race.stopped or race.failed or self.notice else "ok"
             banner = self.banner(self.final_message(), kind)
@@ -608,7 +613,7 @@ class LiveRace:
             result = KEEP
         return PageUpdate(conv=self.conv, status=banner,
                           lanes=self.ui.lanes_html(self.conv, live=not final, methods=self.methods),
-                          cards=render.summary_html(summary, self.conv["matches"]),
+                          cards=render.summary_html(summary, self.conv["matches"], dtype_name(race.dtype)),
                           plots=self.ui.race_plots(race) if plots or final else {}, result=result)
 
     def final_message(self) -> str:
@@ -628,10 +633,13 @@ class LiveRace:
             return f"Stopped ({figures} so far). Send again whenever you like."
         if race.failed:
             return f"Finished with errors: {figures}."
-        matches = race.greedy_matches()
+        verdicts = race.greedy_verdicts()
         tail = ""
-        if matches is not None:
-            tail = " — greedy outputs identical to AR" if all(matches.values()) else " — OUTPUT DIFFERS FROM AR"
+        if verdicts is not None:
+            kinds = {v.kind for v in verdicts.values()}
+            tail = (" — OUTPUT DIFFERS FROM AR" if "mismatch" in kinds else
+                    f" — greedy outputs identical to AR up to a {dtype_name(race.dtype)} tie" if "tie" in kinds else
+                    " — greedy outputs identical to AR")
         return f"Done: {figures}{tail}"
 
     def result(self) -> dict[str, Any]:
@@ -641,7 +649,11 @@ class LiveRace:
             summary[m]["text"] = self.streams[m].text
             summary[m]["token_ids"] = list(lane.tokens)
         s = self.settings
-        return {"methods": summary, "greedy_matches_ar": self.race.greedy_matches(), "limit": self.race.limit,
+        verdicts = self.race.greedy_verdicts()
+        return {"methods": summary, "greedy_matches_ar": self.race.greedy_matches(),
+                "greedy_check_ar": ({m: v.describe(dtype_name(self.race.dtype)) for m, v in verdicts.items()}
+                                    if verdicts is not None else None),
+                "limit": self.race.limit,
                 "settings": {"temperature": s.sampling.temperature, "top_p": s.sampling.top_p,
                              "top_k": s.sampling.top_k, "max_new_tokens": s.max_new_tokens, "seed": s.seed,
                              "time_limit_s": s.time_limit_s,

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from dart_core.drafters.interface import Drafter, DraftInput, PlainDecoding
+from dart_core.greedy_check import top2_of
 from dart_core.target import TargetModel
 from dart_core.timing import Stopwatch
 from dart_core.tree import DraftTree
@@ -39,6 +40,8 @@ class Step:
     stop_reason: str | None = None  # "eos" | "max_new_tokens" | "context" on the last step
     tree: DraftTree | None = field(default=None, repr=False)
     accepted_nodes: list[int] = field(default_factory=list, repr=False)
+    # greedy only: the target's top-2 (id, logit, id, logit) behind each emitted token (``greedy_check``)
+    top2: list[tuple[int, float, int, float]] = field(default_factory=list, repr=False)
 
     @property
     def total_ms(self) -> float:
@@ -170,12 +173,14 @@ def stream(
     with Stopwatch(target.device) as sw:
         logits, feats = target.prefill(state, ids, layers)
         x = choose_token(logits, sampling, generator)
+    greedy = sampling.greedy
     context = np.zeros(limit + 1, dtype=np.int32)  # prompt + output, written in place (views go to the drafter)
     length = len(prompt) + 1
     context[:length] = [*prompt, x]
     emitted = 1
     reason = _stop_reason(x in stops, emitted, max_new_tokens, length, limit)
-    yield Step(method, [x], 0, 0, 0.0, 0.0, sw.ms, prefill=True, stop_reason=reason)
+    yield Step(method, [x], 0, 0, 0.0, 0.0, sw.ms, prefill=True, stop_reason=reason,
+               top2=top2_of(logits[None]) if greedy else [])
     if reason:
         return
 
@@ -191,6 +196,7 @@ def stream(
             tokens, accepted, size, draft_ms, search_ms, tree, nodes = [x], 0, 0, 0.0, 0.0, None, []
             stopped = x in stops
             new_ids = [x]
+            top2 = top2_of(logits[None]) if greedy else []
         else:
             tree = proposal.tree.truncate(room - 1)
             with Stopwatch(target.device) as sw:
@@ -200,14 +206,16 @@ def stream(
             tokens, stopped = _cut(result.tokens, stops, room)
             accepted, size, nodes = min(result.accepted, len(tokens)), tree.size, result.nodes
             draft_ms, search_ms = proposal.draft_ms, proposal.search_ms
-            feats = tfeats[torch.tensor(nodes, device=tfeats.device)] if tfeats is not None else None
+            picked = torch.tensor(nodes, device=logits.device)
+            top2 = top2_of(logits[picked[: len(tokens)]]) if greedy else []
+            feats = tfeats[picked.to(tfeats.device)] if tfeats is not None else None
             new_ids, x = list(result.tokens), result.tokens[-1]
         context[length : length + len(tokens)] = tokens
         length += len(tokens)
         emitted += len(tokens)
         reason = _stop_reason(stopped, emitted, max_new_tokens, length, limit)
         yield Step(method, tokens, accepted, size, draft_ms, search_ms, sw.ms, stop_reason=reason, tree=tree,
-                   accepted_nodes=nodes)
+                   accepted_nodes=nodes, top2=top2)
         if reason:
             return
 

@@ -20,7 +20,7 @@ from dart_core.hub import HubFileError, looks_local, resolve_file
 from dart_core.hub import _offline as hub_offline
 from dart_core.ngram import NgramStore
 from dart_core.packaged import ensure_checkpoint, packaged_model
-from dart_core.racers import BASELINE, PLAIN, RACERS, drafting_racers, racer
+from dart_core.racers import BASELINE, PLAIN, RACERS, drafting_racers, racer, runner_racers
 from dart_core.target import TargetModel
 from dart_core.verify import SamplingConfig
 
@@ -137,10 +137,11 @@ class Arena:
     drafters: dict[str, Drafter] = field(default_factory=dict)
     store: NgramStore | None = None
     stop_ids: list[int] = field(default_factory=list)
+    runners: list[str] = field(default_factory=list)  # enabled racers with a loop of their own (HF generate)
 
     def drafter(self, method: str) -> Drafter:
         """The drafter of a loaded racer (plain decoding for the baseline); a ValueError names the loaded ones."""
-        if method == BASELINE:
+        if method == BASELINE or method in self.runners:
             return PLAIN
         d = self.drafters.get(method)
         if d is None:
@@ -151,12 +152,14 @@ class Arena:
     @property
     def methods(self) -> list[str]:
         """The loaded racers' keys in registry order, the baseline last."""
-        return [r.key for r in RACERS if r.key in self.drafters] + [BASELINE]
+        return [r.key for r in RACERS if r.key in self.drafters or r.key in self.runners] + [BASELINE]
 
     def stream(self, method: str, input_ids: Any, **kwargs: Any) -> Iterator[Step]:
         """:func:`~dart_core.generate.stream` with ``method``'s drafter; ``settings`` are that racer's."""
         kwargs.setdefault("stop_token_ids", self.stop_ids)
-        return stream(self.target, input_ids, self.drafter(method), **kwargs)
+        drafter = self.drafter(method)
+        run = racer(method).runner if method in self.runners else None
+        return (run or stream)(self.target, input_ids, drafter, **kwargs)
 
 
 def load_arena(
@@ -171,7 +174,8 @@ def load_arena(
 ) -> Arena:
     """Load the target once and every drafter on it (their device and dtype follow the target's embedding).
     Drafters come as keyword arguments named by racer key (``dart=``, ``eagle3=``: local dirs or Hub ids; None
-    skips one); the other keyword arguments go to ``from_pretrained`` of the target. Each drafter reads its own
+    skips one); a racer with a loop of its own is enabled by its key (``hf=True``: HF ``generate``); the other
+    keyword arguments go to ``from_pretrained`` of the target. Each drafter reads its own
     target layers, so drafters whose layers differ share the target too. Whatever fails to load is raised as an
     error that names its file (a :class:`~dart_core.errors.LoadError`, or the project's own errors), after the
     progress bar is closed, so an ``error:`` line printed next starts a line of its own."""
@@ -182,6 +186,7 @@ def load_arena(
         ref = kwargs.pop(r.key, None) or kwargs.pop(r.dest, None)
         if ref:
             parts[r.key] = ref
+    runners = [r.key for r in runner_racers() if kwargs.pop(r.key, None) or kwargs.pop(r.dest, None)]
     steps = ["target", *(racer(k).label for k in parts), *(["N-gram"] if ngram else [])]
     bar = tqdm(total=len(steps), desc="loading", unit="part", disable=not progress)
 
@@ -193,7 +198,8 @@ def load_arena(
         with loading(base):
             target, tokenizer = load_target(base, device=device, dtype=dtype, **kwargs)
         done("target")
-        arena = Arena(target=target, tokenizer=tokenizer, stop_ids=stop_token_ids(tokenizer, target.config))
+        arena = Arena(target=target, tokenizer=tokenizer, stop_ids=stop_token_ids(tokenizer, target.config),
+                      runners=runners)
         for key, ref in parts.items():
             r = racer(key)
             with loading(ref):

@@ -17,6 +17,7 @@ from dart_core.drafters.dart import DartDrafter, DartSettings
 from dart_core.drafters.dflash import DFlashDrafter, DFlashSettings, DFlashTreeDrafter, DFlashTreeSettings
 from dart_core.drafters.eagle3 import Eagle3Drafter, Eagle3Settings
 from dart_core.drafters.interface import Drafter, NoSettings, PlainDecoding, knobs, settings_for
+from dart_core.hf_generate import stream_hf_generate
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,8 @@ class Racer:
     loaded target (shared embedding, feature layers bound to it; None: nothing to load, plain decoding);
     ``uses_store``: it drafts with the N-gram store; ``opt_in``: the app adds its column only when asked
     (``--compare-<key>``) unless a bundle holds it; ``folder``: the bundle's folder of its checkpoint when it is
-    not ``<key>/`` (two racers that read one drafter share it)."""
+    not ``<key>/`` (two racers that read one drafter share it); ``runner``: its own decoding loop in place of the
+    engine's (``stream``'s signature; HF ``generate``), for a racer that loads nothing and is enabled by name."""
 
     key: str
     label: str
@@ -38,6 +40,7 @@ class Racer:
     opt_in: bool = False
     example: str = ""  # a published checkpoint, for help texts
     folder: str = ""
+    runner: Callable[..., Iterator[Any]] | None = None
 
     @property
     def dest(self) -> str:
@@ -74,6 +77,8 @@ RACERS: list[Racer] = [
     Racer("dflash-tree", "DFlash-tree", "#ec4899", "DFlash's block rows, top-k each, N-gram-guided tree search",
           load=DFlashTreeDrafter.from_pretrained, settings_type=DFlashTreeSettings, uses_store=True, opt_in=True,
           example="z-lab/Qwen3-8B-DFlash-b16", folder="dflash"),
+    Racer("hf", "HF generate", "#64748b", "transformers' own generate() on the same weights: the real alternative",
+          runner=stream_hf_generate, opt_in=True),
     Racer("ar", "AR", "#94a3b8", "plain autoregressive decoding: one target forward per token"),
 ]
 BASELINE = "ar"  # the racer every speedup is measured against
@@ -109,6 +114,11 @@ def racer(key: str) -> Racer:
 def drafting_racers() -> Iterator[Racer]:
     """The racers that load a drafter, in registry order."""
     return (r for r in RACERS if r.drafts)
+
+
+def runner_racers() -> Iterator[Racer]:
+    """The racers with a decoding loop of their own (HF ``generate``), in registry order."""
+    return (r for r in RACERS if r.runner is not None)
 
 
 def label(key: str) -> str:

@@ -12,6 +12,9 @@ Facts about transformers 5.x relied on here (checked against 5.23):
 * ``hidden_states`` holds ``num_hidden_layers + 1`` tensors; ``hs[i]`` is the input of decoder layer i.
 * ``DynamicCache.layers[i].keys/.values`` are ``[batch, kv_heads, seq, head_dim]`` tensors that may be rewritten;
   ``Cache.crop(n)`` only accepts ``n <= 0`` and drops the last ``-n`` positions (a positive ``n`` raises).
+* ``StaticCache`` layers (the fast path) hold ``[batch, kv_heads, capacity, head_dim]`` buffers and write a forward's
+  rows at ``cumulative_length`` (a 0-d tensor), which is also the length the model derives its cache positions
+  and causal mask from: setting it drops rows, and the causal mask hides every row past a query's own position.
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
+from transformers import DynamicCache, StaticCache
+from transformers.cache_utils import DynamicLayer, StaticLayer
 
 from .tree import DraftTree
 
@@ -129,6 +132,42 @@ class TargetModel:
         except (TypeError, ValueError):
             params = {}
         self._has_logits_to_keep = "logits_to_keep" in params
+        self.static_capacity: int | None = None  # the fast path (use_static_cache): rows of the static KV cache
+        self._compiled: Any = None  # its compiled forward for decode / verify (prefill runs eagerly)
+
+    # ------------------------------------------------------------- fast path
+    def use_static_cache(self, capacity: int, *, compile: bool = False) -> None:
+        """The fast path for GPUs: every new state holds a preallocated ``StaticCache`` of ``capacity`` rows
+        (prompt + output + one draft tree; the context limit becomes ``capacity``) that decode and verify write in
+        place, and with ``compile`` the decode and verify forwards run through ``torch.compile`` (CUDA graphs on a
+        GPU: ``mode="reduce-overhead"``). Trees are padded to a power-of-two node count (padding rows see the
+        prefix only and no real row sees them), so a few fixed shapes cover every step. Exact: in float32 the
+        output equals the eager path's (tests); only the kernels' summation order may differ."""
+        capacity = int(capacity)
+        if capacity < 2:
+            raise ValueError(f"use_static_cache: capacity must be at least 2 rows, got {capacity}")
+        self.static_capacity = min(capacity, int(self.text_config.max_position_embeddings))
+        self._compiled = None
+        if compile:
+            import torch._dynamo
+
+            for knob in ("recompile_limit", "cache_size_limit"):  # one graph per tree bucket and feature choice
+                if hasattr(torch._dynamo.config, knob):
+                    setattr(torch._dynamo.config, knob, max(64, getattr(torch._dynamo.config, knob)))
+            mode = "reduce-overhead" if self.device.type == "cuda" else None
+            self._compiled = torch.compile(self.model.forward, mode=mode, dynamic=False)
+
+    @property
+    def static(self) -> bool:
+        """Whether states hold a static KV cache (:meth:`use_static_cache`)."""
+        return self.static_capacity is not None
+
+    def _padded_size(self, n: int, prefix: int) -> int:
+        """Compiled verifies run at a power-of-two node count (fewer shapes to compile), if the cache has room."""
+        if self._compiled is None:
+            return n
+        size = 1 << (n - 1).bit_length()
+        return size if prefix + size <= self.max_context else n
 
     # ------------------------------------------------------------- properties
     @property
@@ -163,20 +202,38 @@ class TargetModel:
 
     @property
     def max_context(self) -> int:
+        """Positions a generation may use: the model's context, or the static cache's rows on the fast path."""
+        if self.static_capacity is not None:
+            return self.static_capacity
         return int(self.text_config.max_position_embeddings)
 
     # ------------------------------------------------------------- state
     def new_state(self) -> TargetState:
         """A fresh, empty per-generation state."""
+        if self.static_capacity is not None:
+            return TargetState(cache=StaticCache(config=self.config, max_cache_len=self.static_capacity))
         return TargetState(cache=DynamicCache(config=self.config))
 
+    @staticmethod
+    def _set_static_length(state: TargetState, rows: int) -> None:
+        """Where a static cache's next forward writes (and what its causal mask counts as the past)."""
+        for layer in state.cache.layers:
+            layer.cumulative_length.fill_(rows)
+
     def _check_state(self, state: TargetState) -> None:
+        if isinstance(state.cache, StaticCache):
+            return
         cached = state.cache.get_seq_length()
         if cached < state.length:
             raise RuntimeError(f"TargetState is inconsistent: cache holds {cached} rows but length is {state.length}")
 
     def _drop_uncommitted(self, state: TargetState) -> None:
         """Discard tree rows left by a verify that was never committed (state.length is authoritative)."""
+        if isinstance(state.cache, StaticCache):
+            if state.tree is not None:
+                self._set_static_length(state, state.length)
+            state.tree = None
+            return
         self._check_state(state)
         extra = state.cache.get_seq_length() - state.length
         if extra > 0:
@@ -192,9 +249,11 @@ class TargetModel:
         mask: torch.Tensor | None,
         last_only: bool,
         layers: Sequence[int] | None = None,
+        eager: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One forward; features = the ``layers`` of ``hidden_states`` (default ``feature_layers``; none: no
-        hidden states are asked for) concatenated per row."""
+        hidden states are asked for) concatenated per row. The fast path's compiled forward runs it unless
+        ``eager`` (the prefill, whose length varies)."""
         layers = self.feature_layers if layers is None else tuple(layers)
         features = bool(layers)
         kwargs: dict[str, Any] = {
@@ -209,8 +268,9 @@ class TargetModel:
             kwargs["attention_mask"] = mask
         if last_only and self._has_logits_to_keep:
             kwargs["logits_to_keep"] = 1
+        forward = self.model if eager or self._compiled is None else self._compiled
         with torch.no_grad():
-            out = self.model(**kwargs)
+            out = forward(**kwargs)
         dev = self.feature_device
         feats = torch.cat([out.hidden_states[i][0].to(dev) for i in layers], dim=-1) if features else None
         logits = out.logits[0].to(device=dev, dtype=torch.float32)
@@ -240,10 +300,10 @@ class TargetModel:
             raise ValueError("prefill: the prompt is empty (0 tokens); at least one token is needed")
         if n > self.max_context:
             raise ValueError(f"prefill: prompt of {n} tokens exceeds the target's context of {self.max_context}")
-        if state.length or state.cache.get_seq_length():
+        if state.length or (not isinstance(state.cache, StaticCache) and state.cache.get_seq_length()):
             raise ValueError("prefill: the state already holds tokens; use a fresh target.new_state()")
         positions = torch.arange(n, device=self.device)[None]
-        logits, feats = self._run(state, ids, positions, None, last_only=True, layers=layers)
+        logits, feats = self._run(state, ids, positions, None, last_only=True, layers=layers, eager=True)
         state.length = n
         return logits, feats
 
@@ -274,10 +334,10 @@ class TargetModel:
 
     def _require_compactable(self, state: TargetState, what: str) -> None:
         for i, layer in enumerate(state.cache.layers):
-            if type(layer) is not DynamicLayer:
+            if type(layer) not in (DynamicLayer, StaticLayer):
                 raise NotImplementedError(
                     f"{what}: cache layer {i} is a {type(layer).__name__}; tree verification and KV compaction "
-                    "support only full-attention DynamicLayer caches"
+                    "support only full-attention DynamicLayer / StaticLayer caches"
                 )
 
     def verify(self, state: TargetState, tree: DraftTree,
@@ -301,17 +361,37 @@ class TargetModel:
                 f"past the target's context of {self.max_context}"
             )
         n = tree.size
+        size = self._padded_size(n, prefix)  # n, or the compiled path's bucket: rows n.. are padding
         dev = self.device
+        tokens, pos = tree.tokens.astype(np.int64), tree.position_ids(prefix).astype(np.int64)
+        if size > n:
+            tokens = np.concatenate([tokens, np.zeros(size - n, dtype=np.int64)])
+            pos = np.concatenate([pos, np.full(size - n, prefix, dtype=np.int64)])
         mask: torch.Tensor | None = None  # a chain (DFlash, AR-like): the model's own causal attention suffices
-        if not np.array_equal(tree.parents, np.arange(-1, n - 1)):
-            hidden = torch.from_numpy(~tree.ancestor_mask()).to(dev)  # tree rows a node may not see
-            mask = torch.zeros(1, 1, n, prefix + n, dtype=self.dtype, device=dev)
-            mask[0, 0, :, prefix:].masked_fill_(hidden, torch.finfo(self.dtype).min)
-        ids = torch.from_numpy(tree.tokens.astype(np.int64)).to(dev)[None]
-        positions = torch.from_numpy(tree.position_ids(prefix).astype(np.int64)).to(dev)[None]
+        if size > n or not np.array_equal(tree.parents, np.arange(-1, n - 1)):
+            mask = self._tree_mask(tree, prefix, size)
+        ids = torch.from_numpy(tokens).to(dev)[None]
+        positions = torch.from_numpy(pos).to(dev)[None]
         logits, feats = self._run(state, ids, positions, mask, last_only=False, layers=layers)
+        if size > n:
+            logits, feats = logits[:n], feats[:n] if feats is not None else None
         state.tree = tree
         return logits, feats
+
+    def _tree_mask(self, tree: DraftTree, prefix: int, size: int) -> torch.Tensor:
+        """The additive 4-D mask of one verify, built once per step in the model's dtype on its device: every
+        row sees the prefix, a tree row its ancestors; padding rows (``size`` > nodes) see the prefix alone. Its
+        rows span the key length the model attends over (prefix + size, or the static cache's capacity) and are
+        allocated at a multiple of 8 columns, so the attention kernels take it as it is (an unaligned mask is
+        copied by the memory-efficient CUDA kernel in every layer)."""
+        n, dev = tree.size, self.device
+        keys = self.static_capacity if self.static_capacity is not None else prefix + size
+        blocked = torch.finfo(self.dtype).min
+        mask = torch.full((1, 1, size, -(-keys // 8) * 8), blocked, dtype=self.dtype, device=dev)[..., :keys]
+        mask[..., :prefix] = 0
+        visible = torch.from_numpy(tree.ancestor_mask()).to(dev)  # tree rows a node may see
+        mask[0, 0, :n, prefix : prefix + n].masked_fill_(visible, 0.0)
+        return mask
 
     def commit(self, state: TargetState, nodes: Sequence[int]) -> None:
         """Keep the KV rows of one root-to-node path of the last verified tree, contiguously after the prefix.
@@ -332,7 +412,8 @@ class TargetModel:
                 raise ValueError(f"commit: {path} is not a root-to-node path of the verified tree (at node {b})")
         prefix, n_tree, m = state.length, tree.size, len(path)
         self._require_compactable(state, "commit")
-        if state.cache.get_seq_length() != prefix + n_tree:
+        static = isinstance(state.cache, StaticCache)
+        if not static and state.cache.get_seq_length() != prefix + n_tree:
             raise RuntimeError(
                 f"commit: cache holds {state.cache.get_seq_length()} rows, expected prefix {prefix} + tree {n_tree}"
             )
@@ -345,7 +426,9 @@ class TargetModel:
                 layer.keys[:, :, prefix : prefix + m] = layer.keys.index_select(2, idx)
                 layer.values[:, :, prefix : prefix + m] = layer.values.index_select(2, idx)
         drop = n_tree - m
-        if drop:
+        if static:
+            self._set_static_length(state, prefix + m)
+        elif drop:
             state.cache.crop(-drop)
         state.length = prefix + m
         state.tree = None

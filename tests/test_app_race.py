@@ -17,6 +17,7 @@ from helpers_app import BUNDLE, held_out_prompt
 from app import plots, render
 from app.race import PromptError, Race, RaceSettings, check_prompt, context_limit
 from dart_core.generate import Step, summarize
+from dart_core.greedy_check import Verdict
 from dart_core.racers import racer
 from dart_core.tree import DraftTree
 
@@ -216,8 +217,12 @@ def test_lane_and_summary_html(arena: Any) -> None:
     assert "&lt;script&gt;" in out and "<script>" not in out
     assert "τ</b> 2.50" in out and "1.50×" in out and "running" in out
     card = render.summary_html({"dart": {"label": "DART", "tau": 3.0, "tokens_per_s": 300.0, "speedup_vs_ar": 1.2,
-                                         "tokens": 10, "verify_steps": 3}}, {"dart": False})
-    assert "1.20×" in card and "differs from AR" in card
+                                         "tokens": 10, "verify_steps": 3}}, {"dart": Verdict("mismatch", 4)})
+    assert "1.20×" in card and "DART (at token 4) differs from AR" in card and "please report" in card
+    tie = render.summary_html({}, {"dart": Verdict("tie", 33, (0.125, 0.0)), "eagle3": Verdict("identical")},
+                              "bfloat16")
+    assert "identical up to a bfloat16 tie at token 33" in tie and "EAGLE-3 identical to AR" in tie
+    assert "please report" not in tie and "check tie" in tie
     assert render.token_label(arena.tokenizer, _ids(arena, "\n")[0]) == "↵"
 
 

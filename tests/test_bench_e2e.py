@@ -10,9 +10,10 @@ from pathlib import Path
 import helpers_bundle
 import numpy as np
 import pytest
+import torch
 from helpers_ckpt import write_tiny_bundle
 
-from dart_core import generate
+from dart_core import generate, greedy_check
 from dart_core.bench import datasets, e2e
 from dart_core.bench.__main__ import main as bench_main
 from dart_core.ngram import NgramStore
@@ -60,8 +61,8 @@ def test_e2e_on_tiny_bundle(bundle: Path, tmp_path: Path, capsys: pytest.Capture
     assert "mismatches: 0" in printed
     report = json.loads((tmp_path / "out/e2e.json").read_text())
     summary = report["summary"]
-    assert set(summary) == {"dart", "eagle3", "ar"}
-    assert report["mismatches"] == []
+    assert set(summary) == {"dart", "eagle3", "hf", "ar"}  # hf: transformers' own generate, same weights
+    assert report["mismatches"] == [] and report["ties"] == []
     assert summary["ar"]["tau"] == 1.0
     assert summary["ar"]["speedup_vs_ar"] == pytest.approx(1.0)
     assert summary["ar"]["speedup_vs_ar_engine"] == pytest.approx(1.0)
@@ -166,6 +167,37 @@ def test_wrong_token_is_reported_as_mismatch(bundle: Path, tmp_path: Path, monke
     assert all(m["position"] >= 1 for m in report["mismatches"])  # the prefill token is the target's own
     assert "mismatches: 2" in printed
     assert not (tmp_path / "out/e2e.html").exists()
+
+
+@pytest.mark.parametrize("within_rounding", [True, False])
+def test_a_flip_between_the_top_two_is_a_tie_only_within_rounding(bundle: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str],
+                                                                  within_rounding: bool) -> None:
+    """EAGLE-3's first verify sees the target's runner-up lifted just above its best token (as a tree forward's
+    rounding can do): its output parts from AR's there. Whether that is a tie depends on AR's own top-2 gap
+    against the dtype's bound, faked both ways here."""
+    real = generate.accept
+    flipped: list[bool] = []
+
+    def near_tie(tree, logits, cfg, gen=None):  # type: ignore[no-untyped-def]
+        if sys._getframe(1).f_locals.get("method") == "eagle3" and not flipped:
+            top = torch.topk(logits[0], 2)
+            logits[0, top.indices[1]] = top.values[0] + 1e-3  # the runner-up now wins, by a hair
+            flipped.append(True)
+        return real(tree, logits, cfg, gen)
+
+    monkeypatch.setattr(generate, "accept", near_tie)
+    monkeypatch.setattr(greedy_check, "TIE_ULPS", 1e12 if within_rounding else 0)
+    assert _run(bundle, tmp_path / "out", "--no-html", "--warmup", "0", "--no-hf-generate", limit=1, new=10) == 0
+    printed = capsys.readouterr().out
+    report = json.loads((tmp_path / "out/e2e.json").read_text())
+    found, other = ("ties", "mismatches") if within_rounding else ("mismatches", "ties")
+    assert [(m["method"], m["position"]) for m in report[found]] == [("eagle3", 1)] and report[other] == []
+    ar_gap, eagle_gap = report[found][0]["top2_gaps"]
+    assert ar_gap > 0 and eagle_gap == pytest.approx(1e-3, abs=1e-4)
+    assert f"{found}: 1" in printed and f"{other}: 0" in printed
+    assert "hf" not in report["summary"]
 
 
 def _needs_mt_bench() -> None:

@@ -9,7 +9,7 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dart_core.bench", description=__doc__)
     sub = parser.add_subparsers(dest="benchmark", required=True)
-    from dart_core.bench import app, e2e, long, native, soak, verify_cost
+    from dart_core.bench import app, e2e, gpu, long, native, soak, verify_cost
 
     native.add_arguments(sub.add_parser("native", help=native.__doc__.splitlines()[0], description=native.__doc__))
     e2e.add_arguments(sub.add_parser("e2e", help=e2e.__doc__.splitlines()[0], description=e2e.__doc__,
@@ -20,6 +20,8 @@ def main(argv: list[str] | None = None) -> int:
     app.add_arguments(sub.add_parser("app", help=app.__doc__.splitlines()[0], description=app.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter))
     soak.add_arguments(sub.add_parser("soak", help=soak.__doc__.splitlines()[0], description=soak.__doc__))
+    gpu.add_arguments(sub.add_parser("gpu", help=gpu.__doc__.splitlines()[0], description=gpu.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter))
     args = parser.parse_args(argv)
     if args.benchmark == "native":
         return native.run(args)
@@ -33,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
         return app.run(args)
     if args.benchmark == "soak":
         return soak.run(args)
+    if args.benchmark == "gpu":
+        return gpu.run(args)
     return 2
 
 

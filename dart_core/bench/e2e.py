@@ -8,7 +8,10 @@ counts only its own steps.
 Prints one row per method (τ, tokens/s by the engine's stopwatches and by wall clock, speedup vs AR by wall clock,
 mean draft / tree-search / verify ms per step), checks on the fly that every method's greedy output equals AR's, and
 writes ``e2e.json`` + a self-contained ``e2e.html``. ``--dataset mt-bench`` runs a named chat prompt set instead of a
-prompt file; ``--turns 2`` continues each method's own conversation with the set's follow-up question.
+prompt file; ``--turns 2`` continues each method's own conversation with the set's follow-up question. The ``hf`` row
+is Hugging Face ``generate`` on the same weights, dtype and device (``--no-hf-generate`` drops it): the baseline a
+user would otherwise run. A greedy output that parts from AR's where the target's top two logits lie within the
+dtype's rounding in both runs counts as a tie, not a mismatch (``dart_core.greedy_check``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from dart_core.bundle import Bundle, BundleError, build_command, default_bundle_
 from dart_core.errors import report_error
 from dart_core.generate import Step, summarize
 from dart_core.generate_cli import add_tree_arguments, encode_prompt, tree_settings
+from dart_core.greedy_check import Top2, compare
 from dart_core.hub import HubFileError
 from dart_core.ngram import NgramFormatError
 from dart_core.racers import BASELINE, RACERS, drafting_racers, racer
@@ -103,6 +107,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--limit", type=int, default=0, help="use only the first N prompts (0 = all)")
     g.add_argument("--methods", default=None,
                    help=f"comma-separated subset of {','.join(r.key for r in RACERS)} (default: all loaded)")
+    g.add_argument("--hf-generate", action=argparse.BooleanOptionalAction, default=True,
+                   help="race transformers' own generate() on the same weights too: the `hf` row (default on)")
     g.add_argument("--warmup", type=int, default=1, help="warm-up prompt runs per method, not counted (default 1)")
     g.add_argument("--max-new-tokens", type=int, default=128)
     g.add_argument("--max-length", type=int, default=None, help="limit on prompt + output tokens")
@@ -226,14 +232,6 @@ def method_figures(steps: Sequence[Step], wall_ms: float) -> dict[str, Any]:
     }
 
 
-def first_difference(a: list[int], b: list[int]) -> int | None:
-    """Index of the first differing token (or the shorter length), None when equal."""
-    for i, (x, y) in enumerate(zip(a, b)):  # noqa: B905 - lengths may differ on purpose
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
 def environment(arena: Any) -> dict[str, Any]:
     import transformers
 
@@ -293,7 +291,7 @@ def _run(args: argparse.Namespace) -> int:
             raise BenchError(f"--threads must be at least 1, got {args.threads}")
         torch.set_num_threads(args.threads)
     arena = load_arena(src.base, ngram=src.ngram, small_ngram=src.small_ngram, device=args.device, dtype=args.dtype,
-                       progress=not args.no_progress, **src.drafters)
+                       progress=not args.no_progress, hf=args.hf_generate, **src.drafters)
     methods = args.methods.split(",") if args.methods else arena.methods
     for m in methods:
         arena.drafter(m)  # a clear error for a method that is not loaded
@@ -343,7 +341,9 @@ def _run(args: argparse.Namespace) -> int:
     wall: dict[str, float] = dict.fromkeys(methods, 0.0)
     turn_steps: list[dict[str, list[Step]]] = [{m: [] for m in methods} for _ in range(n_turns)]
     turn_wall: list[dict[str, float]] = [dict.fromkeys(methods, 0.0) for _ in range(n_turns)]
-    mismatches: list[dict[str, Any]] = []
+    mismatches: list[dict[str, Any]] = []  # real ones: beyond the dtype's rounding (``greedy_check``)
+    ties: list[dict[str, Any]] = []  # identical up to a rounding tie of the top-2 logits
+    dtype = arena.target.dtype
     bar = tqdm(list(zip(prompts, encoded, strict=True)), desc="e2e", unit="prompt", disable=args.no_progress)
     for i, (p, ids) in enumerate(bar):
         tags = [{"category": p.get("category"), "turn": k + 1} if src.dataset is not None else {}
@@ -351,8 +351,9 @@ def _run(args: argparse.Namespace) -> int:
         entries: list[dict[str, Any]] = [{"id": p["id"], **tags[k], "prompt_tokens": len(ids), "methods": {}}
                                          for k in range(n_turns)]
         outputs: dict[str, list[list[int]]] = {}
+        top2s: dict[str, list[list[Top2]]] = {}
         for m in order:
-            outputs[m] = []
+            outputs[m], top2s[m] = [], []
             for k, (turn_ids, run, wall_ms) in enumerate(converse(m, p, ids, args.seed + i)):
                 pooled[m].extend(run)
                 wall[m] += wall_ms
@@ -360,6 +361,7 @@ def _run(args: argparse.Namespace) -> int:
                 turn_wall[k][m] += wall_ms
                 steps = [step_record(s) for s in run]
                 outputs[m].append([t for s in run for t in s.tokens])
+                top2s[m].append([t for s in run for t in s.top2])
                 figures = method_figures(run, wall_ms)
                 figures.pop("accept_hist")
                 entry = entries[k]
@@ -369,14 +371,20 @@ def _run(args: argparse.Namespace) -> int:
                         entry["prompt_tokens"] = len(turn_ids)
                 entry["methods"][m] = {**figures, "stop_reason": steps[-1].get("stop_reason"), "steps": steps}
                 if sampling.greedy and m != BASELINE and BASELINE in outputs:
-                    pos = first_difference(outputs[m][k], outputs[BASELINE][k])
-                    if pos is not None:
+                    verdict = compare(outputs[BASELINE][k], top2s[BASELINE][k], outputs[m][k], top2s[m][k], dtype)
+                    if verdict.kind != "identical":
                         mm = {"prompt_id": p["id"], **({"turn": k + 1} if tags[k] else {}), "method": m,
-                              "position": pos, "method_tokens": len(outputs[m][k]),
-                              "ar_tokens": len(outputs[BASELINE][k])}
-                        mismatches.append(mm)
+                              "position": verdict.position, "method_tokens": len(outputs[m][k]),
+                              "ar_tokens": len(outputs[BASELINE][k]),
+                              **({"top2_gaps": list(verdict.gaps)} if verdict.gaps else {})}
                         where = f" turn {k + 1}" if tags[k] else ""
-                        tqdm.write(f"MISMATCH: {m} differs from AR on prompt {p['id']}{where} at token {pos}")
+                        if verdict.kind == "tie":
+                            ties.append(mm)
+                            tqdm.write(f"tie: {m} {verdict.describe(dtype)} on prompt {p['id']}{where}")
+                        else:
+                            mismatches.append(mm)
+                            tqdm.write(f"MISMATCH: {m} differs from AR on prompt {p['id']}{where} at token "
+                                       f"{verdict.position}")
         per_prompt.extend(entries)
         bar.set_postfix_str(" ".join(f"{m}:{entries[0]['methods'][m]['tau']:.2f}" for m in methods))
 
@@ -406,6 +414,7 @@ def _run(args: argparse.Namespace) -> int:
         "summary": summary,
         **({"summary_per_turn": per_turn} if per_turn else {}),
         "mismatches": mismatches if checked else None,
+        "ties": ties if checked else None,
         "prompts": per_prompt,
     }
     out = args.out or Path(".bench") / f"e2e-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -414,13 +423,15 @@ def _run(args: argparse.Namespace) -> int:
     print_table(summary, methods, len(prompts), sampling, per_turn)
     if not checked:
         print("mismatches: not checked (needs greedy and AR plus another method)")
-    elif mismatches:
-        print(f"mismatches: {len(mismatches)}")
-        for mm in mismatches:
-            where = f" turn {mm['turn']}" if "turn" in mm else ""
-            print(f"  {mm['method']} on prompt {mm['prompt_id']}{where}: first difference at token {mm['position']}")
     else:
-        print("mismatches: 0")
+        for name, found in (("mismatches", mismatches), ("ties", ties)):
+            print(f"{name}: {len(found)}")
+            for mm in found:
+                where = f" turn {mm['turn']}" if "turn" in mm else ""
+                gaps = (f" (top-2 gaps {mm['top2_gaps'][0]:.3g} in AR, {mm['top2_gaps'][1]:.3g} in {mm['method']})"
+                        if "top2_gaps" in mm else "")
+                print(f"  {mm['method']} on prompt {mm['prompt_id']}{where}: first difference at token "
+                      f"{mm['position']}{gaps}")
     print(f"wrote {out / 'e2e.json'}")
     if not args.no_html:
         write_html(report, out / "e2e.html")
@@ -539,10 +550,13 @@ def write_html(report: dict[str, Any], path: Path) -> None:
         f"<td>{s['draft_ms_per_step']:.2f}</td><td>{s['search_ms_per_step']:.2f}</td>"
         f"<td>{s['verify_ms_per_step']:.2f}</td></tr>"
         for m in report["config"]["methods"] for t, table in tables.items() for s in [table[m]])
-    mm = report["mismatches"]
-    mm_text = ("not checked" if mm is None else "0" if not mm else
-               "; ".join(f"{x['method']} on prompt {html.escape(x['prompt_id'])}"
-                         + (f" turn {x['turn']}" if "turn" in x else "") + f" at token {x['position']}" for x in mm))
+    def listed(found: list[dict[str, Any]] | None) -> str:
+        return ("not checked" if found is None else "0" if not found else
+                "; ".join(f"{x['method']} on prompt {html.escape(x['prompt_id'])}"
+                          + (f" turn {x['turn']}" if "turn" in x else "") + f" at token {x['position']}"
+                          for x in found))
+
+    mm_text, tie_text = listed(report["mismatches"]), listed(report.get("ties"))
     env = report["environment"]
     resolved = report["config"]["resolved"]
     source = (f"prompts of {html.escape(resolved['dataset'])} ({resolved['turns']} turn(s) each)"
@@ -564,7 +578,7 @@ around each generation); vs AR by wall tokens/s; ms are means per verify step.</
 <div class="card"><table><tr><th>method</th>{'<th>turn</th>' if multi else ''}<th>tokens</th><th>steps</th><th>τ</th>
 <th>tok/s eng</th><th>tok/s wall</th><th>vs AR wall</th>
 <th>draft ms</th><th>search ms</th><th>verify ms</th></tr>{rows}</table>
-<p>mismatches vs AR: {mm_text}</p></div>
+<p>mismatches vs AR: {mm_text}</p><p>rounding ties vs AR (greedy_check): {tie_text}</p></div>
 {''.join(f'<div class="card"><h2>{html.escape(t)}</h2>{p}</div>' for t, p in zip(FIGURE_TITLES, parts, strict=True))}
 </body></html>
 """

@@ -1,0 +1,553 @@
+"""Per-step cost split at real Qwen3 shapes (random weights): AR, HF generate, DART and EAGLE-3 draft/search/verify.
+
+Speculative decoding pays off when a verify of a whole tree costs about one AR step and drafting is cheap; this
+benchmark measures that split at the published Qwen3 shapes without downloading anything: the target is built from
+a ``Qwen3Config`` with random weights (values do not change the time of a forward, only the shapes do), the
+drafters are random one-layer drafters in the published formats (draft vocabulary 32,000, DART draft length 8).
+
+Rows, each the median over ``--repeats`` steps after ``--warmup`` steps, on one loaded target per shape:
+
+* AR: ``TargetModel.forward_tokens`` of one token, no hidden states (the engine's plain decoding step);
+* HF generate: ``model.generate`` of N tokens minus that of 1 token, over N-1 (the decode step, prefill excluded);
+* DART n=…: ``DartDrafter.propose`` (draft + N-gram tree search, over a small random N-gram store) and
+  ``TargetModel.verify`` + commit of the root of the proposed tree;
+* EAGLE-3 depth=…: ``Eagle3Drafter.propose`` (one drafter forward per level) and the same verify.
+
+Break-even τ = (draft + search + verify ms) / AR ms: the tokens per step a drafter must average to match plain
+decoding. The bandwidth floor is the weight bytes over the GPU's peak memory bandwidth (known for H100, H200 and
+A100 80GB, else ``--bandwidth``): no decoding step can read every weight faster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import os
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A target's decoder shape (``Qwen3Config`` fields) and its drafters' draft vocabulary."""
+
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    tied: bool
+    draft_vocab: int
+    max_positions: int = 40960
+
+
+# The published shapes of Qwen/Qwen3-{1.7B,4B,8B} (their config.json), and a tiny one for tests and CPU smoke runs.
+SHAPES: dict[str, Shape] = {
+    "1.7b": Shape(2048, 28, 16, 8, 128, 6144, 151936, True, 32000),
+    "4b": Shape(2560, 36, 32, 8, 128, 9728, 151936, True, 32000),
+    "8b": Shape(4096, 36, 32, 8, 128, 12288, 151936, False, 32000),
+    "tiny": Shape(64, 8, 4, 2, 16, 128, 512, False, 256, 4096),  # 8 layers: the default feature layers stay distinct
+}
+DART_DRAFT_LENGTH = 8
+
+# Peak memory bandwidth (bytes/s) by substrings of ``torch.cuda.get_device_name()`` (lower case), first match wins.
+KNOWN_BANDWIDTH: tuple[tuple[tuple[str, ...], float], ...] = (
+    (("h100", "pcie"), 2.0e12),
+    (("h100", "nvl"), 3.9e12),
+    (("h200",), 4.8e12),
+    (("h100",), 3.35e12),  # SXM (HBM3)
+    (("a100", "80gb"), 2.0e12),
+)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+# ------------------------------------------------------------------------------------------------ arguments
+def _csv(kind: Callable[[str], Any], choices: Sequence[str] | None = None) -> Callable[[str], list[Any]]:
+    """An argparse type for comma-separated lists (argparse then reports a bad item with exit code 2)."""
+
+    def parse(text: str) -> list[Any]:
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError("expected a comma-separated list")
+        out = []
+        for t in items:
+            if choices is not None and t not in choices:
+                raise argparse.ArgumentTypeError(f"unknown value {t!r} (choose from {', '.join(choices)})")
+            try:
+                v = kind(t)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"not a valid value: {t!r}") from None
+            if isinstance(v, int) and v < 1:
+                raise argparse.ArgumentTypeError(f"{t} must be >= 1")
+            out.append(v)
+        return list(dict.fromkeys(out))
+
+    return parse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shapes", type=_csv(str, list(SHAPES)), default=["1.7b", "8b"],
+                   help=f"target shapes, comma-separated, from {', '.join(SHAPES)} (default 1.7b,8b)")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: cuda if available, else cpu)")
+    p.add_argument("--dtype", default="auto", choices=["auto", *DTYPES],
+                   help="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16, float16")
+    p.add_argument("--prefix", type=int, default=256, help="committed tokens before the measured steps (256)")
+    p.add_argument("--repeats", type=int, default=10, help="timed steps per row, after the warm-ups (10)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps per row before the timed ones (2)")
+    p.add_argument("--tree-sizes", type=_csv(int), default=[16, 32, 60],
+                   help="DART tree sizes (nodes below the root), comma-separated (16,32,60)")
+    p.add_argument("--depths", type=_csv(int), default=[4, 6, 8], help="EAGLE-3 depths, comma-separated (4,6,8)")
+    p.add_argument("--hf-tokens", type=int, default=32, help="tokens of the long HF generate (32)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads for torch (default on a CPU: one per core but one, as the app's default)")
+    p.add_argument("--bandwidth", type=float, default=None,
+                   help="device memory bandwidth in GB/s for the floor (default: known peak of the GPU)")
+    p.add_argument("--fast-path", action="store_true",
+                   help="static KV cache and compiled forwards (TargetModel.use_static_cache)")
+    p.add_argument("--json", type=Path, default=None, help="also write every figure to this JSON file")
+
+
+# ------------------------------------------------------------------------------------------------ building
+def qwen3_config(shape: Shape) -> Any:
+    """The ``Qwen3Config`` of a shape (sdpa attention, no end-of-text: nothing here ever stops early)."""
+    from transformers import Qwen3Config
+
+    return Qwen3Config(vocab_size=shape.vocab, hidden_size=shape.hidden, intermediate_size=shape.intermediate,
+                       num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
+                       num_key_value_heads=shape.kv_heads, head_dim=shape.head_dim,
+                       max_position_embeddings=shape.max_positions, rope_theta=1e6, rms_norm_eps=1e-6,
+                       tie_word_embeddings=shape.tied, eos_token_id=None, bos_token_id=None, pad_token_id=0)
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the model's parameters, each storage once: tied embeddings are read once per step, so they count once
+    towards the bandwidth floor."""
+    seen: set[tuple[Any, int]] = set()
+    total = 0
+    for p in model.parameters():
+        key = (p.device, p.data_ptr()) if p.device.type != "meta" else (id(p), 0)
+        if key in seen:
+            continue
+        seen.add(key)
+        total += p.numel() * p.element_size()
+    return total
+
+
+def shape_weight_bytes(shape: Shape, dtype: torch.dtype) -> int:
+    """Weight bytes of a shape without allocating it (built on the meta device), for the memory check."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(qwen3_config(shape), dtype=dtype)
+    return weight_bytes(model)
+
+
+def build_target(shape: Shape, device: torch.device, dtype: torch.dtype, seed: int = 0) -> Any:
+    """A random target, allocated and initialized directly on ``device`` (normal, std ``initializer_range``)."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(qwen3_config(shape), dtype=dtype, attn_implementation="sdpa")
+    return model.eval().requires_grad_(False)
+
+
+def drafter_config_dict(shape: Shape, kind: str) -> dict[str, Any]:
+    """A drafter ``config.json`` in the published format (docs/formats.md) at the target's shape."""
+    cfg: dict[str, Any] = {
+        "architectures": ["LlamaForCausalLMDart" if kind == "dart" else "LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": shape.hidden,
+        "intermediate_size": shape.intermediate,
+        "num_attention_heads": shape.heads,
+        "num_key_value_heads": shape.kv_heads,
+        "head_dim": shape.head_dim,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1e6,
+        "rope_scaling": None,
+        "max_position_embeddings": shape.max_positions,
+        "hidden_act": "silu",
+        "num_hidden_layers": 1,
+        "vocab_size": shape.vocab,
+        "draft_vocab_size": shape.draft_vocab,
+        "target_hidden_size": shape.hidden,
+        "torch_dtype": "float16",
+    }
+    if kind == "dart":
+        cfg["draft_length"] = DART_DRAFT_LENGTH
+    return cfg
+
+
+def build_drafter(kind: str, shape: Shape, model: Any, seed: int = 1) -> Any:
+    """A random DART or EAGLE-3 drafter on the target's device and dtype, sharing its embedding, built in memory
+    as ``from_pretrained`` builds one (same config parsing, modules and binding; random weights instead of a file)."""
+    from dart_core.drafters.config import DrafterConfig
+    from dart_core.drafters.dart import DartDrafter
+    from dart_core.drafters.eagle3 import Eagle3Drafter
+
+    cls = DartDrafter if kind == "dart" else Eagle3Drafter
+    cfg = DrafterConfig.from_dict(drafter_config_dict(shape, kind), source=f"random {kind} drafter")
+    embed = model.get_input_embeddings().weight
+    std = float(getattr(model.config, "initializer_range", 0.02))
+    torch.manual_seed(seed)
+    with torch.device(embed.device):
+        drafter = cls(cfg, embed)
+        with torch.no_grad():
+            for name, p in drafter.named_parameters():
+                if name.endswith("norm.weight"):
+                    p.fill_(1.0)
+                else:
+                    p.normal_(0.0, std)
+            vd, v = cfg.draft_vocab_size, cfg.vocab_size
+            drafter.d2t.copy_(torch.arange(vd) * max(v // vd, 1) - torch.arange(vd))  # every (V//V_d)-th target id
+    drafter.bind(model.config)
+    return drafter.to(dtype=embed.dtype).eval().requires_grad_(False)
+
+
+def ngram_store(prefix: Sequence[int], vocab: int, tokens: int = 100_000, seed: int = 0) -> Any:
+    """A small 3-gram store over random tokens (and the prefix), so DART's search pays for its N-gram lookups."""
+    from dart_core.ngram import NgramStore
+
+    corpus = np.random.default_rng(seed).integers(0, vocab, size=tokens).astype(np.int32)
+    return NgramStore.build([np.asarray(prefix, dtype=np.int32), corpus], order=3)
+
+
+# ------------------------------------------------------------------------------------------------ bandwidth
+def peak_bandwidth(device_name: str) -> float | None:
+    """Known peak memory bandwidth (bytes/s) of a GPU by name, or None."""
+    name = device_name.lower()
+    for parts, bw in KNOWN_BANDWIDTH:
+        if all(s in name for s in parts):
+            return bw
+    return None
+
+
+def device_name(device: torch.device) -> str:
+    """What the header names: the GPU's name (which also picks its bandwidth), or the CPU model and torch threads."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    n = torch.get_num_threads()
+    threads = f"{n} thread{'s' if n != 1 else ''}"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return f"cpu ({line.split(':', 1)[1].strip()}, {threads})"
+    except OSError:
+        pass
+    return f"{device.type} ({threads})"
+
+
+def machine_ram() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+# ------------------------------------------------------------------------------------------------ measuring
+def _median(xs: Sequence[float]) -> float:
+    return float(statistics.median(xs))
+
+
+def measure_ar(target: Any, prefix: Sequence[int], warmup: int, repeats: int) -> dict[str, Any]:
+    """Median ms of the engine's plain decoding step (one token, no hidden states) after ``prefix``."""
+    from dart_core.timing import Stopwatch
+
+    state = target.new_state()
+    logits, _ = target.prefill(state, [list(prefix)], layers=())
+    if not bool(torch.isfinite(logits).all()):
+        raise RuntimeError("the random target gives non-finite logits")
+    tok = int(torch.argmax(logits))
+    times = []
+    for _ in range(warmup + repeats):
+        with Stopwatch(target.device) as sw:
+            logits, _ = target.forward_tokens(state, [tok], features=False)
+        times.append(sw.ms)
+        tok = int(torch.argmax(logits))
+    return {"method": "ar", "label": "AR", "nodes": 1, "verify_ms": _median(times[warmup:])}
+
+
+def hf_generation_config(n: int) -> Any:
+    """Greedy, every sampling knob at its neutral value and an end-of-text id no token has: exactly ``n`` tokens."""
+    from transformers import GenerationConfig
+
+    return GenerationConfig(do_sample=False, temperature=1.0, top_p=1.0, top_k=50, num_beams=1, eos_token_id=[-1],
+                            pad_token_id=0, max_new_tokens=n, min_new_tokens=0, use_cache=True)
+
+
+def measure_hf(model: Any, prefix: Sequence[int], n: int, warmup: int, repeats: int) -> dict[str, Any]:
+    """HF ``generate``'s decode step: (t(n tokens) - t(1 token)) / (n - 1), medians, same prefix (no prefill)."""
+    from transformers.utils import logging as hf_logging
+
+    from dart_core.timing import Stopwatch
+
+    device = model.get_input_embeddings().weight.device
+    ids = torch.tensor([list(prefix)], device=device)
+    mask = torch.ones_like(ids)
+    configs = {n: hf_generation_config(n), 1: hf_generation_config(1)}
+
+    def once(k: int) -> float:
+        with Stopwatch(device) as sw, torch.no_grad():
+            out = model.generate(ids, attention_mask=mask, generation_config=configs[k])
+        if out.shape[1] != ids.shape[1] + k:
+            raise RuntimeError(f"HF generate made {out.shape[1] - ids.shape[1]} tokens, expected {k}")
+        return sw.ms
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the never-matching end-of-text id [-1] is deliberate; no warning about it
+    try:
+        long, short = [], []
+        for i in range(warmup + repeats):
+            a, b = once(n), once(1)
+            if i >= warmup:
+                long.append(a)
+                short.append(b)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    t_n, t_1 = _median(long), _median(short)
+    return {"method": "hf", "label": "HF generate", "nodes": 1, "verify_ms": (t_n - t_1) / (n - 1),
+            "generate_ms": {str(n): t_n, "1": t_1}}
+
+
+def measure_drafter(target: Any, drafter: Any, settings: Any, prefix: Sequence[int], warmup: int,
+                    repeats: int) -> dict[str, Any]:
+    """Median draft, search and verify ms of a drafter's steps after ``prefix``, as the decoding loop runs them.
+
+    The first proposal (the drafter's prefill over the whole prefix) is not counted; every later step feeds the
+    drafter one new row (the verified root) and commits only the root, as if no draft were accepted, so the context
+    grows by one token per step."""
+    from dart_core.drafters.interface import DraftInput
+    from dart_core.timing import Stopwatch
+
+    layers = drafter.feature_layers
+    dstate = drafter.new_state(settings)
+    state = target.new_state()
+    logits, feats = target.prefill(state, [list(prefix)], layers=layers)
+    x = int(torch.argmax(logits))
+    context = np.zeros(len(prefix) + warmup + repeats + 2, dtype=np.int32)
+    length = len(prefix) + 1
+    context[:length] = [*prefix, x]
+    new_ids = [*prefix[1:], x]
+    draft, search, verify, nodes = [], [], [], []
+    for i in range(warmup + repeats + 1):
+        proposal = drafter.propose(dstate, DraftInput(feats, torch.tensor(new_ids), context[:length]))
+        tree = proposal.tree
+        with Stopwatch(target.device) as sw:
+            logits, tfeats = target.verify(state, tree, layers)
+            target.commit(state, [0])
+        feats = tfeats[:1] if tfeats is not None else None
+        x = int(torch.argmax(logits[0]))
+        context[length] = x
+        length += 1
+        new_ids = [x]
+        if i > warmup:  # step 0 is the drafter's prefill
+            draft.append(proposal.draft_ms)
+            search.append(proposal.search_ms)
+            verify.append(sw.ms)
+            nodes.append(tree.size)
+    return {"nodes": int(statistics.median(nodes)), "draft_ms": _median(draft), "search_ms": _median(search),
+            "verify_ms": _median(verify)}
+
+
+# ------------------------------------------------------------------------------------------------ report
+def finish_rows(rows: list[dict[str, Any]], floor_ms: float | None) -> None:
+    """Fill totals, ratios to AR, break-even τ, multiples of the floor and tokens/s (where one step = one token)."""
+    ar = next(r["verify_ms"] for r in rows if r["method"] == "ar")
+    for r in rows:
+        r.setdefault("draft_ms", None)
+        r.setdefault("search_ms", None)
+        total = r["verify_ms"] + (r["draft_ms"] or 0.0) + (r["search_ms"] or 0.0)
+        r["total_ms"] = total
+        r["verify_x_ar"] = r["verify_ms"] / ar
+        drafting = r["method"] in ("dart", "eagle3")
+        r["break_even_tau"] = total / ar if drafting else None
+        r["x_floor"] = total / floor_ms if floor_ms else None
+        r["tokens_per_s"] = None if drafting or total <= 0 else 1e3 / total
+
+
+def _fmt(v: float | None, digits: int = 2) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    """A plain-text table of the rows (``-`` where a figure does not apply)."""
+    head = ["row", "nodes", "draft ms", "search ms", "verify ms", "total ms", "× AR", "break-even τ", "× floor",
+            "tok/s"]
+    body = []
+    for r in rows:
+        search = None if r["method"] == "eagle3" else r["search_ms"]  # EAGLE-3 has no separate search
+        body.append([r["label"], str(r["nodes"]), _fmt(r["draft_ms"]), _fmt(search), _fmt(r["verify_ms"]),
+                     _fmt(r["total_ms"]), _fmt(r["verify_x_ar"]), _fmt(r["break_even_tau"]), _fmt(r["x_floor"], 1),
+                     _fmt(r["tokens_per_s"], 1)])
+    widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
+    lines = []
+    for row in [head, *body]:
+        cells = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
+        lines.append("  ".join(cells))
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------ main
+def _release(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def bench_shape(name: str, shape: Shape, args: argparse.Namespace, device: torch.device, dtype: torch.dtype,
+                bandwidth: float | None) -> dict[str, Any]:
+    """Build one shape's target and drafters and measure every row on it."""
+    from tqdm.auto import tqdm
+
+    from dart_core.drafters.dart import DartSettings
+    from dart_core.drafters.eagle3 import Eagle3Settings
+    from dart_core.drafters.interface import settings_for
+    from dart_core.target import TargetModel
+
+    steps = 3 + len(args.tree_sizes) + len(args.depths)
+    bar = tqdm(total=steps, desc=f"{name}", unit="row")
+    try:
+        bar.set_postfix_str("building the target")
+        model = build_target(shape, device, dtype)
+        target = TargetModel(model)
+        if args.fast_path:  # room for the prefix, every measured step's token and the largest tree
+            tree = max(max(args.tree_sizes) + 1, settings_for(Eagle3Settings, device).total_tokens)
+            target.use_static_cache(args.prefix + max(256, args.warmup + args.repeats + 2 + tree), compile=True)
+        wbytes = weight_bytes(model)
+        floor_ms = wbytes / bandwidth * 1e3 if bandwidth else None
+        rng = np.random.default_rng(0)
+        prefix = rng.integers(0, shape.vocab, size=args.prefix).tolist()
+        bar.update()
+        rows: list[dict[str, Any]] = []
+        bar.set_postfix_str("AR")
+        rows.append(measure_ar(target, prefix, args.warmup, args.repeats))
+        bar.update()
+        bar.set_postfix_str("HF generate")
+        rows.append(measure_hf(model, prefix, args.hf_tokens, args.warmup, args.repeats))
+        bar.update()
+        drafter = build_drafter("dart", shape, model)
+        drafter.store = ngram_store(prefix, shape.vocab)
+        dart_defaults = settings_for(DartSettings, device)
+        for n in args.tree_sizes:
+            bar.set_postfix_str(f"DART n={n}")
+            fig = measure_drafter(target, drafter, replace(dart_defaults, max_nodes=n), prefix, args.warmup,
+                                  args.repeats)
+            rows.append({"method": "dart", "label": f"DART n={n}", "max_nodes": n, **fig})
+            bar.update()
+        del drafter
+        _release(device)
+        drafter = build_drafter("eagle3", shape, model)
+        eagle_defaults = settings_for(Eagle3Settings, device)
+        for d in args.depths:
+            bar.set_postfix_str(f"EAGLE-3 depth={d}")
+            s = replace(eagle_defaults, depth=d)
+            fig = measure_drafter(target, drafter, s, prefix, args.warmup, args.repeats)
+            rows.append({"method": "eagle3", "label": f"EAGLE-3 depth={d}", "depth": d,
+                         "total_tokens": s.total_tokens, "top_k": s.top_k, **fig})
+            bar.update()
+        del drafter
+    finally:
+        bar.close()
+    finish_rows(rows, floor_ms)
+    out = {"shape": name, "config": asdict(shape), "weight_bytes": wbytes,
+           "bandwidth_bytes_per_s": bandwidth, "floor_ms": floor_ms, "rows": rows}
+    del target, model
+    _release(device)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from dart_core.target import TargetModel
+    from dart_core.timing import threads_leaving_a_core
+
+    if args.fast_path and not hasattr(TargetModel, "use_static_cache"):
+        print("error: --fast-path is unavailable: TargetModel.use_static_cache is not in this version")
+        return 2
+    for flag, value, low in (("--prefix", args.prefix, 1), ("--repeats", args.repeats, 1), ("--warmup", args.warmup, 0),
+                             ("--hf-tokens", args.hf_tokens, 2), ("--threads", args.threads or 1, 1)):
+        if value < low:
+            print(f"error: {flag} must be >= {low}, got {value}")
+            return 2
+    if args.bandwidth is not None and not (math.isfinite(args.bandwidth) and args.bandwidth > 0):
+        print(f"error: --bandwidth must be a positive number of GB/s, got {args.bandwidth}")
+        return 2
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print(f"error: --device {args.device}: CUDA is not available here")
+        return 2
+    dtype = DTYPES[args.dtype] if args.dtype != "auto" else (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    dtype_name = str(dtype).removeprefix("torch.")
+    from dart_core.drafters.dart import DartSettings
+    from dart_core.drafters.eagle3 import Eagle3Settings
+    from dart_core.drafters.interface import check_settings, settings_for
+
+    try:
+        for n in args.tree_sizes:
+            check_settings(replace(settings_for(DartSettings, device), max_nodes=n), "DART")
+        for d in args.depths:
+            check_settings(replace(settings_for(Eagle3Settings, device), depth=d), "EAGLE-3")
+    except ValueError as e:
+        print(f"error: {e}")
+        return 2
+    for name in args.shapes:
+        shape = SHAPES[name]
+        need = args.prefix + args.hf_tokens + args.warmup + args.repeats + max(max(args.tree_sizes), max(args.depths))
+        if need + 8 > shape.max_positions:
+            print(f"error: --prefix {args.prefix} leaves no room in shape {name}'s context of {shape.max_positions}")
+            return 2
+        wb = shape_weight_bytes(shape, dtype)
+        if device.type == "cpu":
+            ram = machine_ram()
+            if ram is not None and wb > ram // 2:
+                print(f"error: shape {name} needs {wb:,} bytes ({wb / 1e9:.1f} GB) of {dtype_name} weights, more than "
+                      f"half of this machine's {ram / 1e9:.1f} GB of RAM: use a GPU or a smaller shape")
+                return 2
+        elif device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(device)
+            if wb > 0.9 * free:
+                print(f"error: shape {name} needs {wb:,} bytes ({wb / 1e9:.1f} GB) of {dtype_name} weights, but "
+                      f"{device} has {free / 1e9:.1f} GB free")
+                return 2
+
+    threads = torch.get_num_threads()
+    if device.type == "cpu":  # PyTorch's parallel regions wait for their slowest thread: keep a core for the rest
+        torch.set_num_threads(args.threads or threads_leaving_a_core())
+    try:
+        return _run(args, device, dtype, dtype_name)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(args: argparse.Namespace, device: torch.device, dtype: torch.dtype, dtype_name: str) -> int:
+    name_of_device = device_name(device)
+    bandwidth = args.bandwidth * 1e9 if args.bandwidth is not None else (
+        peak_bandwidth(name_of_device) if device.type == "cuda" else None)
+    results = []
+    for name in args.shapes:
+        fig = bench_shape(name, SHAPES[name], args, device, dtype, bandwidth)
+        results.append(fig)
+        floor = (f"floor {fig['floor_ms']:.3f} ms at {bandwidth / 1e9:,.0f} GB/s" if fig["floor_ms"] is not None
+                 else "floor unknown (no known peak bandwidth here: --bandwidth GB/s gives one)")
+        print(f"\nQwen3 {name} (random weights) on {name_of_device}, {dtype_name}, weights "
+              f"{fig['weight_bytes'] / 1e9:.3f} GB ({fig['weight_bytes']:,} bytes), {floor}; prefix {args.prefix}, "
+              f"median of {args.repeats}{', fast path' if args.fast_path else ''}")
+        print(format_table(fig["rows"]))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({
+            "device": str(device), "device_name": name_of_device, "dtype": dtype_name, "prefix": args.prefix,
+            "repeats": args.repeats, "warmup": args.warmup, "hf_tokens": args.hf_tokens, "fast_path": args.fast_path,
+            "bandwidth_bytes_per_s": bandwidth, "torch": torch.__version__, "shapes": results}, indent=1))
+    return 0

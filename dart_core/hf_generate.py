@@ -1,0 +1,169 @@
+"""Hugging Face ``generate`` as a racer: the user's real alternative, on the same loaded weights, dtype and device.
+
+``stream_hf_generate`` runs ``model.generate`` (its own decoding loop, KV cache and masks: nothing of ours) on a
+thread of its own and hands it the floor one token at a time: a streamer blocks ``generate`` after every token
+until the consumer asks for the next one, so it yields :class:`~dart_core.generate.Step` s like the engine's loop
+does, each timed from the hand-over to the token (the prefill with the first token). A race therefore interleaves
+it with the other racers one step at a time, and closing the iterator stops ``generate`` at the next token.
+Under greedy decoding every token also carries the target's top-2 logits (a logits processor reads them), so the
+tie-aware greedy check (:mod:`dart_core.greedy_check`) treats this lane like any other.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+
+from dart_core.generate import Step, _as_prompt, _stop_reason
+from dart_core.greedy_check import top2_of
+from dart_core.target import TargetModel
+from dart_core.timing import sync
+from dart_core.verify import SamplingConfig
+
+KEY = "hf"
+
+
+class _Cancelled(Exception):
+    """Raised inside ``generate`` (from the streamer) when the consumer closed the stream."""
+
+
+class _Handoff:
+    """The streamer ``generate`` calls; it parks the generating thread after each token until ``resume``."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.events: queue.Queue[tuple[str, Any, float]] = queue.Queue()
+        self._go = threading.Event()
+        self.cancelled = False
+        self.device = device
+        self.prompt_seen = False
+        self.top2: list[tuple[int, float, int, float]] = []
+
+    # called by generate (the generating thread)
+    def put(self, value: torch.Tensor) -> None:
+        if not self.prompt_seen:  # generate first streams the prompt itself
+            self.prompt_seen = True
+            return
+        sync(self.device)
+        token = int(value.reshape(-1)[0])
+        self.events.put(("token", token, time.perf_counter()))
+        self._go.wait()
+        self._go.clear()
+        if self.cancelled:
+            raise _Cancelled
+
+    def end(self) -> None:
+        self.events.put(("end", None, time.perf_counter()))
+
+    # called by the consumer
+    def resume(self) -> float:
+        t = time.perf_counter()
+        self._go.set()
+        return t
+
+
+class _TopTwo:
+    """A logits processor that keeps the top-2 (id, logit) of every step's raw scores and changes nothing."""
+
+    def __init__(self, handoff: _Handoff) -> None:
+        self.handoff = handoff
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        self.handoff.top2.append(top2_of(scores[:1].float())[0])
+        return scores
+
+
+def _generation_config(model: Any, sampling: SamplingConfig, max_new_tokens: int, stops: list[int]) -> Any:
+    """Every field that decides the output set explicitly, so the checkpoint's own defaults (Qwen3 ships
+    ``do_sample=True``, temperature 0.6, top-k 20) cannot change what is raced."""
+    from transformers import GenerationConfig
+
+    pad = stops[0] if stops else getattr(model.generation_config, "pad_token_id", None)
+    greedy = sampling.greedy  # greedy: the warpers' neutral values (any other is "not valid" without sampling)
+    return GenerationConfig(
+        max_new_tokens=max_new_tokens, min_new_tokens=0, do_sample=not greedy,
+        temperature=1.0 if greedy else sampling.temperature, top_p=1.0 if greedy else sampling.top_p,
+        top_k=50 if greedy else sampling.top_k, repetition_penalty=1.0, num_beams=1, use_cache=True,
+        # no stop ids: an id no token has, so the checkpoint's own EOS is not filled in for an unset field
+        eos_token_id=stops or [-1], pad_token_id=pad if pad is not None else 0,
+    )
+
+
+def stream_hf_generate(
+    target: TargetModel,
+    input_ids: Any,
+    drafter: Any = None,
+    *,
+    settings: Any = None,
+    sampling: SamplingConfig | None = None,
+    max_new_tokens: int = 256,
+    max_length: int | None = None,
+    stop_token_ids: Iterable[int] = (),
+    generator: torch.Generator | None = None,
+) -> Iterator[Step]:
+    """``model.generate`` on ``target``'s model, one :class:`Step` per token (the first is the prefill's), with
+    :func:`dart_core.generate.stream`'s arguments and stop rules (``drafter`` and ``settings`` are not used:
+    it drafts nothing). Sampling draws from the global RNG, seeded from ``generator``'s seed: ``generate`` takes
+    no generator, so its samples differ from the engine's lanes but follow the same distribution."""
+    sampling = sampling or SamplingConfig()
+    prompt = _as_prompt(input_ids)
+    stops = sorted({int(t) for t in stop_token_ids})
+    limit = target.max_context if max_length is None else min(int(max_length), target.max_context)
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if not prompt:
+        raise ValueError("the prompt is empty: give at least one token")
+    if len(prompt) >= limit:
+        raise ValueError(f"the prompt has {len(prompt)} tokens but the context limit is {limit}: "
+                         "shorten it or raise max_length")
+    from transformers import LogitsProcessorList
+
+    model, device = target.model, target.device
+    budget = min(max_new_tokens, limit - len(prompt))
+    config = _generation_config(model, sampling, budget, stops)
+    handoff = _Handoff(device)
+    ids = torch.tensor([prompt], device=device)
+    processors = LogitsProcessorList([_TopTwo(handoff)] if sampling.greedy else [])
+    failure: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            if not sampling.greedy and generator is not None:
+                torch.manual_seed(generator.initial_seed())
+            with torch.no_grad():
+                model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config,
+                               logits_processor=processors, streamer=handoff)
+        except _Cancelled:
+            pass
+        except BaseException as e:  # handed to the consumer, raised there
+            failure.append(e)
+        finally:
+            handoff.end()
+
+    thread = threading.Thread(target=work, name="hf-generate", daemon=True)
+    started = time.perf_counter()
+    thread.start()
+    emitted = 0
+    try:
+        while True:
+            kind, token, t = handoff.events.get()
+            if kind == "end":
+                if failure:
+                    raise failure[0]
+                return
+            emitted += 1
+            top2 = [handoff.top2[emitted - 1]] if sampling.greedy else []
+            reason = _stop_reason(token in stops, emitted, max_new_tokens, len(prompt) + emitted, limit)
+            yield Step(KEY, [token], 0, 0, 0.0, 0.0, (t - started) * 1e3, prefill=emitted == 1,
+                       stop_reason=reason, top2=top2)
+            if reason:
+                return
+            started = handoff.resume()
+    finally:
+        handoff.cancelled = True
+        handoff.resume()
+        thread.join()
