@@ -85,6 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cpu, cuda, cuda:N, or auto (spread the target over all GPUs); default: cuda if available")
     m.add_argument("--dtype", default="auto",
                    help="auto (bfloat16 on CUDA, float32 on CPU), float32, float16 or bfloat16")
+    m.add_argument("--fast-path", type=int, nargs="?", const=4096, default=None, metavar="ROWS",
+                   help="for GPUs: a static KV cache of ROWS rows (prompt + reply + one draft tree; default "
+                        "4096) and torch.compile'd decode and verify forwards (CUDA graphs); the same output, the "
+                        "first steps of each tree size slow while they compile")
     g = p.add_argument_group("generation")
     g.add_argument("--max-new-tokens", type=int, default=256,
                    help="default of the 'Max new tokens' control (default: %(default)s)")
@@ -248,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     try:
         engine = ProcessEngine(dict(base=src["base"], ngram=src["ngram"], small_ngram=args.use_small_ngram,
-                                    device=args.device, dtype=args.dtype, **loaded,
+                                    device=args.device, dtype=args.dtype, fast_path=args.fast_path, **loaded,
                                     **dict.fromkeys(src["runners"], True)), threads=args.threads)
     except EngineError as e:  # one line naming the file; the traceback only in the debug log (--debug)
         if e.details:

@@ -122,6 +122,22 @@ def _as_prompt(input_ids: Any) -> list[int]:
     return [int(t) for t in input_ids]
 
 
+def checked_request(target: TargetModel, input_ids: Any, max_new_tokens: int,
+                    max_length: int | None) -> tuple[list[int], int]:
+    """The prompt as a list of ids and the context limit ``min(max_length, target context)`` on prompt + output;
+    a ValueError for an empty or too long prompt or a token budget below 1 (every racer's loop checks the same)."""
+    prompt = _as_prompt(input_ids)
+    limit = target.max_context if max_length is None else min(int(max_length), target.max_context)
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if not prompt:
+        raise ValueError("the prompt is empty: give at least one token")
+    if len(prompt) >= limit:
+        raise ValueError(f"the prompt has {len(prompt)} tokens but the context limit is {limit}: "
+                         "shorten it or raise max_length")
+    return prompt, limit
+
+
 def _cut(tokens: list[int], stops: frozenset[int], room: int) -> tuple[list[int], bool]:
     """Emit nothing past a stop token or past ``room`` tokens; says whether a stop token ended it."""
     for i, t in enumerate(tokens[:room]):
@@ -156,16 +172,8 @@ def stream(
     ``min(max_length, target context)`` on prompt + output. A prompt that does not fit raises ValueError."""
     sampling = sampling or SamplingConfig()
     drafter = drafter if drafter is not None else PlainDecoding()
-    prompt = _as_prompt(input_ids)
+    prompt, limit = checked_request(target, input_ids, max_new_tokens, max_length)
     stops = frozenset(int(t) for t in stop_token_ids)
-    limit = target.max_context if max_length is None else min(int(max_length), target.max_context)
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if not prompt:
-        raise ValueError("the prompt is empty: give at least one token")
-    if len(prompt) >= limit:
-        raise ValueError(f"the prompt has {len(prompt)} tokens but the context limit is {limit}: "
-                         "shorten it or raise max_length")
     method, layers = drafter.key, drafter.feature_layers  # None: the target's default layers
     dstate = drafter.new_state(settings)
     state = target.new_state()

@@ -6,7 +6,8 @@ units in the last place, and where the target's top two candidates are that clos
 not a bug. Every greedy step records the target's top-2 (id, logit) of each token it emits; where a racer first
 parts from AR, :func:`compare` looks at both runs' top-2 at that token (``docs/acceptance.md``):
 
-* **tie**: each run's token is the other run's runner-up, and in both runs the gap between the two is at most
+* **tie**: in both runs the two best tokens are the two runs' tokens (an exact tie may come in either order), and
+  in both runs the gap between them is at most
   :func:`tie_bound` — :data:`TIE_ULPS` units in the last place of the larger logit in the run's dtype;
 * **mismatch**: anything else (a token outside the other run's top two, a wider gap, or a missing record).
 """
@@ -88,6 +89,9 @@ def compare(ref_tokens: Sequence[int], ref_top2: Sequence[Top2], tokens: Sequenc
         return Verdict("mismatch", pos)  # one run stopped early, or no record of the logits there
     a, b = ref_top2[pos], top2[pos]
     gaps = (a[1] - a[3], b[1] - b[3])
-    swapped = a[0] == ref_tokens[pos] and b[0] == tokens[pos] and a[2] == tokens[pos] and b[2] == ref_tokens[pos]
+    # both runs' two best are the two tokens in question (in either order: at a gap of 0 the argmax and topk may
+    # list an exact tie differently)
+    pair = {ref_tokens[pos], tokens[pos]}
+    swapped = {a[0], a[2]} == pair == {b[0], b[2]}
     close = gaps[0] <= tie_bound(dtype, a[1]) and gaps[1] <= tie_bound(dtype, b[1])
     return Verdict("tie" if swapped and close else "mismatch", pos, gaps)

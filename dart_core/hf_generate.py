@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from dart_core.generate import Step, _as_prompt, _stop_reason
+from dart_core.generate import Step, _stop_reason, checked_request
 from dart_core.greedy_check import top2_of
 from dart_core.target import TargetModel
 from dart_core.timing import sync
@@ -110,16 +110,8 @@ def stream_hf_generate(
     it drafts nothing). Sampling draws from the global RNG, seeded from ``generator``'s seed: ``generate`` takes
     no generator, so its samples differ from the engine's lanes but follow the same distribution."""
     sampling = sampling or SamplingConfig()
-    prompt = _as_prompt(input_ids)
+    prompt, limit = checked_request(target, input_ids, max_new_tokens, max_length)
     stops = sorted({int(t) for t in stop_token_ids})
-    limit = target.max_context if max_length is None else min(int(max_length), target.max_context)
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if not prompt:
-        raise ValueError("the prompt is empty: give at least one token")
-    if len(prompt) >= limit:
-        raise ValueError(f"the prompt has {len(prompt)} tokens but the context limit is {limit}: "
-                         "shorten it or raise max_length")
     from transformers import LogitsProcessorList
 
     model, device = target.model, target.device

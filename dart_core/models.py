@@ -170,15 +170,18 @@ def load_arena(
     device: str | None = None,
     dtype: str | torch.dtype | None = None,
     progress: bool = True,
+    fast_path: int | None = None,
     **kwargs: Any,
 ) -> Arena:
     """Load the target once and every drafter on it (their device and dtype follow the target's embedding).
     Drafters come as keyword arguments named by racer key (``dart=``, ``eagle3=``: local dirs or Hub ids; None
     skips one); a racer with a loop of its own is enabled by its key (``hf=True``: HF ``generate``); the other
-    keyword arguments go to ``from_pretrained`` of the target. Each drafter reads its own
-    target layers, so drafters whose layers differ share the target too. Whatever fails to load is raised as an
-    error that names its file (a :class:`~dart_core.errors.LoadError`, or the project's own errors), after the
-    progress bar is closed, so an ``error:`` line printed next starts a line of its own."""
+    keyword arguments go to ``from_pretrained`` of the target. ``fast_path``: rows of a static KV cache with
+    compiled decode and verify forwards (:meth:`~dart_core.target.TargetModel.use_static_cache`), for GPUs.
+    Each drafter reads its own target layers, so drafters whose layers differ share the target too. Whatever
+    fails to load is raised as an error that names its file (a :class:`~dart_core.errors.LoadError`, or the
+    project's own errors), after the progress bar is closed, so an ``error:`` line printed next starts a line of
+    its own."""
     from tqdm.auto import tqdm
 
     parts = {}
@@ -197,6 +200,8 @@ def load_arena(
     try:  # the bar is closed however loading ends: left open, it was redrawn after the error line at exit
         with loading(base):
             target, tokenizer = load_target(base, device=device, dtype=dtype, **kwargs)
+        if fast_path:
+            target.use_static_cache(fast_path, compile=True)
         done("target")
         arena = Arena(target=target, tokenizer=tokenizer, stop_ids=stop_token_ids(tokenizer, target.config),
                       runners=runners)

@@ -315,3 +315,24 @@ def test_visitor_picks_the_racers(arena: Any) -> None:
         with pytest.warns(UserWarning):
             (out,) = ui.run(held_out_prompt(0), new_conversation(), *controls(4), session="b", racers=value)
         assert html.escape(message) in out.status and "banner-warn" in out.status
+
+
+def test_hf_generate_races_as_a_column_of_its_own() -> None:
+    """``--compare-hf``: transformers' own generate() gets a column; it streams token by token, prints AR's
+    greedy output, and the page's check says so; the flag reaches the model loader."""
+    from app.__main__ import build_parser, resolve
+    from dart_core.models import load_arena
+
+    args = build_parser().parse_args(["--bundle", str(BUNDLE), "--compare-hf"])
+    assert resolve(args)["runners"] == ["hf"]
+    assert resolve(build_parser().parse_args(["--bundle", str(BUNDLE)]))["runners"] == []
+    arena = load_arena(BUNDLE / "target", dart=BUNDLE / "dart", device="cpu", progress=False, hf=True)
+    assert arena.methods == ["dart", "hf", "ar"]
+    ui = ui_for(arena)
+    assert "hf" in ui.optional_methods
+    outs = list(ui.run(held_out_prompt(1), new_conversation(), *controls(12)[:5], session="hf"))  # DART's slider
+    final = outs[-1]
+    assert set(final.result["methods"]) == {"dart", "hf", "ar"}
+    assert final.result["methods"]["hf"]["token_ids"] == final.result["methods"]["ar"]["token_ids"]
+    assert final.result["greedy_check_ar"] == {"dart": "identical to AR", "hf": "identical to AR"}
+    assert "HF generate" in final.lanes["hf"] and "identical to AR" in final.status

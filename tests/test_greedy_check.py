@@ -49,6 +49,13 @@ def test_a_real_divergence_is_a_mismatch(ref1: tuple, mine1: tuple, dtype: torch
     assert not verdict.ok and verdict.describe() == "differs from AR at token 1"
 
 
+def test_an_exact_tie_listed_in_either_order_is_a_tie() -> None:
+    """At a gap of 0 the argmax (first index) and topk may order the two differently: still a tie."""
+    ref = [(5, 9.0, 1, 1.0), (8, 20.0, 7, 20.0)]  # AR emitted 7; topk listed 8 first at the same logit
+    mine = [(5, 9.0, 1, 1.0), (8, 20.125, 7, 20.0)]
+    assert compare(AR[:2], ref, [5, 8], mine, torch.bfloat16).kind == "tie"
+
+
 def test_a_run_that_stops_early_or_has_no_record_is_a_mismatch() -> None:
     top = [(t, 1.0, 0, 0.0) for t in AR]
     assert compare(AR, top, AR[:2], top[:2], torch.bfloat16) == compare(AR, top, AR[:2], top[:2], torch.float32)

@@ -270,6 +270,7 @@ def model_flags(args: argparse.Namespace) -> list[str]:
             out += [flag, str(value)]
     out += ["--small-ngram"] if args.small_ngram else []
     out += [] if args.chat is None else ["--chat" if args.chat else "--raw"]
+    out += [] if args.fast_path is None else ["--fast-path", str(args.fast_path)]
     return out
 
 
@@ -298,6 +299,7 @@ def app_command(args: argparse.Namespace, src: Sources, port: int, race_log: Pat
     cmd += ["--device", args.device] if args.device else []
     cmd += ["--dtype", args.dtype]
     cmd += ["--threads", str(args.threads)] if args.threads is not None else []
+    cmd += ["--fast-path", str(args.fast_path)] if args.fast_path is not None else []
     cmd += [] if args.chat is None else ["--template-name", "chat" if args.chat else "raw"]
     return cmd
 
@@ -542,6 +544,7 @@ def _run(args: argparse.Namespace) -> int:
     bench_out = out / "e2e"
     cmd = [*BENCH_COMMAND, *model_flags(args), "--prompts", str(src.prompts), "--limit", str(args.limit),
            "--max-new-tokens", str(args.max_new_tokens), "--warmup", "1", "--out", str(bench_out), "--no-html",
+           "--no-hf-generate",  # the page races the arena's racers; HF generate's row is the e2e bench's own
            *tree_flags(args), *(["--no-progress"] if args.no_progress else [])]
     print(f"running the plain benchmark: {' '.join(cmd)}")
     with open(out / "e2e.log", "wb") as f:

@@ -78,6 +78,10 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--small-ngram", action="store_true", help="use small.trie instead of full.trie with --ngram")
     m.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto; default: cuda if available")
     m.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU), float32, float16, bfloat16")
+    m.add_argument("--fast-path", type=int, nargs="?", const=4096, default=None, metavar="ROWS",
+                   help="for GPUs: a static KV cache of ROWS rows (prompt + reply + one draft tree; default "
+                        "4096) and torch.compile'd decode and verify forwards (CUDA graphs); the same output, the "
+                        "first steps of each tree size slow while they compile")
     m.add_argument("--threads", type=int, default=None, metavar="N",
                    help="PyTorch CPU threads (default: PyTorch's, one per core; the app's engine on a CPU leaves "
                         "one core to the page: compare with the same number)")
@@ -291,7 +295,8 @@ def _run(args: argparse.Namespace) -> int:
             raise BenchError(f"--threads must be at least 1, got {args.threads}")
         torch.set_num_threads(args.threads)
     arena = load_arena(src.base, ngram=src.ngram, small_ngram=src.small_ngram, device=args.device, dtype=args.dtype,
-                       progress=not args.no_progress, hf=args.hf_generate, **src.drafters)
+                       progress=not args.no_progress, hf=args.hf_generate, fast_path=args.fast_path,
+                       **src.drafters)
     methods = args.methods.split(",") if args.methods else arena.methods
     for m in methods:
         arena.drafter(m)  # a clear error for a method that is not loaded
