@@ -133,14 +133,14 @@ class Scoreboard:
 
     def greedy_verdicts(self) -> dict[str, Verdict] | None:
         """Greedy only, once every lane finished normally: each method's output against AR's — identical,
-        identical up to a rounding tie of the target's top two logits, or a mismatch (``greedy_check``)."""
+        identical up to a rounding tie of the target's best logits, or a mismatch (``greedy_check``)."""
         ar = self.lanes.get(BASELINE)
         if not self.settings.sampling.greedy or ar is None or ar.status != "done":
             return None
         if any(lane.status != "done" for lane in self.lanes.values()):
             return None
-        ar_top2 = [t for s in ar.steps for t in s.top2]
-        return {m: compare(ar.tokens, ar_top2, lane.tokens, [t for s in lane.steps for t in s.top2], self.dtype)
+        ar_top = [t for s in ar.steps for t in s.top_logits]
+        return {m: compare(ar.tokens, ar_top, lane.tokens, [t for s in lane.steps for t in s.top_logits], self.dtype)
                 for m, lane in self.lanes.items() if m != BASELINE}
 
     def greedy_matches(self) -> dict[str, bool] | None:

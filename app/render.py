@@ -161,7 +161,7 @@ def lane_html(method: str, turns: Sequence[dict[str, Any]], *, chat: bool, figur
 def summary_html(summary: dict[str, dict[str, Any]], verdicts: dict[str, Verdict] | None = None,
                  dtype: str = "float32") -> str:
     """The summary row: one card per method with τ, tokens/s and speedup vs AR, plus the greedy check (a flip
-    between the target's top two within ``dtype``'s rounding is shown neutrally, as a tie)."""
+    between the target's best tokens within ``dtype``'s rounding is shown neutrally, as a tie)."""
     cards = []
     for m, f in summary.items():
         speed = _fmt(f.get("speedup_vs_ar"), ".2f", "×") if m != BASELINE else "1.00×"

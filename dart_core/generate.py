@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from dart_core.drafters.interface import Drafter, DraftInput, PlainDecoding
-from dart_core.greedy_check import top2_of
+from dart_core.greedy_check import top_logits_of
 from dart_core.target import TargetModel
 from dart_core.timing import Stopwatch
 from dart_core.tree import DraftTree
@@ -40,8 +40,8 @@ class Step:
     stop_reason: str | None = None  # "eos" | "max_new_tokens" | "context" on the last step
     tree: DraftTree | None = field(default=None, repr=False)
     accepted_nodes: list[int] = field(default_factory=list, repr=False)
-    # greedy only: the target's top-2 (id, logit, id, logit) behind each emitted token (``greedy_check``)
-    top2: list[tuple[int, float, int, float]] = field(default_factory=list, repr=False)
+    # greedy only: the target's best (ids, logits) behind each emitted token (``greedy_check``)
+    top_logits: list[tuple[tuple[int, ...], tuple[float, ...]]] = field(default_factory=list, repr=False)
 
     @property
     def total_ms(self) -> float:
@@ -188,7 +188,7 @@ def stream(
     emitted = 1
     reason = _stop_reason(x in stops, emitted, max_new_tokens, length, limit)
     yield Step(method, [x], 0, 0, 0.0, 0.0, sw.ms, prefill=True, stop_reason=reason,
-               top2=top2_of(logits[None]) if greedy else [])
+               top_logits=top_logits_of(logits[None]) if greedy else [])
     if reason:
         return
 
@@ -204,7 +204,7 @@ def stream(
             tokens, accepted, size, draft_ms, search_ms, tree, nodes = [x], 0, 0, 0.0, 0.0, None, []
             stopped = x in stops
             new_ids = [x]
-            top2 = top2_of(logits[None]) if greedy else []
+            top = top_logits_of(logits[None]) if greedy else []
         else:
             tree = proposal.tree.truncate(room - 1)
             with Stopwatch(target.device) as sw:
@@ -215,7 +215,7 @@ def stream(
             accepted, size, nodes = min(result.accepted, len(tokens)), tree.size, result.nodes
             draft_ms, search_ms = proposal.draft_ms, proposal.search_ms
             picked = torch.tensor(nodes, device=logits.device)
-            top2 = top2_of(logits[picked[: len(tokens)]]) if greedy else []
+            top = top_logits_of(logits[picked[: len(tokens)]]) if greedy else []
             feats = tfeats[picked.to(tfeats.device)] if tfeats is not None else None
             new_ids, x = list(result.tokens), result.tokens[-1]
         context[length : length + len(tokens)] = tokens
@@ -223,7 +223,7 @@ def stream(
         emitted += len(tokens)
         reason = _stop_reason(stopped, emitted, max_new_tokens, length, limit)
         yield Step(method, tokens, accepted, size, draft_ms, search_ms, sw.ms, stop_reason=reason, tree=tree,
-                   accepted_nodes=nodes, top2=top2)
+                   accepted_nodes=nodes, top_logits=top)
         if reason:
             return
 

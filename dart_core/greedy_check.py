@@ -2,14 +2,14 @@
 
 In exact arithmetic every racer's greedy output equals plain decoding's token for token. In bf16 (or fp16) a
 60-node tree forward and a one-token forward add their products in different orders, so a logit moves by a few
-units in the last place, and where the target's top two candidates are that close the argmax can flip: a *tie*,
-not a bug. Every greedy step records the target's top-2 (id, logit) of each token it emits; where a racer first
-parts from AR, :func:`compare` looks at both runs' top-2 at that token (``docs/acceptance.md``):
+units in the last place, and where the target's best candidates are that close the argmax can flip: a *tie*, not a
+bug. Every greedy step records the target's :data:`RECORDED` best (id, logit) behind each token it emits; where a
+racer first parts from AR, :func:`compare` looks at both runs' records at that token (``docs/acceptance.md``):
 
-* **tie**: in both runs the two best tokens are the two runs' tokens (an exact tie may come in either order), and
-  in both runs the gap between them is at most
-  :func:`tie_bound` — :data:`TIE_ULPS` units in the last place of the larger logit in the run's dtype;
-* **mismatch**: anything else (a token outside the other run's top two, a wider gap, or a missing record).
+* **tie**: in each run, the other run's token is among its recorded best and within :func:`tie_bound` of its best
+  logit — :data:`TIE_ULPS` units in the last place of that logit in the run's dtype (bf16 logits sit on a coarse
+  grid, so two- and three-way exact ties are common);
+* **mismatch**: anything else (a token outside the record, a wider gap, a missing record).
 """
 
 from __future__ import annotations
@@ -20,19 +20,19 @@ from dataclasses import dataclass
 
 import torch
 
+RECORDED = 4  # best candidates recorded per emitted token: enough for the multi-way ties of a coarse bf16 grid
 # How many units in the last place (of the larger logit, in the model's dtype) two forwards of different shapes may
 # move the top-2 gap. A bf16 logit near 20 sits on a grid of 0.125, so a tie is a gap of at most 0.5 there; in
 # float32 the same bound is 8e-6, far below any gap real decoding meets, so float32 runs report no ties.
 TIE_ULPS = 4
 
-Top2 = tuple[int, float, int, float]  # (best id, its logit, runner-up id, its logit)
+TopLogits = tuple[tuple[int, ...], tuple[float, ...]]  # the best ids, best first, and their logits
 
 
-def top2_of(logits: torch.Tensor) -> list[Top2]:
-    """The top-2 (id, logit) of each row of ``logits`` [rows, V] (one host transfer)."""
-    values, ids = torch.topk(logits, 2, dim=-1)
-    return [(int(i[0]), float(v[0]), int(i[1]), float(v[1])) for i, v in zip(ids.tolist(), values.tolist(),
-                                                                             strict=True)]
+def top_logits_of(logits: torch.Tensor) -> list[TopLogits]:
+    """The :data:`RECORDED` best (ids, logits) of each row of ``logits`` [rows, V] (one host transfer)."""
+    values, ids = torch.topk(logits, min(RECORDED, logits.shape[-1]), dim=-1)
+    return [(tuple(i), tuple(v)) for i, v in zip(ids.tolist(), values.tolist(), strict=True)]
 
 
 def ulp(dtype: torch.dtype, value: float) -> float:
@@ -50,7 +50,8 @@ def tie_bound(dtype: torch.dtype, logit: float) -> float:
 @dataclass(frozen=True)
 class Verdict:
     """``kind``: "identical", "tie" or "mismatch"; ``position``: the first differing token (None if identical);
-    ``gaps``: the top-2 gap in the reference run and in the racer's run at that token (ties and near misses)."""
+    ``gaps``: how far the other run's token lies below the best logit, in the reference run and in the racer's run,
+    at that token (when both runs recorded it)."""
 
     kind: str
     position: int | None = None
@@ -79,19 +80,24 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def compare(ref_tokens: Sequence[int], ref_top2: Sequence[Top2], tokens: Sequence[int], top2: Sequence[Top2],
-            dtype: torch.dtype) -> Verdict:
-    """Classify a greedy run (``tokens`` with their per-token ``top2``) against the reference (AR's)."""
+def _gap(record: TopLogits, token: int) -> float | None:
+    """How far ``token``'s logit lies below the row's best (None: not among the recorded best)."""
+    ids, values = record
+    return values[0] - values[ids.index(token)] if token in ids else None
+
+
+def compare(ref_tokens: Sequence[int], ref_top: Sequence[TopLogits], tokens: Sequence[int],
+            top: Sequence[TopLogits], dtype: torch.dtype) -> Verdict:
+    """Classify a greedy run (``tokens`` with each token's recorded best logits ``top``) against the reference
+    (AR's)."""
     pos = first_difference(ref_tokens, tokens)
     if pos is None:
         return Verdict("identical")
-    if pos >= min(len(ref_tokens), len(tokens)) or pos >= min(len(ref_top2), len(top2)):
+    if pos >= min(len(ref_tokens), len(tokens)) or pos >= min(len(ref_top), len(top)):
         return Verdict("mismatch", pos)  # one run stopped early, or no record of the logits there
-    a, b = ref_top2[pos], top2[pos]
-    gaps = (a[1] - a[3], b[1] - b[3])
-    # both runs' two best are the two tokens in question (in either order: at a gap of 0 the argmax and topk may
-    # list an exact tie differently)
-    pair = {ref_tokens[pos], tokens[pos]}
-    swapped = {a[0], a[2]} == pair == {b[0], b[2]}
-    close = gaps[0] <= tie_bound(dtype, a[1]) and gaps[1] <= tie_bound(dtype, b[1])
-    return Verdict("tie" if swapped and close else "mismatch", pos, gaps)
+    a, b = ref_top[pos], top[pos]
+    ga, gb = _gap(a, tokens[pos]), _gap(b, ref_tokens[pos])  # each run's view of the other's token
+    if ga is None or gb is None:
+        return Verdict("mismatch", pos)
+    close = ga <= tie_bound(dtype, a[1][0]) and gb <= tie_bound(dtype, b[1][0])
+    return Verdict("tie" if close else "mismatch", pos, (ga, gb))

@@ -5,7 +5,7 @@ thread of its own and hands it the floor one token at a time: a streamer blocks 
 until the consumer asks for the next one, so it yields :class:`~dart_core.generate.Step` s like the engine's loop
 does, each timed from the hand-over to the token (the prefill with the first token). A race therefore interleaves
 it with the other racers one step at a time, and closing the iterator stops ``generate`` at the next token.
-Under greedy decoding every token also carries the target's top-2 logits (a logits processor reads them), so the
+Under greedy decoding every token also carries the target's best logits (a logits processor reads them), so the
 tie-aware greedy check (:mod:`dart_core.greedy_check`) treats this lane like any other.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from dart_core.generate import Step, _stop_reason, checked_request
-from dart_core.greedy_check import top2_of
+from dart_core.greedy_check import top_logits_of
 from dart_core.target import TargetModel
 from dart_core.timing import sync
 from dart_core.verify import SamplingConfig
@@ -41,7 +41,7 @@ class _Handoff:
         self.cancelled = False
         self.device = device
         self.prompt_seen = False
-        self.top2: list[tuple[int, float, int, float]] = []
+        self.top: list[Any] = []  # each step's best (ids, logits), read by _Best
 
     # called by generate (the generating thread)
     def put(self, value: torch.Tensor) -> None:
@@ -66,14 +66,14 @@ class _Handoff:
         return t
 
 
-class _TopTwo:
-    """A logits processor that keeps the top-2 (id, logit) of every step's raw scores and changes nothing."""
+class _Best:
+    """A logits processor that keeps the best (ids, logits) of every step's raw scores and changes nothing."""
 
     def __init__(self, handoff: _Handoff) -> None:
         self.handoff = handoff
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        self.handoff.top2.append(top2_of(scores[:1].float())[0])
+        self.handoff.top.append(top_logits_of(scores[:1].float())[0])
         return scores
 
 
@@ -119,7 +119,7 @@ def stream_hf_generate(
     config = _generation_config(model, sampling, budget, stops)
     handoff = _Handoff(device)
     ids = torch.tensor([prompt], device=device)
-    processors = LogitsProcessorList([_TopTwo(handoff)] if sampling.greedy else [])
+    processors = LogitsProcessorList([_Best(handoff)] if sampling.greedy else [])
     failure: list[BaseException] = []
 
     def work() -> None:
@@ -148,10 +148,10 @@ def stream_hf_generate(
                     raise failure[0]
                 return
             emitted += 1
-            top2 = [handoff.top2[emitted - 1]] if sampling.greedy else []
+            top = [handoff.top[emitted - 1]] if sampling.greedy else []
             reason = _stop_reason(token in stops, emitted, max_new_tokens, len(prompt) + emitted, limit)
             yield Step(KEY, [token], 0, 0, 0.0, 0.0, (t - started) * 1e3, prefill=emitted == 1,
-                       stop_reason=reason, top2=top2)
+                       stop_reason=reason, top_logits=top)
             if reason:
                 return
             started = handoff.resume()

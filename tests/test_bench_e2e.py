@@ -194,7 +194,7 @@ def test_a_flip_between_the_top_two_is_a_tie_only_within_rounding(bundle: Path, 
     report = json.loads((tmp_path / "out/e2e.json").read_text())
     found, other = ("ties", "mismatches") if within_rounding else ("mismatches", "ties")
     assert [(m["method"], m["position"]) for m in report[found]] == [("eagle3", 1)] and report[other] == []
-    ar_gap, eagle_gap = report[found][0]["top2_gaps"]
+    ar_gap, eagle_gap = report[found][0]["gaps"]
     assert ar_gap > 0 and eagle_gap == pytest.approx(1e-3, abs=1e-4)
     assert f"{found}: 1" in printed and f"{other}: 0" in printed
     assert "hf" not in report["summary"]

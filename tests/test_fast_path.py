@@ -108,6 +108,6 @@ def test_compiled_fast_path_equals_the_eager_path(tmp_path: Path) -> None:
             want, ref_steps = generate(eager, prompt, drafter, max_new_tokens=12, settings=tree)
             got, steps = generate(fast, prompt, drafter, max_new_tokens=12, settings=tree)
             assert got == want
-            ref_top = np.array([t[1] for s in ref_steps for t in s.top2])
-            top = np.array([t[1] for s in steps for t in s.top2])
+            ref_top = np.array([t[1] for s in ref_steps for t in s.top_logits])
+            top = np.array([t[1] for s in steps for t in s.top_logits])
             np.testing.assert_allclose(top, ref_top, atol=1e-4, rtol=0)

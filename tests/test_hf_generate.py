@@ -29,7 +29,7 @@ def test_greedy_output_is_ar_token_for_token(target: TargetModel) -> None:
         assert tokens == generate(target, prompt, None, max_new_tokens=20)[0] == reference(target.model, prompt, 20)
         assert steps[0].prefill and not any(s.prefill for s in steps[1:])
         assert all(len(s.tokens) == 1 and s.verify_ms > 0 for s in steps)
-        assert [t[0] for s in steps for t in s.top2] == tokens
+        assert [t[0][0] for s in steps for t in s.top_logits] == tokens
         assert steps[-1].stop_reason == "max_new_tokens" and all(s.stop_reason is None for s in steps[:-1])
 
 

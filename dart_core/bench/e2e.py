@@ -10,7 +10,7 @@ mean draft / tree-search / verify ms per step), checks on the fly that every met
 writes ``e2e.json`` + a self-contained ``e2e.html``. ``--dataset mt-bench`` runs a named chat prompt set instead of a
 prompt file; ``--turns 2`` continues each method's own conversation with the set's follow-up question. The ``hf`` row
 is Hugging Face ``generate`` on the same weights, dtype and device (``--no-hf-generate`` drops it): the baseline a
-user would otherwise run. A greedy output that parts from AR's where the target's top two logits lie within the
+user would otherwise run. A greedy output that parts from AR's where the target's best logits lie within the
 dtype's rounding in both runs counts as a tie, not a mismatch (``dart_core.greedy_check``).
 """
 
@@ -35,7 +35,7 @@ from dart_core.bundle import Bundle, BundleError, build_command, default_bundle_
 from dart_core.errors import report_error
 from dart_core.generate import Step, summarize
 from dart_core.generate_cli import add_tree_arguments, encode_prompt, tree_settings
-from dart_core.greedy_check import Top2, compare
+from dart_core.greedy_check import TopLogits, compare
 from dart_core.hub import HubFileError
 from dart_core.ngram import NgramFormatError
 from dart_core.racers import BASELINE, RACERS, drafting_racers, racer
@@ -347,7 +347,7 @@ def _run(args: argparse.Namespace) -> int:
     turn_steps: list[dict[str, list[Step]]] = [{m: [] for m in methods} for _ in range(n_turns)]
     turn_wall: list[dict[str, float]] = [dict.fromkeys(methods, 0.0) for _ in range(n_turns)]
     mismatches: list[dict[str, Any]] = []  # real ones: beyond the dtype's rounding (``greedy_check``)
-    ties: list[dict[str, Any]] = []  # identical up to a rounding tie of the top-2 logits
+    ties: list[dict[str, Any]] = []  # identical up to a rounding tie of the best logits
     dtype = arena.target.dtype
     bar = tqdm(list(zip(prompts, encoded, strict=True)), desc="e2e", unit="prompt", disable=args.no_progress)
     for i, (p, ids) in enumerate(bar):
@@ -356,9 +356,9 @@ def _run(args: argparse.Namespace) -> int:
         entries: list[dict[str, Any]] = [{"id": p["id"], **tags[k], "prompt_tokens": len(ids), "methods": {}}
                                          for k in range(n_turns)]
         outputs: dict[str, list[list[int]]] = {}
-        top2s: dict[str, list[list[Top2]]] = {}
+        tops: dict[str, list[list[TopLogits]]] = {}
         for m in order:
-            outputs[m], top2s[m] = [], []
+            outputs[m], tops[m] = [], []
             for k, (turn_ids, run, wall_ms) in enumerate(converse(m, p, ids, args.seed + i)):
                 pooled[m].extend(run)
                 wall[m] += wall_ms
@@ -366,7 +366,7 @@ def _run(args: argparse.Namespace) -> int:
                 turn_wall[k][m] += wall_ms
                 steps = [step_record(s) for s in run]
                 outputs[m].append([t for s in run for t in s.tokens])
-                top2s[m].append([t for s in run for t in s.top2])
+                tops[m].append([t for s in run for t in s.top_logits])
                 figures = method_figures(run, wall_ms)
                 figures.pop("accept_hist")
                 entry = entries[k]
@@ -376,12 +376,12 @@ def _run(args: argparse.Namespace) -> int:
                         entry["prompt_tokens"] = len(turn_ids)
                 entry["methods"][m] = {**figures, "stop_reason": steps[-1].get("stop_reason"), "steps": steps}
                 if sampling.greedy and m != BASELINE and BASELINE in outputs:
-                    verdict = compare(outputs[BASELINE][k], top2s[BASELINE][k], outputs[m][k], top2s[m][k], dtype)
+                    verdict = compare(outputs[BASELINE][k], tops[BASELINE][k], outputs[m][k], tops[m][k], dtype)
                     if verdict.kind != "identical":
                         mm = {"prompt_id": p["id"], **({"turn": k + 1} if tags[k] else {}), "method": m,
                               "position": verdict.position, "method_tokens": len(outputs[m][k]),
                               "ar_tokens": len(outputs[BASELINE][k]),
-                              **({"top2_gaps": list(verdict.gaps)} if verdict.gaps else {})}
+                              **({"gaps": list(verdict.gaps)} if verdict.gaps else {})}
                         where = f" turn {k + 1}" if tags[k] else ""
                         if verdict.kind == "tie":
                             ties.append(mm)
@@ -433,8 +433,8 @@ def _run(args: argparse.Namespace) -> int:
             print(f"{name}: {len(found)}")
             for mm in found:
                 where = f" turn {mm['turn']}" if "turn" in mm else ""
-                gaps = (f" (top-2 gaps {mm['top2_gaps'][0]:.3g} in AR, {mm['top2_gaps'][1]:.3g} in {mm['method']})"
-                        if "top2_gaps" in mm else "")
+                gaps = (f" (the other's token {mm['gaps'][0]:.3g} below the best in AR, {mm['gaps'][1]:.3g} in "
+                        f"{mm['method']})" if "gaps" in mm else "")
                 print(f"  {mm['method']} on prompt {mm['prompt_id']}{where}: first difference at token "
                       f"{mm['position']}{gaps}")
     print(f"wrote {out / 'e2e.json'}")
