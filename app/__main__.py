@@ -22,6 +22,7 @@ from typing import Any
 from app import setup_logging
 from dart_core.bundle import Bundle, BundleError, default_bundle_dir, open_bundle
 from dart_core.racers import BASELINE, drafting_racers, label, racer, runner_racers
+from dart_core.target import FAST_PATH_ROWS
 
 REPO = Path(__file__).resolve().parent.parent
 COMPLETION_TEMPLATES = ("raw", "none", "completion")
@@ -85,10 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cpu, cuda, cuda:N, or auto (spread the target over all GPUs); default: cuda if available")
     m.add_argument("--dtype", default="auto",
                    help="auto (bfloat16 on CUDA, float32 on CPU), float32, float16 or bfloat16")
-    m.add_argument("--fast-path", type=int, nargs="?", const=4096, default=None, metavar="ROWS",
+    m.add_argument("--fast-path", type=int, nargs="?", const=FAST_PATH_ROWS, default=None, metavar="ROWS",
                    help="for GPUs: a static KV cache of ROWS rows (prompt + reply + one draft tree; default "
-                        "4096) and torch.compile'd decode and verify forwards (CUDA graphs); the same output, the "
-                        "first steps of each tree size slow while they compile")
+                        f"{FAST_PATH_ROWS}) and torch.compile'd decode and verify forwards (CUDA graphs); the same "
+                        "output, the first steps of each tree size slow while they compile")
     g = p.add_argument_group("generation")
     g.add_argument("--max-new-tokens", type=int, default=256,
                    help="default of the 'Max new tokens' control (default: %(default)s)")

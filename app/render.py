@@ -182,8 +182,8 @@ def summary_html(summary: dict[str, dict[str, Any]], verdicts: dict[str, Verdict
         if same:
             note += f'<div class="check ok">✓ greedy output of {" and ".join(same)} identical to AR</div>'
         if ties:
-            note += (f'<div class="check tie">≈ greedy output of {html.escape("; ".join(ties))} (the target\'s two '
-                     "best tokens within its rounding: a different forward shape may flip them)</div>")
+            note += (f'<div class="check tie">≈ greedy output of {html.escape("; ".join(ties))} (the target\'s best '
+                     "tokens tied within its rounding: a different forward shape may pick another)</div>")
         if diff:
             note += (f'<div class="check bad">✗ {html.escape(" and ".join(diff))} differs from AR (greedy, beyond '
                      "rounding): please report</div>")

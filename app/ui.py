@@ -650,9 +650,11 @@ class LiveRace:
             summary[m]["token_ids"] = list(lane.tokens)
         s = self.settings
         verdicts = self.race.greedy_verdicts()
-        return {"methods": summary, "greedy_matches_ar": self.race.greedy_matches(),
+        checked = verdicts is not None
+        return {"methods": summary,
+                "greedy_matches_ar": {m: v.ok for m, v in verdicts.items()} if checked else None,
                 "greedy_check_ar": ({m: v.describe(dtype_name(self.race.dtype)) for m, v in verdicts.items()}
-                                    if verdicts is not None else None),
+                                    if checked else None),
                 "limit": self.race.limit,
                 "settings": {"temperature": s.sampling.temperature, "top_p": s.sampling.top_p,
                              "top_k": s.sampling.top_k, "max_new_tokens": s.max_new_tokens, "seed": s.seed,

@@ -77,7 +77,7 @@ class _Best:
         return scores
 
 
-def _generation_config(model: Any, sampling: SamplingConfig, max_new_tokens: int, stops: list[int]) -> Any:
+def generation_config(model: Any, sampling: SamplingConfig, max_new_tokens: int, stops: list[int]) -> Any:
     """Every field that decides the output set explicitly, so the checkpoint's own defaults (Qwen3 ships
     ``do_sample=True``, temperature 0.6, top-k 20) cannot change what is raced."""
     from transformers import GenerationConfig
@@ -116,7 +116,7 @@ def stream_hf_generate(
 
     model, device = target.model, target.device
     budget = min(max_new_tokens, limit - len(prompt))
-    config = _generation_config(model, sampling, budget, stops)
+    config = generation_config(model, sampling, budget, stops)
     handoff = _Handoff(device)
     ids = torch.tensor([prompt], device=device)
     processors = LogitsProcessorList([_Best(handoff)] if sampling.greedy else [])

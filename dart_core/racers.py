@@ -17,6 +17,7 @@ from dart_core.drafters.dart import DartDrafter, DartSettings
 from dart_core.drafters.dflash import DFlashDrafter, DFlashSettings, DFlashTreeDrafter, DFlashTreeSettings
 from dart_core.drafters.eagle3 import Eagle3Drafter, Eagle3Settings
 from dart_core.drafters.interface import Drafter, NoSettings, PlainDecoding, knobs, settings_for
+from dart_core.hf_generate import KEY as HF_KEY
 from dart_core.hf_generate import stream_hf_generate
 
 
@@ -77,7 +78,7 @@ RACERS: list[Racer] = [
     Racer("dflash-tree", "DFlash-tree", "#ec4899", "DFlash's block rows, top-k each, N-gram-guided tree search",
           load=DFlashTreeDrafter.from_pretrained, settings_type=DFlashTreeSettings, uses_store=True, opt_in=True,
           example="z-lab/Qwen3-8B-DFlash-b16", folder="dflash"),
-    Racer("hf", "HF generate", "#64748b", "transformers' own generate() on the same weights: the real alternative",
+    Racer(HF_KEY, "HF generate", "#64748b", "transformers' own generate() on the same weights: the real alternative",
           runner=stream_hf_generate, opt_in=True),
     Racer("ar", "AR", "#94a3b8", "plain autoregressive decoding: one target forward per token"),
 ]

@@ -32,7 +32,9 @@ from transformers.cache_utils import DynamicLayer, StaticLayer
 
 from .tree import DraftTree
 
-__all__ = ["TargetModel", "TargetState", "feature_layer_ids"]
+__all__ = ["FAST_PATH_ROWS", "TargetModel", "TargetState", "feature_layer_ids"]
+
+FAST_PATH_ROWS = 4096  # the fast path's static KV cache when no size is given: prompt + reply + one draft tree
 
 
 def _text_config(config: Any) -> Any:
@@ -156,11 +158,6 @@ class TargetModel:
                     setattr(torch._dynamo.config, knob, max(64, getattr(torch._dynamo.config, knob)))
             mode = "reduce-overhead" if self.device.type == "cuda" else None
             self._compiled = torch.compile(self.model.forward, mode=mode, dynamic=False)
-
-    @property
-    def static(self) -> bool:
-        """Whether states hold a static KV cache (:meth:`use_static_cache`)."""
-        return self.static_capacity is not None
 
     def _padded_size(self, n: int, prefix: int) -> int:
         """Compiled verifies run at a power-of-two node count (fewer shapes to compile), if the cache has room."""

@@ -78,15 +78,6 @@ def test_bad_settings_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert bench_main([*TINY_ARGS, "--hf-tokens", "1"]) == 2
 
 
-def test_fast_path_unavailable_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    from dart_core.target import TargetModel
-
-    monkeypatch.delattr(TargetModel, "use_static_cache", raising=False)
-    assert bench_main([*TINY_ARGS, "--fast-path"]) == 2
-    assert "fast-path is unavailable" in capsys.readouterr().out
-
-
 def test_weight_bytes_count_tied_embeddings_once() -> None:
     tiny = gpu.SHAPES["tiny"]
     untied = gpu.build_target(replace(tiny, tied=False), torch.device("cpu"), torch.float32)

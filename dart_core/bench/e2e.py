@@ -40,6 +40,7 @@ from dart_core.hub import HubFileError
 from dart_core.ngram import NgramFormatError
 from dart_core.racers import BASELINE, RACERS, drafting_racers, racer
 from dart_core.racers import color as racer_color
+from dart_core.target import FAST_PATH_ROWS
 from dart_core.verify import SamplingConfig
 
 FIGURE_TITLES = (
@@ -78,10 +79,10 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--small-ngram", action="store_true", help="use small.trie instead of full.trie with --ngram")
     m.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto; default: cuda if available")
     m.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU), float32, float16, bfloat16")
-    m.add_argument("--fast-path", type=int, nargs="?", const=4096, default=None, metavar="ROWS",
+    m.add_argument("--fast-path", type=int, nargs="?", const=FAST_PATH_ROWS, default=None, metavar="ROWS",
                    help="for GPUs: a static KV cache of ROWS rows (prompt + reply + one draft tree; default "
-                        "4096) and torch.compile'd decode and verify forwards (CUDA graphs); the same output, the "
-                        "first steps of each tree size slow while they compile")
+                        f"{FAST_PATH_ROWS}) and torch.compile'd decode and verify forwards (CUDA graphs); the same "
+                        "output, the first steps of each tree size slow while they compile")
     m.add_argument("--threads", type=int, default=None, metavar="N",
                    help="PyTorch CPU threads (default: PyTorch's, one per core; the app's engine on a CPU leaves "
                         "one core to the page: compare with the same number)")

@@ -69,9 +69,6 @@ KNOWN_BANDWIDTH: tuple[tuple[tuple[str, ...], float], ...] = (
     (("a100", "80gb"), 2.0e12),
 )
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
 # ------------------------------------------------------------------------------------------------ arguments
 def _csv(kind: Callable[[str], Any], choices: Sequence[str] | None = None) -> Callable[[str], list[Any]]:
     """An argparse type for comma-separated lists (argparse then reports a bad item with exit code 2)."""
@@ -100,7 +97,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shapes", type=_csv(str, list(SHAPES)), default=["1.7b", "8b"],
                    help=f"target shapes, comma-separated, from {', '.join(SHAPES)} (default 1.7b,8b)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: cuda if available, else cpu)")
-    p.add_argument("--dtype", default="auto", choices=["auto", *DTYPES],
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
                    help="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16, float16")
     p.add_argument("--prefix", type=int, default=256, help="committed tokens before the measured steps (256)")
     p.add_argument("--repeats", type=int, default=10, help="timed steps per row, after the warm-ups (10)")
@@ -279,24 +276,19 @@ def measure_ar(target: Any, prefix: Sequence[int], warmup: int, repeats: int) ->
     return {"method": "ar", "label": "AR", "nodes": 1, "verify_ms": _median(times[warmup:])}
 
 
-def hf_generation_config(n: int) -> Any:
-    """Greedy, every sampling knob at its neutral value and an end-of-text id no token has: exactly ``n`` tokens."""
-    from transformers import GenerationConfig
-
-    return GenerationConfig(do_sample=False, temperature=1.0, top_p=1.0, top_k=50, num_beams=1, eos_token_id=[-1],
-                            pad_token_id=0, max_new_tokens=n, min_new_tokens=0, use_cache=True)
-
-
 def measure_hf(model: Any, prefix: Sequence[int], n: int, warmup: int, repeats: int) -> dict[str, Any]:
     """HF ``generate``'s decode step: (t(n tokens) - t(1 token)) / (n - 1), medians, same prefix (no prefill)."""
     from transformers.utils import logging as hf_logging
 
+    from dart_core.hf_generate import generation_config
     from dart_core.timing import Stopwatch
+    from dart_core.verify import SamplingConfig
 
     device = model.get_input_embeddings().weight.device
     ids = torch.tensor([list(prefix)], device=device)
     mask = torch.ones_like(ids)
-    configs = {n: hf_generation_config(n), 1: hf_generation_config(1)}
+    # greedy, the sampling knobs neutral, no stop id: exactly k tokens (the config the hf racer runs)
+    configs = {k: generation_config(model, SamplingConfig(), k, []) for k in (n, 1)}
 
     def once(k: int) -> float:
         with Stopwatch(device) as sw, torch.no_grad():
@@ -469,12 +461,9 @@ def bench_shape(name: str, shape: Shape, args: argparse.Namespace, device: torch
 
 
 def run(args: argparse.Namespace) -> int:
-    from dart_core.target import TargetModel
+    from dart_core.models import resolve_dtype
     from dart_core.timing import threads_leaving_a_core
 
-    if args.fast_path and not hasattr(TargetModel, "use_static_cache"):
-        print("error: --fast-path is unavailable: TargetModel.use_static_cache is not in this version")
-        return 2
     for flag, value, low in (("--prefix", args.prefix, 1), ("--repeats", args.repeats, 1), ("--warmup", args.warmup, 0),
                              ("--hf-tokens", args.hf_tokens, 2), ("--threads", args.threads or 1, 1)):
         if value < low:
@@ -487,7 +476,7 @@ def run(args: argparse.Namespace) -> int:
     if device.type == "cuda" and not torch.cuda.is_available():
         print(f"error: --device {args.device}: CUDA is not available here")
         return 2
-    dtype = DTYPES[args.dtype] if args.dtype != "auto" else (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    dtype = resolve_dtype(args.dtype, device)
     dtype_name = str(dtype).removeprefix("torch.")
     from dart_core.drafters.dart import DartSettings
     from dart_core.drafters.eagle3 import Eagle3Settings
