@@ -296,6 +296,17 @@ def write_model_card(out: Path, data: dict[str, Any]) -> Path:
     return card
 
 
+def add_prompts_parser(sub: Any) -> None:
+    p = sub.add_parser("prompts", help="write the seeded chat prompt set (dart_core.train.prompt_set) as JSONL",
+                       description="The default bundle's distillation prompts: 20,000+ training prompts across "
+                                   "writing, roleplay, reasoning, math, code, extraction, STEM, humanities and advice, "
+                                   "a quarter with a follow-up turn; --heldout writes the held-out topics' prompts.")
+    p.add_argument("--out", required=True, type=Path, help="output JSONL (overwritten)")
+    p.add_argument("--heldout", action="store_true", help="the held-out split (topics never in training)")
+    p.add_argument("--n", type=int, default=None, help="first N prompts only (default: all)")
+    p.add_argument("--seed", type=int, default=0)
+
+
 def add_distill_parser(sub: Any) -> None:
     p = sub.add_parser("distill", help="the target's own answers to a prompt set (resumable JSONL)",
                        description="Self-distillation data: the target answers each prompt through its chat "
@@ -366,7 +377,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
-COMMANDS = ("distill", "fit", "smollm2")
+COMMANDS = ("prompts", "distill", "fit", "smollm2")
 
 
 def main(argv: list[str]) -> int:
@@ -375,13 +386,22 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m dart_core.train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
+    add_prompts_parser(sub)
     add_distill_parser(sub)
     add_fit_parser(sub)
     add_smollm2_parser(sub)
     args = p.parse_args(argv)
     command = "python -m dart_core.train " + " ".join(argv)
     try:
-        if args.command == "distill":
+        if args.command == "prompts":
+            from dart_core.train.prompt_set import chat_set
+            from dart_core.train.prompts import write_jsonl
+
+            recs = chat_set(heldout=args.heldout, seed=args.seed, n=args.n)
+            write_jsonl(args.out, recs)
+            turns = sum(1 for r in recs if r.get("followups"))
+            print(f"[prompts] {len(recs):,} prompts ({turns:,} with a follow-up turn) -> {args.out}")
+        elif args.command == "distill":
             recs = read_prompt_records(args.prompts, args.limit)
             st = run_distill(args.target, recs, args.out, device=args.device, dtype=args.dtype,
                              max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
