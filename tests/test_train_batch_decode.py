@@ -98,3 +98,15 @@ def test_followups_are_asked_after_the_targets_own_first_answer(tmp_path: Path) 
     # A resumed run answers nothing twice, second turns included.
     again = distill(model, tok, recs, out, stop_ids=[1], max_new_tokens=6, batch_size=2, progress=False)
     assert again["answered"] == 0 and again["skipped_done"] == 3
+
+
+def test_vocab_coverage_counts_the_answer_tokens_inside_each_draft_vocabulary() -> None:
+    from dart_core.train.vocab_coverage import coverage
+
+    train = [[5, 5, 5, 6, 6, 7], [5, 6, 8]]  # counts: 5×4, 6×3, 7×1, 8×1
+    held = [[5, 9, 9, 6]]
+    rows = coverage(train, {"train": train, "held": held}, [1, 2, 3], vocab_size=12, eos_token_id=None)
+    assert rows == [{"size": 1, "train": 4 / 9, "held": 1 / 4}, {"size": 2, "train": 7 / 9, "held": 2 / 4},
+                    {"size": 3, "train": 8 / 9, "held": 2 / 4}]
+    # EOS always takes a place: with size 1 only EOS is in, and no answer token is covered.
+    assert coverage(train, {"train": train}, [1], vocab_size=12, eos_token_id=0)[0]["train"] == 0

@@ -228,8 +228,9 @@ def _answer_all(model: Any, tokenizer: Any, records: list[dict[str, Any]], out: 
         bar.close()
 
 
-def read_sequences(path: str | os.PathLike[str]) -> list[list[int]]:
-    """The token-id sequences of a distillation file, in file order (a torn last line is ignored)."""
+def read_sequences(path: str | os.PathLike[str], *, answers_only: bool = False) -> list[list[int]]:
+    """The token-id sequences of a distillation file, in file order (a torn last line is ignored);
+    ``answers_only``: each record's answer tokens alone (what a drafter must predict), prompt left out."""
     path = Path(path)
     if not path.is_file():
         raise DistillError(f"distillation data {path} does not exist: run `python -m dart_core.train distill` first")
@@ -239,8 +240,9 @@ def read_sequences(path: str | os.PathLike[str]) -> list[list[int]]:
             if not line.strip():
                 continue
             try:
-                ids = json.loads(line)["ids"]
-            except (json.JSONDecodeError, KeyError, TypeError) as e:
+                rec = json.loads(line)
+                ids = rec["ids"][int(rec.get("n_prompt", 0)) :] if answers_only else rec["ids"]
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
                 if n > 1 and not line.endswith("\n"):
                     break  # torn last line
                 raise DistillError(f"{path}:{n}: not a distillation record ({e})") from None
