@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,6 +108,17 @@ class TargetState:
     cache: DynamicCache
     length: int = 0
     tree: DraftTree | None = field(default=None, repr=False)
+
+
+# Prompt tokens per forward of an interruptible prefill (``prefill(interrupt=...)``): a long prompt's prefill is
+# one forward otherwise, which a time limit or a Stop could only wait out (a 6,000-token prompt: tens of seconds
+# on a CPU). Between two chunks the prefill asks whether to go on; 512 rows keep each chunk well under a second
+# for the CPU bundles while adding only a few forwards to a long prompt's prefill.
+PREFILL_CHUNK = 512
+
+
+class Interrupted(Exception):
+    """A prefill stopped between two chunks because its ``interrupt()`` said so; the generation is abandoned."""
 
 
 class TargetModel:
@@ -283,13 +294,16 @@ class TargetModel:
             raise ValueError(f"{what}: expected token ids of shape [1, n] (batch 1), got {tuple(ids.shape)}")
         return ids.to(self.device)
 
-    def prefill(self, state: TargetState, input_ids: torch.Tensor,
-                layers: Sequence[int] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def prefill(self, state: TargetState, input_ids: torch.Tensor, layers: Sequence[int] | None = None,
+                interrupt: Callable[[], bool] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Run the prompt into an empty state and commit it.
 
         Returns the float32 logits of the last position ``[V]`` and the features of every prompt token
         ``[n, F]`` (the drafter needs the whole prompt's features to start; ``layers``: which hidden states,
-        default ``feature_layers``, ``()`` for none).
+        default ``feature_layers``, ``()`` for none). With ``interrupt``, a prompt longer than
+        :data:`PREFILL_CHUNK` runs in chunks of that many tokens and :class:`Interrupted` is raised when
+        ``interrupt()`` is true between two of them (a time limit, a Stop); the static cache of the fast path
+        always prefills in one forward.
         """
         ids = self._as_ids(input_ids, "prefill")
         n = ids.shape[1]
@@ -299,10 +313,32 @@ class TargetModel:
             raise ValueError(f"prefill: prompt of {n} tokens exceeds the target's context of {self.max_context}")
         if state.length or (not isinstance(state.cache, StaticCache) and state.cache.get_seq_length()):
             raise ValueError("prefill: the state already holds tokens; use a fresh target.new_state()")
+        if interrupt is not None and n > PREFILL_CHUNK and not isinstance(state.cache, StaticCache):
+            return self._prefill_chunks(state, ids, layers, interrupt)
         positions = torch.arange(n, device=self.device)[None]
         logits, feats = self._run(state, ids, positions, None, last_only=True, layers=layers, eager=True)
         state.length = n
         return logits, feats
+
+    def _prefill_chunks(self, state: TargetState, ids: torch.Tensor, layers: Sequence[int] | None,
+                        interrupt: Callable[[], bool]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """:meth:`prefill` in chunks of :data:`PREFILL_CHUNK` tokens, each attending to the rows cached before it
+        (the causal mask of a forward with a past), asking ``interrupt()`` before every chunk but the first."""
+        n, parts = ids.shape[1], []
+        logits: torch.Tensor | None = None
+        for start in range(0, n, PREFILL_CHUNK):
+            if start and interrupt():
+                raise Interrupted(f"prefill interrupted after {start:,} of {n:,} prompt tokens")
+            end = min(start + PREFILL_CHUNK, n)
+            positions = torch.arange(start, end, device=self.device)[None]
+            logits, feats = self._run(state, ids[:, start:end], positions, None, last_only=True, layers=layers,
+                                      eager=True)
+            state.length = end
+            if feats is not None:
+                parts.append(feats)
+        if logits is None:
+            raise ValueError("prefill: the prompt is empty")
+        return logits, torch.cat(parts) if parts else None
 
     def forward_tokens(
         self, state: TargetState, input_ids: torch.Tensor | Sequence[int], *, features: bool = True,
