@@ -50,6 +50,9 @@ CONCURRENCY_ID = "target-model"  # every event that runs the shared target
 MAX_SESSIONS = 100
 SESSION_TTL_S = 3600.0
 ENDED_KEEP_S = 30.0
+# seconds without a step from the engine after which a race's stream sends a status update anyway: the visitor sees
+# that it waits, and a closed stream is noticed (Gradio closes a generator only between two of its updates)
+IDLE_S = 1.0
 
 
 @dataclass
@@ -612,9 +615,13 @@ class LiveRace:
             yield PageUpdate(prompt="" if cfg.chat else KEEP, conv=self.conv,
                              status=self.banner("Prefilling…", "info"),
                              lanes=self.ui.lanes_html(self.conv, methods=self.methods))
-            for lane, step in self.race.run():
-                self.streams[lane.method].add_step(step.tokens, step.accepted)
+            for item in self.race.run(idle_s=IDLE_S):
                 now = time.perf_counter()
+                if item is None:  # nothing from the engine for IDLE_S: say what it waits for
+                    yield PageUpdate(status=self.banner(self.waiting_message(now), "info"))
+                    continue
+                lane, step = item
+                self.streams[lane.method].add_step(step.tokens, step.accepted)
                 if now - last >= cfg.update_every:
                     plots_too = now - last_plot >= cfg.plot_every
                     last, last_plot = now, now if plots_too else last_plot
@@ -632,6 +639,17 @@ class LiveRace:
                      else "cancelled", wall, {lane.label: len(lane.tokens) for lane in self.race.lanes.values()})
             if completed and cfg.race_log is not None:
                 self.write_log(cfg.race_log, wall)
+
+    def waiting_message(self, now: float) -> str:
+        """The status while no step comes: a new model process loading, or a long prefill."""
+        waited = f"{now - self.started:.0f} s"
+        if getattr(self.ui.engine, "state", "ready") == "restarting":
+            return (f"The model process ended unexpectedly and a new one is loading ({waited}); your race starts "
+                    "as soon as it is ready.")
+        if not any(lane.tokens for lane in self.race.lanes.values()):
+            return f"Prefilling… ({waited}: a long prompt takes a while)"
+        counts = " · ".join(f"{lane.label} {len(lane.tokens)}" for lane in self.race.lanes.values())
+        return f"Racing… ({waited}) tokens so far: {counts}"
 
     def banner(self, message: str, kind: str) -> str:
         return render.status_html(f"{self.notice} {message}" if self.notice else message, kind)
