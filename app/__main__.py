@@ -103,6 +103,11 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--max-queue", type=int, default=64, metavar="N",
                    help="visitors who may wait for their race; one more is told the server is busy "
                         "(default: %(default)s)")
+    h.add_argument("--max-restarts", type=int, default=3, metavar="N",
+                   help="when the model process dies (killed, out of memory), a new one is started, after a back-off "
+                        "of 1, 2, 4… s; after more than N deaths within 10 minutes the app gives up: every race gets "
+                        "an error and GET /healthz answers 503, for a host to restart the app (default: %(default)s; "
+                        "0: never restart)")
     h.add_argument("--race-log", type=Path, default=None, metavar="FILE",
                    help="append one JSON line per ended race (the 'Run data' JSON, the prompt and the wall time)")
     h.add_argument("--max-sessions", type=int, default=100, metavar="N",  # app.ui.MAX_SESSIONS
@@ -231,6 +236,9 @@ def main(argv: list[str] | None = None) -> int:
         if value is not None and value < 1:
             print(f"error: {flag} must be at least 1, got {value}", file=sys.stderr)
             return 2
+    if args.max_restarts < 0:
+        print(f"error: --max-restarts must be 0 or more, got {args.max_restarts}", file=sys.stderr)
+        return 2
     if args.race_time_limit is not None and not args.race_time_limit > 0:
         print(f"error: --race-time-limit must be a positive number of seconds, got {args.race_time_limit}",
               file=sys.stderr)
@@ -254,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         engine = ProcessEngine(dict(base=src["base"], ngram=src["ngram"], small_ngram=args.use_small_ngram,
                                     device=args.device, dtype=args.dtype, fast_path=args.fast_path, **loaded,
-                                    **dict.fromkeys(src["runners"], True)), threads=args.threads)
+                                    **dict.fromkeys(src["runners"], True)), threads=args.threads,
+                               max_restarts=args.max_restarts)
     except EngineError as e:  # one line naming the file; the traceback only in the debug log (--debug)
         if e.details:
             log.debug("the model process failed to load:\n%s", e.details.rstrip())
@@ -312,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     log.info("serving on http://%s:%d%s", host, args.server_port, " (+ a public share link)" if args.share else "")
     try:
         launch(demo, listen=args.listen, port=args.server_port, share=args.share, max_queue=args.max_queue,
-               max_sessions=args.max_sessions)
+               max_sessions=args.max_sessions, ui=ui)
     finally:
         engine.close()
     return 0

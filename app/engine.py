@@ -94,6 +94,10 @@ class LocalEngine:
         return Race(self.arena, prompts, methods=methods or self.info.methods, settings=settings,
                     worker=self.worker)
 
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        """Always serving: the model is in this process (see :meth:`ProcessEngine.health`)."""
+        return True, {"engine": "ready", "restarts": 0, "pid": None, "last_exit": None, "error": None}
+
     def close(self) -> None:
         self.worker.shutdown(wait=True)
 
