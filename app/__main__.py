@@ -133,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = p.add_argument_group("launch check (dart_core.preflight: always run, before any weight is read)")
     c.add_argument("--check", action=argparse.BooleanOptionalAction, default=False,
                    help="print the plan (what loads from where, file sizes, dtype, device, memory against free "
-                        "memory, the N-gram file, the port) and exit: 0 when it is sound, 2 with its problems")
+                        "memory, the N-gram file, the port; what it did not read, such as tensor data, is named as not "
+                        "read) and exit: 0 when it found no problem, 2 with its problems")
     c.add_argument("--download", action=argparse.BooleanOptionalAction, default=False,
                    help="fetch exactly the files the plan needs from the Hugging Face Hub first (resumable; "
                         "small.trie with --use-small-ngram, else full.trie), then serve (or exit, with --check)")

@@ -192,6 +192,7 @@ def run_ngram(seqs: list[list[int]], path: Path, *, order: int, min_count: int, 
 
 def cmd_smollm2(args: argparse.Namespace, command: str) -> int:
     """The embedded default bundle: prompts, the target's answers, N-gram store, both drafters, model card."""
+    from dart_core.bundle_digests import record_digests
     from dart_core.train.distill import read_sequences
     from dart_core.train.prompts import chat_prompts, write_jsonl
 
@@ -225,6 +226,7 @@ def cmd_smollm2(args: argparse.Namespace, command: str) -> int:
     data = _record(out, "bundle", {"hyperparameters": hp, "quick": bool(args.quick),
                                    "total_seconds": round(time.perf_counter() - t_all, 1)}, command)
     write_model_card(out, data)
+    record_digests(out)  # every model file's sha256 into bundle.json, checked when the bundle is opened
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(f"[smollm2] bundle {size / 1e6:.1f} MB in {out} ({time.perf_counter() - t_all:.0f} s); "
           f"work files in {work}")
