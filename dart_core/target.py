@@ -145,6 +145,9 @@ class TargetModel:
         except (TypeError, ValueError):
             params = {}
         self._has_logits_to_keep = "logits_to_keep" in params
+        # the KV cache argument: ``cache`` where the forward takes it (transformers >= 5.24, where the old name
+        # ``past_key_values`` warns that it is deprecated), else the old name (earlier 5.x versions)
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
         self.static_capacity: int | None = None  # the fast path (use_static_cache): rows of the static KV cache
         self._compiled: Any = None  # its compiled forward for decode / verify (prefill runs eagerly)
 
@@ -267,7 +270,7 @@ class TargetModel:
         kwargs: dict[str, Any] = {
             "input_ids": ids,
             "position_ids": positions,
-            "past_key_values": state.cache,
+            self._cache_arg: state.cache,
             "use_cache": True,
             "output_hidden_states": features,
             "return_dict": True,
