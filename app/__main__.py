@@ -200,6 +200,15 @@ def short(ref: str | None) -> str:
         return ref
 
 
+def origin(ref: str | None) -> str:
+    """`` (what its weights are)`` for a packaged target whose weights are not the original's (the page's
+    header says so: SmolLM2 comes dequantized from a Q4_1 GGUF), else nothing."""
+    from dart_core.packaged import packaged_model
+
+    spec = packaged_model(ref)
+    return f" ({spec.origin})" if spec is not None and spec.origin else ""
+
+
 def bundle_examples(bundle: Bundle, limit: int = 4) -> list[tuple[str, str]]:
     """``limit`` of the bundle's held-out prompts: for a chat bundle one per category first, labelled
     "category: the question…"; for the toy the first ones, labelled by their source file."""
@@ -303,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
 
     trees = {k: racer(k).default_settings(device) for k in info.drafters}
     examples = bundle_examples(bundle) if bundle is not None else (CHAT_EXAMPLES if chat else [])
-    parts = [f"target {short(src['base'])}"]
+    parts = [f"target {short(src['base'])}{origin(src['base'])}"]
     parts += [f"{label(k)} {short(loaded[k])}" for k in info.drafters]
     parts += [f"N-gram {short(src['ngram'])}"] if info.has_store else []
     parts += [f"{device} · {dtype} · {'chat' if chat else 'completion'} mode"]

