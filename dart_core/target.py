@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -110,11 +111,27 @@ class TargetState:
     tree: DraftTree | None = field(default=None, repr=False)
 
 
-# Prompt tokens per forward of an interruptible prefill (``prefill(interrupt=...)``): a long prompt's prefill is
-# one forward otherwise, which a time limit or a Stop could only wait out (a 6,000-token prompt: tens of seconds
-# on a CPU). Between two chunks the prefill asks whether to go on; 512 rows keep each chunk well under a second
-# for the CPU bundles while adding only a few forwards to a long prompt's prefill.
+# An interruptible prefill (``prefill(interrupt=...)``) runs a long prompt in chunks and asks between two whether to
+# go on: in one forward, a time limit or a Stop could only wait it out (a 6,000-token prompt: a minute on a shared
+# 2-core CPU). A chunk holds at most PREFILL_CHUNK rows, and fewer as the prefix grows, so that rows x attended
+# positions stays within PREFILL_WORK (the second full chunk's): a chunk's attention cost, which grows with the
+# prefix, stays about constant instead of growing sevenfold from the first 512 rows to the thirteenth (measured on
+# SmolLM2). The schedule depends on the prompt's length only, so every racer's prefill computes the same numbers.
 PREFILL_CHUNK = 512
+PREFILL_WORK = PREFILL_CHUNK * 2 * PREFILL_CHUNK
+PREFILL_MIN_CHUNK = 32
+
+
+def prefill_chunks(n: int) -> list[tuple[int, int]]:
+    """(start, end) of each chunk of an ``n``-token interruptible prefill: at most :data:`PREFILL_CHUNK` rows, and
+    ``rows * (start + rows)`` within :data:`PREFILL_WORK` (never below :data:`PREFILL_MIN_CHUNK` rows)."""
+    out, start = [], 0
+    while start < n:
+        rows = int((math.sqrt(start * start + 4 * PREFILL_WORK) - start) / 2)  # rows * (start + rows) <= WORK
+        rows = min(max(PREFILL_MIN_CHUNK, min(PREFILL_CHUNK, rows)), n - start)
+        out.append((start, start + rows))
+        start += rows
+    return out
 
 
 class Interrupted(Exception):
@@ -304,7 +321,7 @@ class TargetModel:
         Returns the float32 logits of the last position ``[V]`` and the features of every prompt token
         ``[n, F]`` (the drafter needs the whole prompt's features to start; ``layers``: which hidden states,
         default ``feature_layers``, ``()`` for none). With ``interrupt``, a prompt longer than
-        :data:`PREFILL_CHUNK` runs in chunks of that many tokens and :class:`Interrupted` is raised when
+        :data:`PREFILL_CHUNK` runs in chunks (:func:`prefill_chunks`) and :class:`Interrupted` is raised when
         ``interrupt()`` is true between two of them (a time limit, a Stop); the static cache of the fast path
         always prefills in one forward.
         """
@@ -325,14 +342,13 @@ class TargetModel:
 
     def _prefill_chunks(self, state: TargetState, ids: torch.Tensor, layers: Sequence[int] | None,
                         interrupt: Callable[[], bool]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """:meth:`prefill` in chunks of :data:`PREFILL_CHUNK` tokens, each attending to the rows cached before it
+        """:meth:`prefill` in the chunks of :func:`prefill_chunks`, each attending to the rows cached before it
         (the causal mask of a forward with a past), asking ``interrupt()`` before every chunk but the first."""
         n, parts = ids.shape[1], []
         logits: torch.Tensor | None = None
-        for start in range(0, n, PREFILL_CHUNK):
+        for start, end in prefill_chunks(n):
             if start and interrupt():
                 raise Interrupted(f"prefill interrupted after {start:,} of {n:,} prompt tokens")
-            end = min(start + PREFILL_CHUNK, n)
             positions = torch.arange(start, end, device=self.device)[None]
             logits, feats = self._run(state, ids[:, start:end], positions, None, last_only=True, layers=layers,
                                       eager=True)
