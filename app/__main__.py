@@ -98,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="most new tokens a race may ask for: the control's maximum; an API request for more is cut "
                         "to it, with a notice (default: the context length, at most 8192)")
     h.add_argument("--race-time-limit", type=float, default=None, metavar="SECONDS",
-                   help="wall-clock budget per race: a race still running after it stops, and the page says why "
+                   help="wall-clock budget per race, prefill included (a long prompt is prefilled in chunks, the "
+                        "limit checked between them): a race still running after it stops, and the page says why "
                         "(default: none)")
     h.add_argument("--max-queue", type=int, default=64, metavar="N",
                    help="visitors who may wait for their race; one more is told the server is busy "
