@@ -9,7 +9,6 @@ match what was verified before (``$DART_ARENA_CACHE/verified-files.json``) is no
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Mapping
@@ -18,23 +17,15 @@ from typing import Any
 
 from dart_core.atomic import atomic_output
 from dart_core.hub import cache_root
+from dart_core.wheel_fetch import sha256_file
 
 MANIFEST = "bundle.json"
 # what is not a model file: the bundle's own description, its model card, the training logs and recipe
 NOT_LOADED = {MANIFEST, "README.md", "recipe.json", "train_log.jsonl"}
-_CHUNK = 8 << 20
 
 
 class DigestError(ValueError):
     """A bundle file that is missing or is not the file its ``bundle.json`` records (the text names it)."""
-
-
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def loaded_files(root: Path) -> list[str]:
@@ -51,7 +42,7 @@ def record_digests(root: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
     root = Path(root)
     path = root / MANIFEST
     meta: dict[str, Any] = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    files = {rel: {"size": (root / rel).stat().st_size, "sha256": sha256_of(root / rel)}
+    files = {rel: {"size": (root / rel).stat().st_size, "sha256": sha256_file(root / rel)}
              for rel in loaded_files(root)}
     meta["files"] = files
     with atomic_output(path) as tmp:
@@ -98,7 +89,7 @@ def verify_digests(root: str | os.PathLike[str], files: Mapping[str, Any], *, re
         key = str(path)
         if cache.get(key) == [*stamp, want["sha256"]]:
             continue
-        digest = sha256_of(path)
+        digest = sha256_file(path)
         hashed += 1
         if digest != want["sha256"]:
             raise DigestError(f"{path} has sha256 {digest[:16]}…, but {MANIFEST} records {want['sha256'][:16]}…: "
