@@ -82,20 +82,26 @@ def main() -> int:
                 print(log.read_text(errors="replace")[-3000:], file=sys.stderr)
                 return 1
             time.sleep(1)
-        client = gradio_client.Client(url, verbose=False, download_files=False)
+        def client() -> gradio_client.Client:  # a new session each time: a chat bundle's turns add up otherwise
+            return gradio_client.Client(url, verbose=False, download_files=False)
+
         print(f"{args.bundle.name}: prompt of {n:,} tokens, --race-time-limit {args.limit:g} s")
         worst = 0.0
         for run in range(1, args.runs + 1):
+            session = client()
             started = time.perf_counter()
-            out = client.predict(prompt, api_name="/race")
+            out = session.predict(prompt, api_name="/race")
             wall = time.perf_counter() - started
             result = out[-1] if isinstance(out[-1], dict) else {}
+            if not result:
+                print(f"  race {run}: no race ({out[1]})", file=sys.stderr)
+                return 1
             worst = max(worst, wall - args.limit)
             steps = {m: f.get("verify_steps") for m, f in result.get("methods", {}).items()}
             print(f"  race {run}: {wall:.2f} s end to end, overshoot {wall - args.limit:+.2f} s "
                   f"(limit hit: {result.get('limit') == 'time'}; verify steps {steps})")
         print(f"  worst overshoot: {worst:.2f} s")
-        job = client.submit(prompt, api_name="/race")  # no Stop button through the API: a cancelled request
+        job = client().submit(prompt, api_name="/race")  # no Stop button through the API: a cancelled request
         time.sleep(args.stop_after)
         job.cancel()  # what the Stop button's cancels= and a closed tab do
         t0 = time.monotonic()
