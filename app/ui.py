@@ -50,6 +50,9 @@ CONCURRENCY_ID = "target-model"  # every event that runs the shared target
 MAX_SESSIONS = 100
 SESSION_TTL_S = 3600.0
 ENDED_KEEP_S = 30.0
+# seconds without a step from the engine after which a race's stream sends a status update anyway: the visitor sees
+# that it waits, and a closed stream is noticed (Gradio closes a generator only between two of its updates)
+IDLE_S = 1.0
 
 
 @dataclass
@@ -79,8 +82,37 @@ class AppConfig:
 def encode(tok: Any, turns: list[dict[str, Any]], method: str, *, chat: bool) -> list[int]:
     """The prompt ids of ``method``: the chat template over its own conversation (thinking off for Qwen3), or
     the last prompt as plain text in completion mode."""
+    return tok(prompt_text(tok, turns, method, chat=chat), add_special_tokens=False)["input_ids"]
+
+
+def encode_all(tok: Any, turns: list[dict[str, Any]], methods: list[str], *, chat: bool) -> dict[str, list[int]]:
+    """:func:`encode` for every method, tokenizing each distinct text once (the methods of a first turn, or of
+    completion mode, share one prompt: a long one used to be tokenized once per racer)."""
+    ids: dict[str, list[int]] = {}
+    out = {}
+    for m in methods:
+        text = prompt_text(tok, turns, m, chat=chat)
+        if text not in ids:
+            ids[text] = tok(text, add_special_tokens=False)["input_ids"]
+        out[m] = ids[text]
+    return out
+
+
+def prompt_char_bound(tok: Any, context: int) -> int:
+    """The most characters a text can have and still fit in ``context`` tokens: no token stands for more
+    characters than its vocabulary string has (byte-level BPE writes one character per byte, SentencePiece the
+    text itself), so a longer prompt is refused without being tokenized. Doubled for a tokenizer with a
+    normalizer (one may shorten the text first)."""
+    longest = max((len(t) for t in tok.get_vocab()), default=1)
+    backend = getattr(tok, "backend_tokenizer", None)
+    margin = 2 if backend is not None and getattr(backend, "normalizer", None) is not None else 1
+    return int(context) * max(longest, 1) * margin
+
+
+def prompt_text(tok: Any, turns: list[dict[str, Any]], method: str, *, chat: bool) -> str:
+    """The text :func:`encode` tokenizes: the chat template over ``method``'s conversation, or the last prompt."""
     if not chat:
-        return tok(turns[-1]["user"], add_special_tokens=False)["input_ids"]
+        return turns[-1]["user"]
     messages: list[dict[str, str]] = []
     for turn in turns:
         messages.append({"role": "user", "content": turn["user"]})
@@ -89,8 +121,7 @@ def encode(tok: Any, turns: list[dict[str, Any]], method: str, *, chat: bool) ->
         reply = replies.get(method) or replies.get(BASELINE)
         if reply is not None:
             messages.append({"role": "assistant", "content": "".join(p for p, _ in reply["pieces"])})
-    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
-    return tok(text, add_special_tokens=False)["input_ids"]
+    return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
 
 
 # The sampling controls, first in the order the page passes controls to a race; each loaded racer's tree
@@ -215,6 +246,7 @@ class ArenaUI:
         self.tree_controls = [(r, k) for r in self.racers for k in r.knobs() if k.ui]
         self.context = context_limit(engine.info.max_context, config.max_length)
         self.token_cap = min(config.max_new_tokens_limit or 8192, self.context - 1)
+        self.max_prompt_chars = prompt_char_bound(self.tokenizer, self.context)  # longer: refused untokenized
         self._label_cache: dict[int, str] = {}
         # session hash -> its race while it runs and ENDED_KEEP_S after (Stop, Clear), least recently used first
         self.active: OrderedDict[str, LiveRace] = OrderedDict()
@@ -239,7 +271,7 @@ class ArenaUI:
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
             raise ValueError(f"{RACERS_LABEL}: expected a list of racer names ({', '.join(self.optional_methods)}), "
                              f"got {shown(value)}")
-        unknown = [v for v in value if v not in self.optional_methods]
+        unknown = [v for v in value if v not in self.methods]  # the baseline is accepted: it races anyway
         if unknown:
             raise ValueError(f"{RACERS_LABEL}: {shown(unknown[0])} is not a racer loaded here (choose from "
                              f"{', '.join(self.optional_methods)})")
@@ -330,6 +362,7 @@ class ArenaUI:
         if not self.config.chat:
             turns = []  # completion mode: every prompt stands alone
         try:
+            self.check_length(text)
             check_text(text)
             settings = self.settings(*controls)
             methods = self.picked(racers)
@@ -337,7 +370,7 @@ class ArenaUI:
             limit = self.context
             hint = "shorten it, or press Clear to drop earlier turns" if self.config.chat and len(turns) > 1 \
                 else "shorten it"
-            prompts = {m: encode(self.tokenizer, turns, m, chat=self.config.chat) for m in methods}
+            prompts = encode_all(self.tokenizer, turns, methods, chat=self.config.chat)
             for ids in prompts.values():
                 check_prompt(ids, limit, hint=hint)
         except (PromptError, ValueError) as e:
@@ -350,6 +383,14 @@ class ArenaUI:
         live = LiveRace(self, turns, prompts, settings, notice=capped, methods=methods)
         self.remember(session, live)
         yield from live.updates()
+
+    def check_length(self, text: str) -> None:
+        """A prompt with more characters than any prompt that fits the context (``max_prompt_chars``) is refused
+        at once: tokenizing megabytes took minutes and gigabytes while the queue waited."""
+        if len(text) > self.max_prompt_chars:
+            raise PromptError(f"The prompt is {len(text):,} characters long, more than any prompt that fits the "
+                              f"context of {self.context:,} tokens can have ({self.max_prompt_chars:,} characters "
+                              "here): shorten it.")
 
     def remember(self, session: str, live: LiveRace) -> None:
         """Keep ``live`` as the session's race, and forget the races that ended over ENDED_KEEP_S ago (a Stop
@@ -371,11 +412,11 @@ class ArenaUI:
 
     def _warn(self, message: str, prompt: Any, conv: dict[str, Any]) -> PageUpdate:
         """The status banner (and a toast) say ``message``; the prompt box gets ``prompt`` back unless it cannot
-        be sent (not text, or a lone surrogate, which would break the answer's UTF-8 JSON): then it is left as
-        it is."""
+        be sent (not text, a lone surrogate, which would break the answer's UTF-8 JSON, or over the length any
+        prompt may have): then it is left as it is."""
         gr.Warning(html.escape(message))
         echo: Any = KEEP
-        if isinstance(prompt, str):
+        if isinstance(prompt, str) and len(prompt) <= self.max_prompt_chars:  # megabytes are not sent back
             with contextlib.suppress(UnicodeEncodeError):
                 prompt.encode("utf-8")
                 echo = prompt
@@ -407,8 +448,11 @@ class ArenaUI:
         with self._active_lock:
             live = self.active.get(session)
             self._forget_ended()
-        if live is None or (live.race.finished and not live.race.stopped):
-            return PageUpdate()  # nothing is running
+        if live is None:
+            return PageUpdate(status=render.status_html("Nothing to stop: no race is running.", "info"))
+        if live.race.finished and not live.race.stopped:  # it ended on its own: its own last word stays
+            return PageUpdate(status=live.banner(f"{live.final_message()} (Nothing to stop: the race had ended.)",
+                                                 live.final_kind()))
         live.race.stop()
         if not live.closed.wait(timeout=30):
             log.warning("the stopped race did not close within 30 s")
@@ -571,9 +615,13 @@ class LiveRace:
             yield PageUpdate(prompt="" if cfg.chat else KEEP, conv=self.conv,
                              status=self.banner("Prefilling…", "info"),
                              lanes=self.ui.lanes_html(self.conv, methods=self.methods))
-            for lane, step in self.race.run():
-                self.streams[lane.method].add_step(step.tokens, step.accepted)
+            for item in self.race.run(idle_s=IDLE_S):
                 now = time.perf_counter()
+                if item is None:  # nothing from the engine for IDLE_S: say what it waits for
+                    yield PageUpdate(status=self.banner(self.waiting_message(now), "info"))
+                    continue
+                lane, step = item
+                self.streams[lane.method].add_step(step.tokens, step.accepted)
                 if now - last >= cfg.update_every:
                     plots_too = now - last_plot >= cfg.plot_every
                     last, last_plot = now, now if plots_too else last_plot
@@ -592,6 +640,17 @@ class LiveRace:
             if completed and cfg.race_log is not None:
                 self.write_log(cfg.race_log, wall)
 
+    def waiting_message(self, now: float) -> str:
+        """The status while no step comes: a new model process loading, or a long prefill."""
+        waited = f"{now - self.started:.0f} s"
+        if getattr(self.ui.engine, "state", "ready") == "restarting":
+            return (f"The model process ended unexpectedly and a new one is loading ({waited}); your race starts "
+                    "as soon as it is ready.")
+        if not any(lane.tokens for lane in self.race.lanes.values()):
+            return f"Prefilling… ({waited}: a long prompt takes a while)"
+        counts = " · ".join(f"{lane.label} {len(lane.tokens)}" for lane in self.race.lanes.values())
+        return f"Racing… ({waited}) tokens so far: {counts}"
+
     def banner(self, message: str, kind: str) -> str:
         return render.status_html(f"{self.notice} {message}" if self.notice else message, kind)
 
@@ -604,8 +663,7 @@ class LiveRace:
         summary = race.summary()
         self.conv["summary"], self.conv["matches"] = summary, race.greedy_verdicts()
         if final:
-            kind = "warn" if race.stopped or race.failed or self.notice else "ok"
-            banner = self.banner(self.final_message(), kind)
+            banner = self.banner(self.final_message(), self.final_kind())
             result: Any = self.result()
         else:
             counts = " · ".join(f"{lane.label} {len(lane.tokens)}" for lane in race.lanes.values())
@@ -616,6 +674,11 @@ class LiveRace:
                           cards=render.summary_html(summary, self.conv["matches"], dtype_name(race.dtype)),
                           plots=self.ui.race_plots(race) if plots or final else {}, result=result)
 
+    def final_kind(self) -> str:
+        """The final banner's kind: a warning when the race was cut short, failed or limited, else ok."""
+        race = self.race
+        return "warn" if race.stopped or race.failed or self.notice else "ok"
+
     def final_message(self) -> str:
         """The status at the end: the speedups, and what cut the race short or went wrong."""
         race = self.race
@@ -625,7 +688,9 @@ class LiveRace:
                 parts.append(f"{lane.label} failed ({lane.error})")
             elif m != BASELINE and (s := race.speedup(m)) is not None:
                 parts.append(f"{lane.label} {s:.2f}× vs AR")
-        figures = ", ".join(parts) or "AR only"
+        only_ar = [m for m in race.lanes if m != BASELINE] == []
+        # no speedup to show: AR raced alone, or no method has a step to compare with AR's yet (a race cut short)
+        figures = ", ".join(parts) or ("AR only" if only_ar else "no speedup measured")
         if race.limit == "time":
             return (f"Stopped at this server's time limit of {self.settings.time_limit_s:g} s per race ({figures} "
                     "so far). Ask for fewer new tokens to see a race to its end.")
@@ -635,7 +700,9 @@ class LiveRace:
             return f"Finished with errors: {figures}."
         verdicts = race.greedy_verdicts()
         tail = ""
-        if verdicts is not None:
+        if only_ar:
+            tail = " — no drafter raced, so nothing was compared with AR"
+        elif verdicts:
             kinds = {v.kind for v in verdicts.values()}
             tail = (" — OUTPUT DIFFERS FROM AR" if "mismatch" in kinds else
                     f" — greedy outputs identical to AR up to a {dtype_name(race.dtype)} tie" if "tie" in kinds else
@@ -663,8 +730,8 @@ class LiveRace:
 
     def write_log(self, path: Path, wall: float) -> None:
         """Append this race to the host's race log (one JSON line; a failure to write is logged, not raised)."""
-        line = json.dumps({"time": time.time(), "prompt": self.conv["turns"][-1]["user"], "wall_s": wall,
-                           "result": self.result()}, ensure_ascii=False)
+        line = json_line({"time": time.time(), "prompt": self.conv["turns"][-1]["user"], "wall_s": wall,
+                          "result": self.result()})
         try:
             with open(path, "a", encoding="utf-8") as f:
                 f.write(line + "\n")
@@ -672,18 +739,52 @@ class LiveRace:
             log.warning("could not write the race log %s: %s", path, e)
 
 
+# Characters that str.splitlines() (and some editors and log tools) take for a line break, which json.dumps leaves
+# raw in a string: escaped, so a race-log record stays on its one line whatever the prompt holds.
+_LINE_BREAKS = {"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def json_line(record: Any) -> str:
+    """``record`` as one line of JSON (UTF-8 text kept readable; every line-breaking character escaped)."""
+    line = json.dumps(record, ensure_ascii=False)
+    for raw, escaped in _LINE_BREAKS.items():
+        line = line.replace(raw, escaped)  # only ever inside a JSON string, where the escape is valid
+    return line
+
+
 def launch(demo: gr.Blocks, *, listen: bool = False, port: int | None = None, share: bool = False,
-           max_queue: int | None = 64, max_sessions: int = MAX_SESSIONS, **kwargs: Any) -> None:
+           max_queue: int | None = 64, max_sessions: int = MAX_SESSIONS, ui: ArenaUI | None = None,
+           **kwargs: Any) -> None:
     """Queue (one generation at a time on the shared model) and serve: 127.0.0.1 unless ``listen``. Gradio keeps
     each session's state (a copy of the page's config with its last outputs: HTML, figures, the conversation) for
     the ``max_sessions`` most recently used sessions only (its own default, 10,000, let memory grow by ~0.3 MB per
     visitor). ``show_error``: the handlers answer their own errors with a message (:meth:`ArenaUI.guarded`), so
     what still reaches Gradio is its own checking of a request (an API caller sending too few values, say), whose
-    message the caller gets instead of an error without one."""
+    message the caller gets instead of an error without one.
+
+    In front of Gradio, :class:`~app.guard.Guard` (with ``ui``, the page's engine and limits): ``GET /healthz``
+    (200 while the model process serves or restarts, 503 once it gave up), request bodies bounded by what the
+    longest prompt needs, no uploads (Gradio's own limit, ``max_file_size``, is 0 too), and events that do not
+    exist refused with a message."""
+    from starlette.middleware import Middleware
+
+    from app.guard import Guard
+
+    health = ui.engine.health if ui is not None else (lambda: (True, {"engine": "ready"}))
+    chars = ui.max_prompt_chars if ui is not None else 1 << 20
+    guard = Middleware(Guard, health=health, max_body=request_body_limit(chars), events=lambda: set(demo.fns),
+                       body_hint=f"a prompt may have at most {chars:,} characters")
     demo.queue(default_concurrency_limit=1, max_size=max_queue)
     demo.launch(server_name="0.0.0.0" if listen else "127.0.0.1", server_port=port, share=share,
                 css=page_css(), theme=theme(), ssr_mode=False, show_error=True,
-                state_session_capacity=max(max_sessions, 1), **kwargs)
+                state_session_capacity=max(max_sessions, 1), max_file_size=0,
+                app_kwargs={"middleware": [guard]}, **kwargs)
+
+
+def request_body_limit(prompt_chars: int) -> int:
+    """Bytes a request may have: a prompt of ``prompt_chars`` characters as JSON (at most 12 bytes a character:
+    a ``\\ud83d\\ude00`` pair for one emoji) and 1 MiB for the rest."""
+    return 12 * int(prompt_chars) + (1 << 20)
 
 
 def page_css() -> str:

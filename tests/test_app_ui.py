@@ -265,7 +265,9 @@ def test_ended_races_are_forgotten_and_sessions_capped(arena: Any, monkeypatch: 
         list(ui.run(held_out_prompt(i), new_conversation(), *controls(4), session=f"s{i}"))
     assert list(ui.active) == ["s2", "s3", "s4"]  # the cap: the least recently used are forgotten
     assert all(live.ended_at is not None for live in ui.active.values())
-    assert ui.stop("s3").status is KEEP  # a finished race: nothing to stop
+    answer = ui.stop("s3")  # a finished race: nothing to stop, said in the status (an empty update was an HTTP 500)
+    assert "Nothing to stop" in answer.status and "Done" in answer.status
+    assert answer.conv is KEEP and answer.result is KEEP and not answer.lanes  # nothing else changes
     monkeypatch.setattr(app.ui, "ENDED_KEEP_S", 0.0)
     list(ui.run(held_out_prompt(5), new_conversation(), *controls(4), session="s5"))
     assert list(ui.active) == ["s5"]  # the others ended over ENDED_KEEP_S ago

@@ -22,6 +22,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from dart_core.bundle_digests import record_digests
 from dart_core.errors import LoadError, as_load_error, describe, one_line, report_error
 from dart_core.models import load_arena
 
@@ -111,6 +112,9 @@ def damaged_bundle(tmp_path: Path, case: str) -> tuple[Path, Path]:
     shutil.copytree(BUNDLE, root)
     rel, damage, named, _ = CASES[case]
     damage(root / rel)
+    # recorded as the bundle's own: the damage is then for the load to find (as in a bundle built from a broken
+    # run, or a checkpoint given by path), not for the bundle's sha256 check (tests/test_bundle_digests.py)
+    record_digests(root)
     return root, root / named
 
 

