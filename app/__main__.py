@@ -21,8 +21,8 @@ from typing import Any
 
 from app import setup_logging
 from dart_core.bundle import Bundle, BundleError, default_bundle_dir, open_bundle
-from dart_core.racers import BASELINE, drafting_racers, label, racer, runner_racers
-from dart_core.target import FAST_PATH_ROWS
+from dart_core.engine.target import FAST_PATH_ROWS
+from dart_core.racers.registry import BASELINE, drafting_racers, label, racer, runner_racers
 
 REPO = Path(__file__).resolve().parent.parent
 COMPLETION_TEMPLATES = ("raw", "none", "completion")
@@ -183,7 +183,7 @@ def short(ref: str | None) -> str:
     """A packaged model by its name, a path inside the repo relative to it; Hub ids as they are."""
     if ref is None:
         return "–"
-    from dart_core.packaged import packaged_model
+    from dart_core.loading.packaged import packaged_model
 
     spec = packaged_model(ref)
     if spec is not None:
@@ -239,15 +239,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --session-ttl must be a positive number of seconds, got {args.session_ttl}", file=sys.stderr)
         return 2
     # every piece found, fitting each other, the device and its memory, the port: all before any weight loads
-    from dart_core.preflight import run_app_check
+    from app.launch_check import run_app_check
 
     stop = run_app_check(args, src)
     if stop is not None:
         return stop
 
     from app.engine import EngineError, ProcessEngine, warm_up
+    from app.page import encode
     from app.race import RaceSettings
-    from app.ui import AppConfig, ArenaUI, encode, launch
+    from app.serve import launch
+    from app.ui import AppConfig, ArenaUI
 
     # the model loads and runs in a process of its own: the page's work never stalls a step (app.engine)
     t0 = time.perf_counter()

@@ -1,6 +1,6 @@
 """The Gradio Blocks page: one prompt, the racers in columns, live plots, a summary row, the last draft tree,
 and the controls (sampling, token budget, each racer's tree settings; Send, Stop, Regenerate, Clear). Columns,
-controls and colours come from the racer registry (``dart_core.racers``); this module names no method.
+controls and colours come from the racer registry (``dart_core.racers.registry``); this module names no method.
 
 The model runs in the engine (``app.engine``: its own process when served by ``python -m app``), so nothing this
 page does is billed to a race's clock; the page is updated a few times a second (text) and about once a second
@@ -19,14 +19,12 @@ import dataclasses
 import html
 import json
 import logging
-import math
-import reprlib
 import secrets
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +32,28 @@ import gradio as gr
 
 from app import plots, render
 from app.engine import LocalEngine, ProcessEngine
+from app.page import (
+    KEEP,
+    PLOTS,
+    RACERS_LABEL,
+    SAMPLING_LABELS,
+    SAMPLING_RANGES,
+    Page,
+    PageUpdate,
+    check_text,
+    control_number,
+    dtype_name,
+    encode,
+    new_conversation,
+    shown,
+)
 from app.race import PromptError, RaceSettings, Scoreboard, check_prompt, context_limit
 from dart_core.drafters.interface import check_settings
-from dart_core.racers import BASELINE, Racer, racer
-from dart_core.verify import SamplingConfig
+from dart_core.engine.verify import SamplingConfig
+from dart_core.racers.registry import BASELINE, Racer, racer
 
 log = logging.getLogger("dart_arena.app")
 
-CSS_PATH = Path(__file__).with_name("style.css")
 CONCURRENCY_ID = "target-model"  # every event that runs the shared target
 # What the server keeps per visitor (session) is bounded: at most MAX_SESSIONS sessions (the least recently used
 # beyond it are forgotten: Gradio's per-session state, each with the page's last outputs, and the conversation),
@@ -74,132 +86,6 @@ class AppConfig:
     # what the server keeps per visitor: sessions remembered, seconds a conversation outlives its last update
     max_sessions: int = MAX_SESSIONS
     session_ttl_s: float | None = SESSION_TTL_S
-
-
-def encode(tok: Any, turns: list[dict[str, Any]], method: str, *, chat: bool) -> list[int]:
-    """The prompt ids of ``method``: the chat template over its own conversation (thinking off for Qwen3), or
-    the last prompt as plain text in completion mode."""
-    if not chat:
-        return tok(turns[-1]["user"], add_special_tokens=False)["input_ids"]
-    messages: list[dict[str, str]] = []
-    for turn in turns:
-        messages.append({"role": "user", "content": turn["user"]})
-        replies = turn.get("replies", {})
-        # a racer the visitor ticked after this turn answers after the baseline's reply (the target's own text)
-        reply = replies.get(method) or replies.get(BASELINE)
-        if reply is not None:
-            messages.append({"role": "assistant", "content": "".join(p for p, _ in reply["pieces"])})
-    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
-    return tok(text, add_special_tokens=False)["input_ids"]
-
-
-# The sampling controls, first in the order the page passes controls to a race; each loaded racer's tree
-# controls follow (``ArenaUI.tree_controls``). Their sliders' ranges are the ones checked for API callers (the
-# events skip Gradio's own preprocessing, whose messages name no control); "Max new tokens" goes up to the host's
-# limit (``ArenaUI.token_cap``), and more is cut to it with a notice.
-SAMPLING_LABELS = ("Temperature", "Top-p", "Top-k", "Max new tokens")
-SAMPLING_RANGES = ((0.0, 2.0), (0.05, 1.0), (0, 200))
-PLOTS = ("tau", "latency", "speed", "tree")
-RACERS_LABEL = "Racers"  # the picker of the drafting racers that race (the baseline always does), the last input
-
-
-class _Keep:
-    """The value of a :class:`PageUpdate` field that leaves its output as it is."""
-
-    def __repr__(self) -> str:
-        return "KEEP"
-
-
-KEEP: Any = _Keep()
-
-
-@dataclass
-class PageUpdate:
-    """One update of the page, by name: a field left at ``KEEP`` (a lane or plot left out) is not changed."""
-
-    prompt: Any = KEEP
-    conv: Any = KEEP
-    status: Any = KEEP
-    lanes: dict[str, str] = field(default_factory=dict)  # racer key -> column HTML
-    cards: Any = KEEP
-    plots: dict[str, Any] = field(default_factory=dict)  # PLOTS name -> figure
-    result: Any = KEEP
-
-
-@dataclass
-class Page:
-    """The page's output components, by name (``outputs`` is the order Gradio and API callers see)."""
-
-    prompt: Any
-    conv: Any
-    status: Any
-    lanes: dict[str, Any]
-    cards: Any
-    plots: dict[str, Any]
-    result: Any
-
-    @property
-    def outputs(self) -> list[Any]:
-        return [self.prompt, self.conv, self.status, *self.lanes.values(), self.cards, *self.plots.values(),
-                self.result]
-
-    def updates(self, u: PageUpdate) -> dict[Any, Any]:
-        """``u`` as Gradio's {component: value} (components not in it keep their value)."""
-        out: dict[Any, Any] = {}
-        for f in fields(PageUpdate):
-            value, target = getattr(u, f.name), getattr(self, f.name)
-            if isinstance(target, dict):
-                out.update({target[k]: v for k, v in value.items()})
-            elif value is not KEEP:
-                out[target] = value
-        return out
-
-
-def dtype_name(dtype: Any) -> str:
-    """``bfloat16`` for ``torch.bfloat16``: how the page names the target's precision."""
-    return str(dtype).removeprefix("torch.")
-
-
-def shown(value: Any) -> str:
-    """``value`` for a message, at most about 40 characters whatever an API caller sent (a huge list or
-    string, an integer with more digits than Python prints)."""
-    try:
-        text = _SHORT.repr(value)
-    except ValueError:  # an int over sys.get_int_max_str_digits()
-        text = f"<{type(value).__name__}>"
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-_SHORT = reprlib.Repr()
-_SHORT.maxstring = _SHORT.maxother = _SHORT.maxlong = 40
-
-
-def control_number(value: Any, label: str) -> float:
-    """One control's value as a finite float, or a ValueError naming the control (an API caller can send a
-    string, null, NaN or an integer too large for a float where the page's slider would send a number)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{label}: expected a number, got {shown(value)}")
-    try:
-        number = float(value)
-    except OverflowError:
-        number = math.inf
-    if not math.isfinite(number):
-        raise ValueError(f"{label}: expected a finite number, got {shown(value)}")
-    return number
-
-
-def check_text(text: str) -> None:
-    """A prompt must be encodable as UTF-8: a lone surrogate (possible through the API, e.g. "\\ud800") would
-    otherwise fail inside the tokenizer with an unhelpful TypeError."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise ValueError(f"The prompt holds a character that is not valid Unicode (a lone surrogate, "
-                         f"U+{ord(text[e.start]):04X}, at character {e.start}): remove it and send again.") from None
-
-
-def new_conversation() -> dict[str, Any]:
-    return {"turns": [], "summary": None, "matches": None}
 
 
 class ArenaUI:
@@ -428,117 +314,144 @@ class ArenaUI:
 
     # ------------------------------------------------------------------------------------------- page
     def build(self) -> gr.Blocks:
-        cfg = self.config
+        """The page, in the order a visitor reads it: the header, the racers' columns and the input row, the
+        settings, the results (cards, plots, run data); then the events that wire them."""
         with gr.Blocks(title="DART Arena", analytics_enabled=False) as demo:
             # dropped session_ttl_s after its last update (Gradio's sweep); a later race starts a new conversation
-            conv = gr.State(new_conversation(), time_to_live=cfg.session_ttl_s)
-            drafts = " ".join(f'<span class="tok-draft tok-{r.key}">{html.escape(r.label)} draft</span>'
-                              for r in self.racers if r.drafts)
-            gr.HTML(f'<div class="hero"><h1>DART Arena</h1><p>{html.escape(cfg.subtitle)}</p>'
-                    f'<p class="legend">{drafts} tokens came from accepted drafts; plain text is the target\'s own '
-                    "token. Each method's clock counts only its own steps.</p></div>")
-            status = gr.HTML(render.status_html("", "info"), elem_id="status", min_height=44)
-            picker = gr.CheckboxGroup(
-                [(r.label, r.key) for r in self.racers if r.key != BASELINE], value=self.optional_methods,
-                label=RACERS_LABEL, elem_id="racers", visible=len(self.optional_methods) > 1,
-                info=f"which drafters race {racer(BASELINE).label} (it always runs: speedups are measured against "
-                     "it); untick some on a narrow screen")
+            conv = gr.State(new_conversation(), time_to_live=self.config.session_ttl_s)
+            status, picker = self._header()
             with gr.Row(equal_height=True, elem_id="lanes"):
-                lanes = {m: gr.HTML(render.lane_html(m, [], chat=cfg.chat, figures=None), elem_id=f"lane-{m}",
-                                    max_height=520, autoscroll=True, min_width=260) for m in self.methods}
-            with gr.Row(elem_id="input-row"):
-                prompt = gr.Textbox(
-                    label="Message" if cfg.chat else "Code prompt (the model continues it)", lines=3, max_lines=12,
-                    placeholder="Ask something…" if cfg.chat else "def fibonacci(n):", scale=6,
-                    elem_id="prompt", autofocus=True)
-                with gr.Column(scale=1, min_width=150, elem_id="buttons"):
-                    send = gr.Button("Send", variant="primary", elem_id="send")
-                    stop = gr.Button("Stop", variant="stop", elem_id="stop")
-                    with gr.Row():
-                        regen = gr.Button("Regenerate", size="sm", elem_id="regenerate", min_width=60)
-                        clear = gr.Button("Clear", size="sm", elem_id="clear", min_width=60)
-            with gr.Accordion("Settings", open=False, elem_id="settings"):
-                with gr.Row():
-                    (t_low, t_high), (p_low, p_high), (k_low, k_high) = SAMPLING_RANGES
-                    temperature = gr.Slider(t_low, t_high, value=0.0, step=0.05, label="Temperature",
-                                            elem_id="temperature",
-                                            info="0 = greedy: every method must print exactly AR's text")
-                    top_p = gr.Slider(p_low, p_high, value=1.0, step=0.05, label="Top-p")
-                    top_k = gr.Slider(k_low, k_high, value=0, step=1, label="Top-k", info="0 = off")
-                    max_new = gr.Slider(1, self.token_cap, value=min(cfg.max_new_tokens, self.token_cap),
-                                        step=1, label="Max new tokens", elem_id="max-new-tokens")
-                trees = []
-                with gr.Row():
-                    for r, k in self.tree_controls:
-                        default = getattr(self.tree_defaults(r), k.name)
-                        trees.append(gr.Slider(k.low, k.high, value=default, step=1 if k.kind is int else 0.05,
-                                               label=f"{r.label} {k.label}", info=k.help,
-                                               elem_id=f"{r.key}-{k.flag}"))
-            if cfg.examples:
-                gr.Examples([[p] for _, p in cfg.examples], inputs=[prompt], label="Examples",
-                            example_labels=[label for label, _ in cfg.examples])
-            cards = gr.HTML(render.summary_html({}), elem_id="summary")
-            figs = self.empty_plots()
-            figures: dict[str, Any] = {}
-            for row in (PLOTS[:2], PLOTS[2:]):
-                with gr.Row(equal_height=True):
-                    for name in row:
-                        figures[name] = gr.Plot(figs[name], show_label=False, elem_id=f"plot-{name}",
-                                                elem_classes="plot-card")
-            with gr.Accordion("Run data (JSON)", open=False):
-                result = gr.JSON(label="last race", elem_id="result")
-
+                lanes = {m: gr.HTML(render.lane_html(m, [], chat=self.config.chat, figures=None),
+                                    elem_id=f"lane-{m}", max_height=520, autoscroll=True, min_width=260)
+                         for m in self.methods}
+            prompt, buttons = self._input_row()
+            controls = self._settings_panel()
+            if self.config.examples:
+                gr.Examples([[p] for _, p in self.config.examples], inputs=[prompt], label="Examples",
+                            example_labels=[label for label, _ in self.config.examples])
+            cards, figures, result = self._results()
             page = Page(prompt=prompt, conv=conv, status=status, lanes=lanes, cards=cards, plots=figures,
                         result=result)
-            # preprocess=False: the handler gets the raw values and checks them itself (ArenaUI.settings), so a bad
-            # value from an API caller gets a message that names the control instead of Gradio's bare one
-            common = {"outputs": page.outputs, "concurrency_limit": 1, "concurrency_id": CONCURRENCY_ID,
-                      "show_progress": "full", "show_progress_on": [status], "preprocess": False}
-
-            def race(request: gr.Request, prompt: str, conv: dict[str, Any], *values: Any) -> Iterator[dict]:
-                """Race the picked methods on one prompt; the last update carries the figures as JSON."""
-                session, controls, racers = request.session_hash, values[:-1], values[-1]
-                for update in self.guarded("racing", lambda: self.run(prompt, conv, *controls, session=session,
-                                                                      racers=racers)):
-                    yield page.updates(update)
-
-            def regenerate(request: gr.Request, prompt: str, conv: dict[str, Any], *values: Any) -> Iterator[dict]:
-                """Race again on the last prompt (its answers are replaced)."""
-                session, controls, racers = request.session_hash, values[:-1], values[-1]
-                for update in self.guarded("regenerating", lambda: self.run(prompt, conv, *controls,
-                                                                            regenerate=True, session=session,
-                                                                            racers=racers)):
-                    yield page.updates(update)
-
-            def show_lanes(value: Any) -> dict:
-                """Show the picked racers' columns only (and always the baseline's)."""
-                try:
-                    keep = set(self.picked(value))
-                except ValueError:
-                    keep = set(self.methods)
-                return {lane: gr.update(visible=m in keep) for m, lane in lanes.items()}
-
-            def stop_race(request: gr.Request) -> dict:
-                """Stop this session's race; answers with its final (stopped) state."""
-                return page.updates(self.answer("stopping the race", self.stop, request.session_hash))
-
-            def clear_all(request: gr.Request) -> dict:
-                """Stop any race and empty the page."""
-                return page.updates(self.answer("clearing the page", self.clear, request.session_hash))
-
-            inputs = [prompt, conv, temperature, top_p, top_k, max_new, *trees, picker]
-            picker.change(show_lanes, picker, list(lanes.values()), queue=False, api_visibility="private")
-            waiting = render.status_html("Waiting for the model (one race at a time on the shared target)…", "info")
-            for trigger in (send.click, prompt.submit, regen.click):  # instant feedback, in the browser only
-                trigger(None, None, status, js=f"() => {json.dumps(waiting)}")
-            ev_send = send.click(race, inputs, api_name="race", **common)
-            ev_submit = prompt.submit(race, inputs, api_visibility="private", **common)
-            ev_regen = regen.click(regenerate, inputs, api_name="regenerate", **common)
-            running = [ev_send, ev_submit, ev_regen]
-            # queue=False: Stop and Clear must not wait behind the race they stop
-            stop.click(stop_race, None, page.outputs, cancels=running, queue=False, api_name="stop")
-            clear.click(clear_all, None, page.outputs, cancels=running, queue=False, api_name="clear")
+            self._wire(page, picker, buttons, [prompt, conv, *controls, picker])
         return demo
+
+    def _header(self) -> tuple[Any, Any]:
+        """The title with the token legend, the status line and the Racers picker."""
+        drafts = " ".join(f'<span class="tok-draft tok-{r.key}">{html.escape(r.label)} draft</span>'
+                          for r in self.racers if r.drafts)
+        gr.HTML(f'<div class="hero"><h1>DART Arena</h1><p>{html.escape(self.config.subtitle)}</p>'
+                f'<p class="legend">{drafts} tokens came from accepted drafts; plain text is the target\'s own '
+                "token. Each method's clock counts only its own steps.</p></div>")
+        status = gr.HTML(render.status_html("", "info"), elem_id="status", min_height=44)
+        picker = gr.CheckboxGroup(
+            [(r.label, r.key) for r in self.racers if r.key != BASELINE], value=self.optional_methods,
+            label=RACERS_LABEL, elem_id="racers", visible=len(self.optional_methods) > 1,
+            info=f"which drafters race {racer(BASELINE).label} (it always runs: speedups are measured against "
+                 "it); untick some on a narrow screen")
+        return status, picker
+
+    def _input_row(self) -> tuple[Any, dict[str, Any]]:
+        """The prompt box and its buttons (send, stop, regenerate, clear)."""
+        chat = self.config.chat
+        with gr.Row(elem_id="input-row"):
+            prompt = gr.Textbox(
+                label="Message" if chat else "Code prompt (the model continues it)", lines=3, max_lines=12,
+                placeholder="Ask something…" if chat else "def fibonacci(n):", scale=6,
+                elem_id="prompt", autofocus=True)
+            with gr.Column(scale=1, min_width=150, elem_id="buttons"):
+                buttons = {"send": gr.Button("Send", variant="primary", elem_id="send"),
+                           "stop": gr.Button("Stop", variant="stop", elem_id="stop")}
+                with gr.Row():
+                    buttons["regen"] = gr.Button("Regenerate", size="sm", elem_id="regenerate", min_width=60)
+                    buttons["clear"] = gr.Button("Clear", size="sm", elem_id="clear", min_width=60)
+        return prompt, buttons
+
+    def _settings_panel(self) -> list[Any]:
+        """The sampling sliders, then each loaded racer's tree sliders: the controls a race takes, in order."""
+        with gr.Accordion("Settings", open=False, elem_id="settings"):
+            with gr.Row():
+                (t_low, t_high), (p_low, p_high), (k_low, k_high) = SAMPLING_RANGES
+                sampling = [
+                    gr.Slider(t_low, t_high, value=0.0, step=0.05, label="Temperature", elem_id="temperature",
+                              info="0 = greedy: every method must print exactly AR's text"),
+                    gr.Slider(p_low, p_high, value=1.0, step=0.05, label="Top-p"),
+                    gr.Slider(k_low, k_high, value=0, step=1, label="Top-k", info="0 = off"),
+                    gr.Slider(1, self.token_cap, value=min(self.config.max_new_tokens, self.token_cap), step=1,
+                              label="Max new tokens", elem_id="max-new-tokens")]
+            trees = []
+            with gr.Row():
+                for r, k in self.tree_controls:
+                    default = getattr(self.tree_defaults(r), k.name)
+                    trees.append(gr.Slider(k.low, k.high, value=default, step=1 if k.kind is int else 0.05,
+                                           label=f"{r.label} {k.label}", info=k.help, elem_id=f"{r.key}-{k.flag}"))
+        return sampling + trees
+
+    def _results(self) -> tuple[Any, dict[str, Any], Any]:
+        """The summary cards, the four live plots and the last race's JSON."""
+        cards = gr.HTML(render.summary_html({}), elem_id="summary")
+        figs = self.empty_plots()
+        figures: dict[str, Any] = {}
+        for row in (PLOTS[:2], PLOTS[2:]):
+            with gr.Row(equal_height=True):
+                for name in row:
+                    figures[name] = gr.Plot(figs[name], show_label=False, elem_id=f"plot-{name}",
+                                            elem_classes="plot-card")
+        with gr.Accordion("Run data (JSON)", open=False):
+            result = gr.JSON(label="last race", elem_id="result")
+        return cards, figures, result
+
+    def _wire(self, page: Page, picker: Any, buttons: dict[str, Any], inputs: list[Any]) -> None:
+        """The events: race / regenerate (queued, one at a time on the shared target), the picker showing its
+        columns, and Stop / Clear (not queued: they must not wait behind the race they stop)."""
+        # preprocess=False: the handler gets the raw values and checks them itself (ArenaUI.settings), so a bad
+        # value from an API caller gets a message that names the control instead of Gradio's bare one
+        common = {"outputs": page.outputs, "concurrency_limit": 1, "concurrency_id": CONCURRENCY_ID,
+                  "show_progress": "full", "show_progress_on": [page.status], "preprocess": False}
+
+        def race(request: gr.Request, prompt: str, conv: dict[str, Any], *values: Any) -> Iterator[dict]:
+            """Race the picked methods on one prompt; the last update carries the figures as JSON."""
+            session, controls, racers = request.session_hash, values[:-1], values[-1]
+            for update in self.guarded("racing", lambda: self.run(prompt, conv, *controls, session=session,
+                                                                  racers=racers)):
+                yield page.updates(update)
+
+        def regenerate(request: gr.Request, prompt: str, conv: dict[str, Any], *values: Any) -> Iterator[dict]:
+            """Race again on the last prompt (its answers are replaced)."""
+            session, controls, racers = request.session_hash, values[:-1], values[-1]
+            for update in self.guarded("regenerating", lambda: self.run(prompt, conv, *controls,
+                                                                        regenerate=True, session=session,
+                                                                        racers=racers)):
+                yield page.updates(update)
+
+        def show_lanes(value: Any) -> dict:
+            """Show the picked racers' columns only (and always the baseline's)."""
+            try:
+                keep = set(self.picked(value))
+            except ValueError:
+                keep = set(self.methods)
+            return {lane: gr.update(visible=m in keep) for m, lane in page.lanes.items()}
+
+        def stop_race(request: gr.Request) -> dict:
+            """Stop this session's race; answers with its final (stopped) state."""
+            return page.updates(self.answer("stopping the race", self.stop, request.session_hash))
+
+        def clear_all(request: gr.Request) -> dict:
+            """Stop any race and empty the page."""
+            return page.updates(self.answer("clearing the page", self.clear, request.session_hash))
+
+        send, stop, regen, clear, prompt = (buttons["send"], buttons["stop"], buttons["regen"], buttons["clear"],
+                                            page.prompt)
+        picker.change(show_lanes, picker, list(page.lanes.values()), queue=False, api_visibility="private")
+        waiting = render.status_html("Waiting for the model (one race at a time on the shared target)…", "info")
+        for trigger in (send.click, prompt.submit, regen.click):  # instant feedback, in the browser only
+            trigger(None, None, page.status, js=f"() => {json.dumps(waiting)}")
+        ev_send = send.click(race, inputs, api_name="race", **common)
+        ev_submit = prompt.submit(race, inputs, api_visibility="private", **common)
+        ev_regen = regen.click(regenerate, inputs, api_name="regenerate", **common)
+        running = [ev_send, ev_submit, ev_regen]
+        # queue=False: Stop and Clear must not wait behind the race they stop
+        stop.click(stop_race, None, page.outputs, cancels=running, queue=False, api_name="stop")
+        clear.click(clear_all, None, page.outputs, cancels=running, queue=False, api_name="clear")
 
 
 class LiveRace:
@@ -670,31 +583,3 @@ class LiveRace:
                 f.write(line + "\n")
         except OSError as e:
             log.warning("could not write the race log %s: %s", path, e)
-
-
-def launch(demo: gr.Blocks, *, listen: bool = False, port: int | None = None, share: bool = False,
-           max_queue: int | None = 64, max_sessions: int = MAX_SESSIONS, **kwargs: Any) -> None:
-    """Queue (one generation at a time on the shared model) and serve: 127.0.0.1 unless ``listen``. Gradio keeps
-    each session's state (a copy of the page's config with its last outputs: HTML, figures, the conversation) for
-    the ``max_sessions`` most recently used sessions only (its own default, 10,000, let memory grow by ~0.3 MB per
-    visitor). ``show_error``: the handlers answer their own errors with a message (:meth:`ArenaUI.guarded`), so
-    what still reaches Gradio is its own checking of a request (an API caller sending too few values, say), whose
-    message the caller gets instead of an error without one."""
-    demo.queue(default_concurrency_limit=1, max_size=max_queue)
-    demo.launch(server_name="0.0.0.0" if listen else "127.0.0.1", server_port=port, share=share,
-                css=page_css(), theme=theme(), ssr_mode=False, show_error=True,
-                state_session_capacity=max(max_sessions, 1), **kwargs)
-
-
-def page_css() -> str:
-    """``style.css`` plus each racer's colour rules (generated from the registry)."""
-    return CSS_PATH.read_text(encoding="utf-8") + render.racer_css()
-
-
-def theme() -> gr.themes.Base:
-    """A calm theme with system fonts (no web-font downloads: the page works offline)."""
-    sans = [gr.themes.Font("ui-sans-serif"), gr.themes.Font("system-ui"), gr.themes.Font("Segoe UI"),
-            gr.themes.Font("Helvetica"), gr.themes.Font("Arial"), gr.themes.Font("sans-serif")]
-    mono = [gr.themes.Font("ui-monospace"), gr.themes.Font("SFMono-Regular"), gr.themes.Font("Menlo"),
-            gr.themes.Font("Consolas"), gr.themes.Font("DejaVu Sans Mono"), gr.themes.Font("monospace")]
-    return gr.themes.Soft(primary_hue="orange", secondary_hue="blue", neutral_hue="slate", font=sans, font_mono=mono)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import dart_core
+from dart_core.loading.errors import UserError
 
 ASSETS = Path(dart_core.__file__).resolve().parent.parent / "assets"
 DEFAULT = "smollm2"
@@ -22,7 +23,7 @@ BUILD_COMMANDS = {
 }
 
 
-class BundleError(FileNotFoundError):
+class BundleError(UserError, FileNotFoundError):
     """A bundle that is missing or incomplete; the text names the path and the command that builds it."""
 
 
@@ -95,7 +96,7 @@ def open_bundle(root: str | os.PathLike[str] | None = None) -> Bundle:
     def part(rel: str) -> Path | None:
         return root / rel if (root / rel).exists() else None
 
-    from dart_core.racers import drafting_racers
+    from dart_core.racers.registry import drafting_racers
 
     drafters = {r.key: path for r in drafting_racers() if (path := part(r.bundle_dir)) is not None}
     return Bundle(root=root, target=target, drafters=drafters, ngram=part("ngram/small.ngram"),

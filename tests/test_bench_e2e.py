@@ -16,7 +16,7 @@ from helpers_ckpt import write_tiny_bundle
 from dart_core import generate, greedy_check
 from dart_core.bench import datasets, e2e
 from dart_core.bench.__main__ import main as bench_main
-from dart_core.ngram import NgramStore
+from dart_core.ngram.store import NgramStore
 
 VOCAB = 97
 # ChatML-like, over words the tiny word-level tokenizer knows (the question words themselves all map to w0)

@@ -14,9 +14,10 @@ import pytest
 import torch
 from helpers_app import BUNDLE, held_out_prompt
 
-from dart_core.drafters.interface import DraftInput, Proposal, check_settings, knob, knobs
-from dart_core.racers import BASELINE, RACERS, Racer, racer, register, unregister
-from dart_core.tree import DraftTree
+from dart_core.drafters.interface import check_settings, knob, knobs
+from dart_core.engine.drafter import DraftInput, Proposal
+from dart_core.engine.tree import DraftTree
+from dart_core.racers.registry import BASELINE, RACERS, Racer, racer, register, unregister
 
 
 def test_every_racer_has_checked_defaults_and_bounded_settings() -> None:
@@ -84,13 +85,13 @@ def lookup() -> Iterator[Racer]:
 def arena(lookup: Racer) -> Any:
     if not (BUNDLE / "target" / "config.json").is_file():
         pytest.skip("the embedded bundle assets/tiny is missing")
-    from dart_core.models import load_arena
+    from dart_core.arena import load_arena
 
     return load_arena(BUNDLE / "target", dart=BUNDLE / "dart", lookup="builtin", device="cpu", progress=False)
 
 
 def test_a_registered_racer_loads_and_races_losslessly(arena: Any) -> None:
-    from dart_core.models import DartModel
+    from dart_core.compat import DartModel
 
     assert arena.methods == ["dart", "lookup", "ar"]  # registry order, the baseline last
     ids = arena.tokenizer(held_out_prompt(3), add_special_tokens=False)["input_ids"]
@@ -111,8 +112,9 @@ def test_a_registered_racer_gets_flags_columns_and_controls(arena: Any, lookup: 
     from app import render
     from app.__main__ import build_parser
     from app.engine import LocalEngine
-    from app.ui import AppConfig, ArenaUI, new_conversation
-    from dart_core.generate_cli import add_tree_arguments, tree_settings
+    from app.page import new_conversation
+    from app.ui import AppConfig, ArenaUI
+    from dart_core.generate.__main__ import add_tree_arguments, tree_settings
 
     p = argparse.ArgumentParser()
     add_tree_arguments(p)
@@ -120,7 +122,7 @@ def test_a_registered_racer_gets_flags_columns_and_controls(arena: Any, lookup: 
     app_args = build_parser().parse_args(["--lookup-model-name-or-path", "x"])
     assert app_args.lookup_model_name_or_path == "x"
     assert [k.name for k in knobs(lookup.settings_type)] == ["length"]
-    from app.ui import page_css
+    from app.serve import page_css
 
     assert ".tok-lookup" in page_css() and ".card-lookup" in page_css() and ".lane-box-dart" in page_css()
     assert "rgba(16, 185, 129, 0.24)" in render.racer_css()  # the registered colour #10b981

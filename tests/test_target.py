@@ -10,8 +10,9 @@ import torch
 transformers = pytest.importorskip("transformers")
 from transformers import AutoModelForCausalLM, LlamaConfig, Qwen3Config, Qwen3MoeConfig  # noqa: E402
 
-from dart_core.target import TargetModel, feature_layer_ids  # noqa: E402
-from dart_core.tree import DraftTree  # noqa: E402
+from dart_core.engine.hf_config import feature_layer_ids  # noqa: E402
+from dart_core.engine.target import TargetModel  # noqa: E402
+from dart_core.engine.tree import DraftTree  # noqa: E402
 
 V = 97
 COMMON = dict(

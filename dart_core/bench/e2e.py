@@ -11,7 +11,7 @@ writes ``e2e.json`` + a self-contained ``e2e.html``. ``--dataset mt-bench`` runs
 prompt file; ``--turns 2`` continues each method's own conversation with the set's follow-up question. The ``hf`` row
 is Hugging Face ``generate`` on the same weights, dtype and device (``--no-hf-generate`` drops it): the baseline a
 user would otherwise run. A greedy output that parts from AR's where the target's best logits lie within the
-dtype's rounding in both runs counts as a tie, not a mismatch (``dart_core.greedy_check``).
+dtype's rounding in both runs counts as a tie, not a mismatch (``dart_core.engine.greedy_check``).
 """
 
 from __future__ import annotations
@@ -32,16 +32,16 @@ import torch
 
 from dart_core.bench.datasets import DATASETS, DatasetError, load_dataset
 from dart_core.bundle import Bundle, BundleError, build_command, default_bundle_dir, open_bundle
-from dart_core.errors import report_error
-from dart_core.generate import Step, summarize
-from dart_core.generate_cli import add_tree_arguments, encode_prompt, tree_settings
-from dart_core.greedy_check import TopLogits, compare
-from dart_core.hub import HubFileError
-from dart_core.ngram import NgramFormatError
-from dart_core.racers import BASELINE, RACERS, drafting_racers, racer
-from dart_core.racers import color as racer_color
-from dart_core.target import FAST_PATH_ROWS
-from dart_core.verify import SamplingConfig
+from dart_core.engine.greedy_check import TopLogits, compare
+from dart_core.engine.loop import Step, summarize
+from dart_core.engine.target import FAST_PATH_ROWS
+from dart_core.engine.verify import SamplingConfig
+from dart_core.generate.__main__ import add_tree_arguments, encode_prompt, tree_settings
+from dart_core.loading.errors import report_error
+from dart_core.loading.hub import HubFileError
+from dart_core.ngram.store import NgramFormatError
+from dart_core.racers.registry import BASELINE, RACERS, drafting_racers, racer
+from dart_core.racers.registry import color as racer_color
 
 FIGURE_TITLES = (
     "τ per verify step (tokens per step, running mean)",
@@ -284,7 +284,7 @@ def _load_prompts(src: Sources, args: argparse.Namespace) -> list[dict[str, Any]
 def _run(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
-    from dart_core.models import load_arena
+    from dart_core.arena import load_arena
 
     src = resolve_sources(args)
     prompts = _load_prompts(src, args)

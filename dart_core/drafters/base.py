@@ -11,8 +11,10 @@ from torch import nn
 
 from dart_core.drafters.checkpoint import check_d2t, check_embedding
 from dart_core.drafters.config import DrafterConfig
-from dart_core.drafters.interface import NoSettings, check_settings
+from dart_core.drafters.interface import check_settings
 from dart_core.drafters.layers import KVCache, MidLayer, RMSNorm, Rotary
+from dart_core.engine.drafter import NoSettings
+from dart_core.engine.hf_config import feature_layer_ids
 
 
 @dataclass
@@ -32,7 +34,7 @@ class DrafterLayer(nn.Module):
     """fc(3·H_t → H) + one ``midlayer`` + ``norm`` + ``lm_head`` over the draft vocabulary, with ``d2t`` (draft id
     i is target id i + d2t[i]) and the target's token embedding, shared (same storage) and frozen."""
 
-    kind = "drafter"  # the racer key (``dart_core.racers``)
+    kind = "drafter"  # the racer key (``dart_core.racers.registry``)
     name = "drafter"
     settings_type: type = NoSettings
 
@@ -58,8 +60,6 @@ class DrafterLayer(nn.Module):
     def bind(self, target_config: Any) -> DrafterLayer:
         """Resolve the target layers this drafter reads (its config's auxiliary layer ids, else the default rule)
         against the target's config; a drafter for a shallower target is refused here."""
-        from dart_core.target import feature_layer_ids
-
         self.feature_layers = tuple(feature_layer_ids(target_config, self.config.aux_layer_ids))
         return self
 

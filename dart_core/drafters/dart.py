@@ -12,6 +12,7 @@ import torch
 
 from dart_core.drafters.base import DrafterLayer, DrafterState
 from dart_core.drafters.checkpoint import (
+    CheckpointFormat,
     check_state,
     layer_shapes,
     load_config,
@@ -19,10 +20,12 @@ from dart_core.drafters.checkpoint import (
     resolve_embedding,
 )
 from dart_core.drafters.config import DrafterConfig
-from dart_core.drafters.interface import DraftInput, Proposal, knob
+from dart_core.drafters.interface import knob
 from dart_core.drafters.layers import CacheRows, causal_mask
-from dart_core.timing import Stopwatch
-from dart_core.tree_search import search_tree
+from dart_core.engine.drafter import DraftInput, Proposal
+from dart_core.engine.timing import Stopwatch
+from dart_core.loading.layouts import SAFE_SINGLE
+from dart_core.ngram.search import search_tree
 
 log = logging.getLogger(__name__)
 
@@ -136,3 +139,12 @@ class DartDrafter(DrafterLayer):
                                max_nodes=s.max_nodes, ngram_weight=s.ngram_weight if store is not None else 0.0,
                                eos_token_id=step.stop_ids)
         return Proposal(tree=tree, draft_ms=draft.ms, search_ms=search.ms)
+
+
+def dart_shapes(cfg: DrafterConfig) -> tuple[dict[str, tuple[int, ...]], set[str]]:
+    """The tensors of a DART checkpoint: the shared one-layer head plus its mask embedding (``t2d`` optional)."""
+    return layer_shapes(cfg) | {"midlayer.mask_rep": (2 * cfg.hidden_size,)}, {"t2d"}
+
+
+CHECKPOINT = CheckpointFormat(DrafterConfig, weights=(SAFE_SINGLE,), required=("draft_length",), shapes=dart_shapes,
+                              published=lambda size: f"fvliang/qwen{size.lower()}-dart")

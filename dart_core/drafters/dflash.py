@@ -20,14 +20,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from dart_core.drafters.checkpoint import check_state, load_weights_file, resolve_embedding
-from dart_core.drafters.interface import DraftInput, Proposal, check_settings, knob
+from dart_core.drafters.checkpoint import CheckpointFormat, check_state, load_weights_file, resolve_embedding
+from dart_core.drafters.interface import check_settings, knob
 from dart_core.drafters.layers import MLP, CacheRows, KVCache, RMSNorm, Rotary, apply_rotary
-from dart_core.errors import LoadError
-from dart_core.hub import HubFileError, load_tensor, resolve_file
-from dart_core.timing import Stopwatch
-from dart_core.tree import DraftTree
-from dart_core.tree_search import search_tree
+from dart_core.engine.drafter import DraftInput, Proposal
+from dart_core.engine.hf_config import num_layers
+from dart_core.engine.timing import Stopwatch
+from dart_core.engine.tree import DraftTree
+from dart_core.loading.errors import LoadError
+from dart_core.loading.hub import HubFileError, load_tensor, resolve_file
+from dart_core.loading.layouts import SAFE_SINGLE
+from dart_core.ngram.search import search_tree
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +166,11 @@ def dflash_shapes(cfg: DFlashConfig) -> dict[str, tuple[int, ...]]:
     return out
 
 
+CHECKPOINT = CheckpointFormat(
+    DFlashConfig, weights=(SAFE_SINGLE,), shapes=lambda cfg: (dflash_shapes(cfg), set()), strip="model.",
+    published=lambda size: f"z-lab/Qwen3-{size}-DFlash-b16" if size in ("4B", "8B") else "")  # the published sizes
+
+
 # ------------------------------------------------------------------------------------------------ settings
 @dataclass(frozen=True)
 class DFlashSettings:
@@ -287,7 +295,7 @@ class DFlashDrafter(nn.Module):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> DFlashDrafter:
-        """Load ``config.json`` + ``model.safetensors`` (local dir or Hub id, through ``dart_core.hub``);
+        """Load ``config.json`` + ``model.safetensors`` (local dir or Hub id, through ``dart_core.loading.hub``);
         ``target``: a loaded model (``TargetModel`` or HF) or a target checkpoint dir / Hub id, whose embedding and
         lm_head are shared. A checkpoint built for another target is refused with the mismatch named."""
         cfg_path = resolve_file(path, "config.json", revision=revision)
@@ -463,20 +471,13 @@ def _cpu_has_fast_bf16() -> bool:
 
 
 # ------------------------------------------------------------------------------------------------ target side
-def _layers_of(config: Any) -> int | None:
-    get = getattr(config, "get_text_config", None)
-    text = get() if callable(get) else config
-    n = getattr(text, "num_hidden_layers", None)
-    return int(n) if n is not None else None
-
-
 def _target_parts(target: Any, revision: str | None) -> tuple[torch.Tensor, torch.Tensor, int | None]:
     """(embedding [V, H], lm_head [V', H], decoder layers or None) of a loaded model (ours or HF) or a target
     checkpoint dir / Hub id (only those two tensors and the config are read)."""
     embed = resolve_embedding(target, revision=revision)
     for obj in (target, getattr(target, "model", None)):
         if obj is not None and hasattr(obj, "get_output_embeddings") and obj.get_output_embeddings() is not None:
-            return embed, obj.get_output_embeddings().weight, _layers_of(getattr(obj, "config", None))
+            return embed, obj.get_output_embeddings().weight, num_layers(getattr(obj, "config", None))
     if isinstance(target, (str, os.PathLike)):
         layers = None
         cfg_path = resolve_file(target, "config.json", revision=revision, required=False)
@@ -486,8 +487,7 @@ def _target_parts(target: Any, revision: str | None) -> tuple[torch.Tensor, torc
                 raw = json.loads(cfg_path.read_text())
             except ValueError:
                 raw = {}
-            text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
-            layers = text.get("num_hidden_layers")
+            layers = num_layers(raw)
         try:
             lm_head = load_tensor(target, LM_HEAD_KEYS, revision=revision)
         except HubFileError:

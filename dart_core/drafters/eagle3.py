@@ -12,6 +12,7 @@ import torch
 
 from dart_core.drafters.base import DrafterLayer, DrafterState
 from dart_core.drafters.checkpoint import (
+    CheckpointFormat,
     check_state,
     layer_shapes,
     load_config,
@@ -19,11 +20,12 @@ from dart_core.drafters.checkpoint import (
     resolve_embedding,
 )
 from dart_core.drafters.config import DrafterConfig
-from dart_core.drafters.interface import DraftInput, Proposal, knob
+from dart_core.drafters.interface import knob
 from dart_core.drafters.layers import CacheRows, causal_mask
-from dart_core.errors import LoadError
-from dart_core.timing import Stopwatch
-from dart_core.tree import DraftTree
+from dart_core.engine.drafter import DraftInput, Proposal
+from dart_core.engine.timing import Stopwatch
+from dart_core.engine.tree import DraftTree
+from dart_core.loading.errors import LoadError
 
 
 @dataclass(frozen=True)
@@ -187,3 +189,14 @@ def _assemble(root: int, tokens: np.ndarray, parents: np.ndarray, scores: np.nda
     out_tokens = [root] + [int(tokens[j]) for j in kept]
     out_scores = [0.0] + [float(scores[j]) for j in kept]
     return DraftTree(np.asarray(out_tokens), np.asarray(out_parents), np.asarray(out_scores, dtype=np.float32))
+
+
+def eagle3_shapes(cfg: DrafterConfig) -> tuple[dict[str, tuple[int, ...]], set[str]]:
+    """The tensors of an EAGLE-3 head: the shared one-layer head, its own embedding optional (else the target's),
+    and ``d2t`` optional when the draft vocabulary is the full one."""
+    optional = {"t2d", "embed_tokens.weight"} | ({"d2t"} if cfg.draft_vocab_size == cfg.vocab_size else set())
+    return layer_shapes(cfg) | {"embed_tokens.weight": (cfg.vocab_size, cfg.hidden_size)}, optional
+
+
+CHECKPOINT = CheckpointFormat(DrafterConfig, shapes=eagle3_shapes,
+                              published=lambda size: f"AngelSlim/Qwen3-{size}_eagle3")

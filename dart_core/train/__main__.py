@@ -145,7 +145,7 @@ def stage_tokenizer(out: Path, args: argparse.Namespace, hp: dict[str, Any], rec
 
 
 def stage_target(out: Path, args: argparse.Namespace, hp: dict[str, Any], recipe: Recipe) -> None:
-    from dart_core.train.target import train_target
+    from dart_core.train.toy_target import train_target
 
     t0 = time.perf_counter()
     tok = _tokenizer(out)
@@ -163,7 +163,7 @@ def stage_target(out: Path, args: argparse.Namespace, hp: dict[str, Any], recipe
 
 
 def stage_ngram(out: Path, args: argparse.Namespace, hp: dict[str, Any], recipe: Recipe) -> None:
-    from dart_core.ngram import NgramStore, build_to_file
+    from dart_core.ngram.store import NgramStore, build_to_file
 
     t0 = time.perf_counter()
     seqs = _sequences(out, hp)

@@ -81,7 +81,7 @@ def _record(out: Path, stage: str, rec: dict[str, Any], command: str | None = No
 
 
 def _load_target(ref: str, device: str | None, dtype: str) -> Any:
-    from dart_core.models import load_target
+    from dart_core.arena import load_target
 
     return load_target(ref, device=device, dtype=dtype)
 
@@ -92,7 +92,7 @@ def run_distill(target_ref: str, records: list[dict[str, Any]], out: Path, *, de
     """The target's answers to ``records`` appended to ``out`` (already answered ones are skipped)."""
     import torch
 
-    from dart_core.models import stop_token_ids
+    from dart_core.arena import stop_token_ids
     from dart_core.train.distill import distill
 
     if threads:
@@ -177,7 +177,7 @@ def run_fit(target_ref: str, data: Path, out: Path, *, work: Path, only: str | N
 
 def run_ngram(seqs: list[list[int]], path: Path, *, order: int, min_count: int, progress: bool) -> dict[str, Any]:
     """An N-gram store over the distillation sequences (the target's own text, in its tokenizer)."""
-    from dart_core.ngram import NgramStore, build_to_file
+    from dart_core.ngram.store import NgramStore, build_to_file
 
     t0 = time.perf_counter()
     path.parent.mkdir(parents=True, exist_ok=True)

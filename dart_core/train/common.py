@@ -18,9 +18,9 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from dart_core.atomic import atomic_output
 from dart_core.drafters.base import DrafterLayer
-from dart_core.target import TargetModel
+from dart_core.engine.target import TargetModel
+from dart_core.loading.atomic import atomic_output
 
 
 def seed_everything(seed: int) -> None:
@@ -35,7 +35,7 @@ def load_frozen_target(target: str | os.PathLike[str], *, device: str | None = "
     packaged model, in float32 on CPU by default (bfloat16 is the usual choice on a GPU)."""
     from transformers import AutoModelForCausalLM
 
-    from dart_core.models import resolve_dtype, resolve_model_ref
+    from dart_core.arena import resolve_dtype, resolve_model_ref
 
     device = device or "cpu"
     model = AutoModelForCausalLM.from_pretrained(resolve_model_ref(target), dtype=resolve_dtype(dtype, device))

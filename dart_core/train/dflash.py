@@ -21,7 +21,7 @@ import torch
 from safetensors.torch import save_file
 
 from dart_core.drafters.dflash import DFlashConfig, DFlashDrafter
-from dart_core.target import TargetModel
+from dart_core.engine.target import TargetModel
 from dart_core.train.common import (
     _rope_theta,
     kl_and_top1,

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from dart_core.drafters.eagle3 import Eagle3Drafter
-from dart_core.target import TargetModel
+from dart_core.engine.target import TargetModel
 from dart_core.train.common import (
     fit_drafter,
     kl_and_top1,

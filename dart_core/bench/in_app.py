@@ -35,9 +35,9 @@ import torch
 
 from dart_core.bench import e2e
 from dart_core.bench.e2e import BenchError, Sources
-from dart_core.generate_cli import add_tree_arguments
-from dart_core.racers import BASELINE, drafting_racers, label
-from dart_core.timing import threads_leaving_a_core
+from dart_core.engine.timing import threads_leaving_a_core
+from dart_core.generate.__main__ import add_tree_arguments
+from dart_core.racers.registry import BASELINE, drafting_racers, label
 
 TARGET = 0.10  # the in-app figures must be within 10 % of the plain benchmark's
 APP_COMMAND = (sys.executable, "-m", "app")

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dart_core.hub import HubFileError, cache_root
+from dart_core.loading.hub import HubFileError, cache_root
 
 MANIFEST = "dart_arena_conversion.json"
 _FORMAT = 1

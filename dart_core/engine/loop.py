@@ -1,11 +1,11 @@
 """The speculative decoding loop, one for every racer: it talks to a
-:class:`~dart_core.drafters.interface.Drafter` (which target layers it reads, a per-generation state, a proposed
+:class:`~dart_core.engine.drafter.Drafter` (which target layers it reads, a per-generation state, a proposed
 tree or none) and knows no method by name; plain decoding is the drafter that proposes nothing.
 
 ``stream(...)`` yields a :class:`Step` per target forward — the prefill, then one verify (or one AR forward) per
 step — with the new tokens, how many came from accepted drafts, the tree size and the measured draft / search /
 verify milliseconds (synchronized on CUDA). Greedy output is token-for-token the target's own greedy output;
-sampling keeps the target's distribution (``verify.py``). Also ``python -m dart_core.generate``.
+sampling keeps the target's distribution (``verify.py``).
 """
 
 from __future__ import annotations
@@ -17,19 +17,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from dart_core.drafters.interface import Drafter, DraftInput, PlainDecoding
-from dart_core.greedy_check import top_logits_of
-from dart_core.target import TargetModel
-from dart_core.timing import Stopwatch
-from dart_core.tree import DraftTree
-from dart_core.verify import SamplingConfig, accept, processed_probs
+from dart_core.engine.drafter import Drafter, DraftInput, PlainDecoding
+from dart_core.engine.greedy_check import top_logits_of
+from dart_core.engine.target import TargetModel
+from dart_core.engine.timing import Stopwatch
+from dart_core.engine.tree import DraftTree
+from dart_core.engine.verify import SamplingConfig, accept, processed_probs
 
 
 @dataclass(frozen=True)
 class Step:
     """One target forward's worth of output."""
 
-    method: str  # the racer's key (``dart_core.racers``)
+    method: str  # the racer's key (``dart_core.racers.registry``)
     tokens: list[int]  # token ids emitted by this forward; the first ``accepted`` came from drafts
     accepted: int
     tree_size: int  # nodes verified, root included (0 for the prefill and AR steps)
@@ -234,13 +234,3 @@ def generate(target: TargetModel, input_ids: Any, drafter: Drafter | None = None
     steps = list(stream(target, input_ids, drafter, **kwargs))
     return [t for s in steps for t in s.tokens], steps
 
-
-if __name__ == "__main__":
-    # `python -m dart_core.generate`: the CLI is imported here only (it imports this library, not the other way
-    # round), and it gets this very module, not a second copy executed under the library's name
-    import sys
-
-    sys.modules.setdefault("dart_core.generate", sys.modules[__name__])
-    from dart_core.generate_cli import main
-
-    raise SystemExit(main())

@@ -1,0 +1,67 @@
+"""The app's launch gate: ``python -m app``'s flags turned into a launch plan (``dart_core.preflight``), checked
+before any weight is read; ``--check`` prints it, ``--download`` fetches it. The engine package knows nothing of
+the app's command line: this module is where the flags meet the plan."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from dart_core.preflight.launch import download, plan_launch
+from dart_core.preflight.plan import EXIT_PROBLEMS, Problem, gib
+
+COMPLETION_TEMPLATES = ("auto", "raw", "none", "completion")  # --template-name values that need no template
+
+
+def run_app_check(args: argparse.Namespace, src: Mapping[str, Any]) -> int | None:
+    """The app's launch gate (``python -m app``): check the plan of ``args`` / ``src`` (``resolve``'s result);
+    with ``--download`` fetch it; with ``--check`` print it. Returns the exit code to stop with (0: ``--check``
+    and a sound plan; 2: problems, printed on stderr), or None to go on and load."""
+    check, fetch = bool(getattr(args, "check", False)), bool(getattr(args, "download", False))
+    host = "0.0.0.0" if getattr(args, "listen", False) else "127.0.0.1"
+    template = str(getattr(args, "template_name", "auto")).lower()
+    log = logging.getLogger("dart_arena.app")
+    try:
+        plan = plan_launch(base=str(src["base"]), drafters=src["drafters"], ngram=src.get("ngram"),
+                           small_ngram=bool(args.use_small_ngram), device=args.device, dtype=args.dtype,
+                           max_length=args.max_length, host=host, port=args.server_port,
+                           chat_template=None if template in COMPLETION_TEMPLATES else args.template_name)
+    except Exception as e:  # a flaw of the check itself must not block a launch that would work
+        log.debug("the launch check failed", exc_info=True)
+        text = f"the launch check itself failed ({type(e).__name__}: {str(e)[:300]})"
+        if check:
+            print(f"error: {text}; --debug shows the traceback", file=sys.stderr, flush=True)
+            return EXIT_PROBLEMS
+        log.warning("%s; loading without it", text)
+        return None
+    if fetch and plan.offline:
+        if plan.problems or any(p.missing for p in plan.pieces):
+            plan.problems.insert(0, Problem(
+                "--download needs the Hugging Face Hub, but HF_HUB_OFFLINE is set, so nothing can be fetched.",
+                ["unset HF_HUB_OFFLINE   (on a machine that reaches huggingface.co), then --download again"]))
+        else:
+            plan.notes.append("--download: HF_HUB_OFFLINE is set, and every planned file is in the cache already")
+    if check:  # the plan with its problems; without --check, only the problems
+        print(plan.render(), flush=True)
+    if not plan.ok:
+        print(plan.render_problems(), file=sys.stderr, flush=True)
+        return EXIT_PROBLEMS
+    if fetch and plan.downloads() and not plan.offline:
+        try:
+            download(plan)
+        except Exception as e:  # the network failing mid-way: say which, resumable
+            print(f"error: --download failed ({type(e).__name__}: {str(e)[:300]}); run it again to resume",
+                  file=sys.stderr, flush=True)
+            return EXIT_PROBLEMS
+        print("[dart-arena] every planned file is in the cache", file=sys.stderr, flush=True)
+    if check:
+        print("The plan is sound: run the same command without --check to serve.", flush=True)
+        return 0
+    m = plan.memory
+    fits = f"; ≈ {gib(m.need)} of {gib(m.free)} free on {m.where}" if m and m.need and m.free else ""
+    log.info("launch check passed in %.2f s (%d parts found, %s on %s%s); loading", plan.seconds, len(plan.pieces),
+             plan.dtype, plan.device, fits)
+    return None
