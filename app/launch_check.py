@@ -13,7 +13,7 @@ from typing import Any
 from dart_core.preflight.launch import download, plan_launch
 from dart_core.preflight.plan import EXIT_PROBLEMS, Problem, gib
 
-COMPLETION_TEMPLATES = ("auto", "raw", "none", "completion")  # --template-name values that need no template
+TEMPLATE_NOT_CHECKED = ("auto", "raw", "none", "completion")  # --template-name values naming no template to check
 
 
 def run_app_check(args: argparse.Namespace, src: Mapping[str, Any]) -> int | None:
@@ -28,7 +28,7 @@ def run_app_check(args: argparse.Namespace, src: Mapping[str, Any]) -> int | Non
         plan = plan_launch(base=str(src["base"]), drafters=src["drafters"], ngram=src.get("ngram"),
                            small_ngram=bool(args.use_small_ngram), device=args.device, dtype=args.dtype,
                            max_length=args.max_length, host=host, port=args.server_port,
-                           chat_template=None if template in COMPLETION_TEMPLATES else args.template_name)
+                           chat_template=None if template in TEMPLATE_NOT_CHECKED else args.template_name)
     except Exception as e:  # a flaw of the check itself must not block a launch that would work
         log.debug("the launch check failed", exc_info=True)
         text = f"the launch check itself failed ({type(e).__name__}: {str(e)[:300]})"

@@ -13,9 +13,10 @@ import pytest
 import torch
 from helpers_ckpt import write_tiny_bundle
 
-from dart_core import generate, greedy_check
-from dart_core.bench import datasets, e2e
+from dart_core.bench import datasets, e2e, e2e_report
 from dart_core.bench.__main__ import main as bench_main
+from dart_core.engine import greedy_check
+from dart_core.engine import loop as generate
 from dart_core.ngram.store import NgramStore
 
 VOCAB = 97
@@ -90,7 +91,7 @@ def test_e2e_on_tiny_bundle(bundle: Path, tmp_path: Path, capsys: pytest.Capture
     assert "tok/s wall" in printed and "vs AR wall" in printed
     html = (tmp_path / "out/e2e.html").read_text()
     assert "plotly" in html.lower()
-    for title in e2e.FIGURE_TITLES:
+    for title in e2e_report.FIGURE_TITLES:
         assert title in html
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from dart_core import packaged
+from dart_core.loading import packaged
 from dart_core.loading.hub import HubFileError
 from dart_core.loading.packaged import (
     MANIFEST,
