@@ -296,6 +296,56 @@ def write_model_card(out: Path, data: dict[str, Any]) -> Path:
     return card
 
 
+def cmd_vocab(args: argparse.Namespace) -> None:
+    """Print the draft-vocabulary coverage table (see ``dart_core.train.vocab_coverage``)."""
+    from transformers import AutoConfig
+
+    from dart_core.models import resolve_model_ref
+    from dart_core.train.distill import read_sequences
+    from dart_core.train.vocab_coverage import coverage
+
+    sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"--sizes must list positive integers, got {args.sizes!r}")
+    config = AutoConfig.from_pretrained(resolve_model_ref(args.target))
+    text = config.get_text_config(decoder=True)
+    eos = text.eos_token_id[0] if isinstance(text.eos_token_id, list) else text.eos_token_id
+    answers = {"training answers": read_sequences(args.data, answers_only=True)}
+    if args.eval_data:
+        answers["held-out answers"] = read_sequences(args.eval_data, answers_only=True)
+    rank_on = answers["training answers"] if args.rank_on == "answers" else read_sequences(args.data)
+    rows = coverage(rank_on, answers, sizes, vocab_size=int(text.vocab_size), eos_token_id=eos)
+    print(f"draft vocabulary ranked on {args.rank_on} tokens of {args.data} (target vocabulary {text.vocab_size:,})")
+    print("| size | " + " | ".join(answers) + " |")
+    print("|---|" + "---|" * len(answers))
+    for r in rows:
+        print(f"| {r['size']:,} | " + " | ".join(f"{r[name]:.1%}" for name in answers) + " |")
+
+
+def add_prompts_parser(sub: Any) -> None:
+    p = sub.add_parser("prompts", help="write the seeded chat prompt set (dart_core.train.prompt_set) as JSONL",
+                       description="The default bundle's distillation prompts: 20,000+ training prompts across "
+                                   "writing, roleplay, reasoning, math, code, extraction, STEM, humanities and advice, "
+                                   "a quarter with a follow-up turn; --heldout writes the held-out topics' prompts.")
+    p.add_argument("--out", required=True, type=Path, help="output JSONL (overwritten)")
+    p.add_argument("--heldout", action="store_true", help="the held-out split (topics never in training)")
+    p.add_argument("--n", type=int, default=None, help="first N prompts only (default: all)")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def add_vocab_parser(sub: Any) -> None:
+    p = sub.add_parser("vocab", help="share of answer tokens that draft vocabularies of several sizes cover",
+                       description="A token outside the draft vocabulary can never be drafted (DART, EAGLE-3): "
+                                   "this ranks the vocabulary as the trainers do and prints, per size, the share of "
+                                   "the training answers' tokens and of held-out answers' tokens it covers.")
+    p.add_argument("--target", required=True, help="the target that wrote the data (its vocabulary size and EOS)")
+    p.add_argument("--data", required=True, type=Path, help="distillation JSONL the vocabulary is ranked on")
+    p.add_argument("--eval-data", type=Path, default=None, help="distillation JSONL of held-out prompts' answers")
+    p.add_argument("--sizes", default="2048,4096,8192", help="comma-separated sizes (default 2048,4096,8192)")
+    p.add_argument("--rank-on", choices=["all", "answers"], default="all",
+                   help="rank by every token of the data (the trainers' default) or by answer tokens only")
+
+
 def add_distill_parser(sub: Any) -> None:
     p = sub.add_parser("distill", help="the target's own answers to a prompt set (resumable JSONL)",
                        description="Self-distillation data: the target answers each prompt through its chat "
@@ -366,7 +416,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
-COMMANDS = ("distill", "fit", "smollm2")
+COMMANDS = ("prompts", "distill", "vocab", "fit", "smollm2")
 
 
 def main(argv: list[str]) -> int:
@@ -375,13 +425,23 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m dart_core.train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
+    add_prompts_parser(sub)
     add_distill_parser(sub)
+    add_vocab_parser(sub)
     add_fit_parser(sub)
     add_smollm2_parser(sub)
     args = p.parse_args(argv)
     command = "python -m dart_core.train " + " ".join(argv)
     try:
-        if args.command == "distill":
+        if args.command == "prompts":
+            from dart_core.train.prompt_set import chat_set
+            from dart_core.train.prompts import write_jsonl
+
+            recs = chat_set(heldout=args.heldout, seed=args.seed, n=args.n)
+            write_jsonl(args.out, recs)
+            turns = sum(1 for r in recs if r.get("followups"))
+            print(f"[prompts] {len(recs):,} prompts ({turns:,} with a follow-up turn) -> {args.out}")
+        elif args.command == "distill":
             recs = read_prompt_records(args.prompts, args.limit)
             st = run_distill(args.target, recs, args.out, device=args.device, dtype=args.dtype,
                              max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
@@ -389,6 +449,8 @@ def main(argv: list[str]) -> int:
                              progress=not args.no_progress)
             print(f"[distill] {st['answered']} answered ({st['skipped_done']} already done), "
                   f"{st['answer_tokens']:,} tokens, {st['answer_tokens_per_s']} tok/s -> {args.out}")
+        elif args.command == "vocab":
+            cmd_vocab(args)
         elif args.command == "fit":
             run_fit(args.target, args.data, args.out, work=args.work or args.out / ".work", only=args.only,
                     steps={"dart": args.dart_steps, "eagle3": args.eagle3_steps, "dflash": args.dflash_steps},

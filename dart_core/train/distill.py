@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -109,15 +108,38 @@ def _count(totals: dict[str, int], tokens: int, answer_tokens: int, hit_limit: b
     totals["hit_limit"] += hit_limit
 
 
-def _similarity_key(item: tuple[dict[str, Any], list[int]]) -> tuple[str, int]:
-    rec, ids = item
-    return (rec.get("prompt") or json.dumps(rec.get("messages")), len(ids))
+def _length_sorted(todo: list[tuple[dict[str, Any], list[int]]], run: int) -> list[tuple[dict[str, Any],
+                                                                                  list[int]]]:
+    """Prompts of similar length side by side (little padding computed), sorted only within runs of ``run``
+    prompts, so any prefix of the output stays a fair sample of the prompt set (a stopped run is still usable)."""
+    return [r for i in range(0, len(todo), run) for r in sorted(todo[i : i + run], key=lambda item: len(item[1]))]
 
 
-def _batches(items: list[tuple[dict[str, Any], list[int]]], size: int) -> Iterator[list[tuple[dict[str, Any],
-                                                                                                 list[int]]]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
+def followup_records(records: list[dict[str, Any]], answers: dict[str, str]) -> list[dict[str, Any]]:
+    """Second turns: for a record with ``followups`` whose first turn is answered (``answers``: id → the target's
+    answer text), the conversation [its prompt, the target's answer, the follow-up], id ``<id>/2``."""
+    out: list[dict[str, Any]] = []
+    for rec in records:
+        rid = str(rec["id"])
+        if not rec.get("followups") or rid not in answers:
+            continue
+        first = rec.get("messages") or [{"role": "user", "content": rec["prompt"]}]
+        msgs = [*first, {"role": "assistant", "content": answers[rid]},
+                {"role": "user", "content": str(rec["followups"][0])}]
+        out.append({"id": f"{rid}/2", "parent": rid, "category": rec.get("category"), "messages": msgs})
+    return out
+
+
+def _answers_of(path: Path, ids: set[str]) -> dict[str, str]:
+    """The answer texts of the records ``ids`` in a distillation file."""
+    found: dict[str, str] = {}
+    if ids and path.exists():
+        with path.open(encoding="utf-8") as f:
+            for line in f:
+                rec = json.loads(line)
+                if str(rec["id"]) in ids:
+                    found[str(rec["id"])] = rec["answer"]
+    return found
 
 
 @torch.no_grad()
@@ -134,15 +156,36 @@ def distill(
     seed: int = 0,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Answer every record the target has not answered yet in ``out_path`` and append them there. Returns counts
-    of this run and, under ``file``, the totals of the whole file (a resumed run answers only what was missing)."""
-    from tqdm.auto import tqdm
-
+    """Answer every record the target has not answered yet in ``out_path`` and append them there; then the
+    second turns of records with ``followups`` (see ``followup_records``). Returns counts of this run and, under
+    ``file``, the totals of the whole file (a resumed run answers only what was missing)."""
     if not stop_ids:
         raise DistillError("no end-of-turn token known for the target: cannot tell where an answer ends")
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     done, totals = _resume(out, stop_ids)
+    stats = {"skipped_done": len(done), "answered": 0, "raw": 0, "answer_tokens": 0, "hit_limit": 0,
+             "followups": 0, "file": totals}
+    generator = torch.Generator().manual_seed(seed)
+    opts = {"stop_ids": stop_ids, "max_new_tokens": max_new_tokens, "batch_size": batch_size,
+            "temperature": temperature, "generator": generator, "progress": progress}
+    _answer_all(model, tokenizer, records, out, done, stats, desc="distill", **opts)
+    wanted = {str(r["id"]) for r in records if r.get("followups") and f"{r['id']}/2" not in done}
+    second = followup_records(records, _answers_of(out, wanted))
+    stats["followups"] = len(second)
+    _answer_all(model, tokenizer, second, out, done, stats, desc="distill (2nd turns)", **opts)
+    return stats
+
+
+def _answer_all(model: Any, tokenizer: Any, records: list[dict[str, Any]], out: Path, done: set[str],
+                stats: dict[str, Any], *, stop_ids: list[int], max_new_tokens: int, batch_size: int,
+                temperature: float, generator: torch.Generator, progress: bool, desc: str) -> None:
+    """Answer the records not in ``done``, a batch at a time, each finished batch appended, flushed and synced."""
+    from tqdm.auto import tqdm
+
+    from dart_core.train.batch_decode import batch_answers
+
+    totals = stats["file"]
     todo: list[tuple[dict[str, Any], list[int]]] = []
     raw: list[dict[str, Any]] = []
     for rec in records:
@@ -152,13 +195,8 @@ def distill(
             raw.append(rec)
         else:
             todo.append((rec, prompt_ids(tokenizer, rec)))
-    # Similar prompts in one batch finish together (less padding generated); sorting only within runs of 8
-    # batches keeps any prefix of the output a fair sample of the prompt set (a stopped run is still usable).
-    run = batch_size * 8
-    todo = [r for i in range(0, len(todo), run) for r in sorted(todo[i : i + run], key=_similarity_key)]
-    device = next(model.parameters()).device
+    todo = _length_sorted(todo, batch_size * 8)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_ids[0]
-    stats = {"skipped_done": len(done), "answered": 0, "raw": 0, "answer_tokens": 0, "hit_limit": 0, "file": totals}
     with out.open("a", encoding="utf-8") as f:
         for rec in raw:
             ids = [int(t) for t in tokenizer.encode(rec["text"], add_special_tokens=False)]
@@ -166,44 +204,33 @@ def distill(
             stats["raw"] += 1
             _count(totals, len(ids), len(ids), False)
         f.flush()
-        bar = tqdm(total=len(todo), desc="distill", unit="prompt", disable=not progress)
-        torch.manual_seed(seed)
-        for batch in _batches(todo, batch_size):
-            width = max(len(p) for _, p in batch)
-            ids = torch.full((len(batch), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for i, (_, p) in enumerate(batch):  # left padding: every answer starts at the same column
-                ids[i, width - len(p):] = torch.tensor(p)
-                mask[i, width - len(p):] = 1
-            sample = temperature > 0
-            gen = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
-                                 max_new_tokens=max_new_tokens, do_sample=sample,
-                                 temperature=temperature if sample else None, top_p=None, top_k=None,
-                                 eos_token_id=stop_ids, pad_token_id=pad)
-            for (rec, p), row in zip(batch, gen[:, width:].tolist(), strict=True):
-                answer: list[int] = []
-                for t in row:
-                    answer.append(int(t))
-                    if t in stop_ids:
-                        break
-                if answer and answer[-1] not in stop_ids:
-                    stats["hit_limit"] += 1
+        bar = tqdm(total=len(todo), desc=desc, unit="prompt", disable=not progress)
+        for i in range(0, len(todo), batch_size):
+            batch = todo[i : i + batch_size]
+            answers = batch_answers(model, [p for _, p in batch], max_new_tokens=max_new_tokens, stop_ids=stop_ids,
+                                    pad_id=pad, temperature=temperature, generator=generator)
+            for (rec, p), answer in zip(batch, answers, strict=True):
+                hit_limit = bool(answer) and answer[-1] not in stop_ids
                 text = tokenizer.decode(answer, skip_special_tokens=True)
-                f.write(json.dumps({"id": str(rec["id"]), "ids": p + answer, "n_prompt": len(p), "answer": text},
-                                   ensure_ascii=False) + "\n")
+                row = {"id": str(rec["id"]), "ids": p + answer, "n_prompt": len(p), "answer": text}
+                if "parent" in rec:
+                    row["parent"] = rec["parent"]
+                f.write(json.dumps(row) + "\n")  # ASCII escapes: no raw line separator can split a record
                 stats["answer_tokens"] += len(answer)
                 stats["answered"] += 1
-                _count(totals, len(p) + len(answer), len(answer), bool(answer) and answer[-1] not in stop_ids)
+                stats["hit_limit"] += hit_limit
+                done.add(str(rec["id"]))
+                _count(totals, len(p) + len(answer), len(answer), hit_limit)
             f.flush()
             os.fsync(f.fileno())
             bar.update(len(batch))
             bar.set_postfix(tokens=stats["answer_tokens"])
         bar.close()
-    return stats
 
 
-def read_sequences(path: str | os.PathLike[str]) -> list[list[int]]:
-    """The token-id sequences of a distillation file, in file order (a torn last line is ignored)."""
+def read_sequences(path: str | os.PathLike[str], *, answers_only: bool = False) -> list[list[int]]:
+    """The token-id sequences of a distillation file, in file order (a torn last line is ignored);
+    ``answers_only``: each record's answer tokens alone (what a drafter must predict), prompt left out."""
     path = Path(path)
     if not path.is_file():
         raise DistillError(f"distillation data {path} does not exist: run `python -m dart_core.train distill` first")
@@ -213,8 +240,9 @@ def read_sequences(path: str | os.PathLike[str]) -> list[list[int]]:
             if not line.strip():
                 continue
             try:
-                ids = json.loads(line)["ids"]
-            except (json.JSONDecodeError, KeyError, TypeError) as e:
+                rec = json.loads(line)
+                ids = rec["ids"][int(rec.get("n_prompt", 0)) :] if answers_only else rec["ids"]
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
                 if n > 1 and not line.endswith("\n"):
                     break  # torn last line
                 raise DistillError(f"{path}:{n}: not a distillation record ({e})") from None

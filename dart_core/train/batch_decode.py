@@ -1,0 +1,138 @@
+"""Answers for many prompts at once (greedy or sampled), as fast as a CPU allows: the distillation's hot loop.
+
+``model.generate`` spends most of a large batch's time outside the model on a CPU: its ``DynamicCache`` grows by
+``torch.cat`` every step, copying every row's whole key/value history once per token, and rows that have finished
+keep being computed until the longest one ends. Here each layer's keys and values live in one buffer allocated for
+the batch's whole length (``PreallocatedLayer``, a stock ``transformers`` cache layer that writes in place and hands
+the model a view), finished rows are dropped from the batch (and from every buffer) once enough of them have
+finished, and prompts of similar length share a batch (the caller sorts them), so little padding is computed.
+
+The model is the stock ``transformers`` model; only the cache layer and the loop are ours. Answers equal the model's
+own one-prompt greedy answers up to floating-point ties (a padded batch's matrix products may round differently)."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+from transformers.cache_utils import Cache, DynamicLayer
+
+# Drop finished rows once this share of the batch has finished: each drop copies the kept rows' keys and values
+# once, so dropping on every finished row would cost as much as the concatenation this module avoids.
+DROP_SHARE = 0.125
+
+
+class PreallocatedLayer(DynamicLayer):
+    """A ``DynamicLayer`` whose keys and values are written into a buffer of ``capacity`` positions, allocated on
+    the first update; the model sees ``buffer[:, :, :length]``. ``batch_select_indices`` keeps some rows."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = capacity
+        self.length = 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.device = key_states.device
+        b, h, _, dk = key_states.shape
+        self.key_buffer = key_states.new_empty((b, h, self.capacity, dk))
+        self.value_buffer = value_states.new_empty((b, h, self.capacity, value_states.shape[-1]))
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self.length + key_states.shape[-2]
+        if end > self.capacity:
+            raise ValueError(f"the cache holds {self.capacity} positions; this forward needs {end}")
+        self.key_buffer[:, :, self.length:end] = key_states
+        self.value_buffer[:, :, self.length:end] = value_states
+        self.length = end
+        self.keys = self.key_buffer[:, :, :end]
+        self.values = self.value_buffer[:, :, :end]
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def get_max_length(self) -> int:
+        return self.capacity
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.is_initialized:
+            self.key_buffer = self.key_buffer[indices]
+            self.value_buffer = self.value_buffer[indices]
+            self.keys = self.key_buffer[:, :, : self.length]
+            self.values = self.value_buffer[:, :, : self.length]
+
+
+def _cache_kwarg(model: Any) -> str:
+    """transformers renamed ``past_key_values`` to ``cache`` (5.2x); pass the name the installed version takes."""
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def _num_layers(model: Any) -> int:
+    cfg = model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
+    return int(cfg.num_hidden_layers)
+
+
+def _next_tokens(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> torch.Tensor:
+    if temperature <= 0:
+        return logits.argmax(-1)
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    return torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(1).to(logits.device)
+
+
+@torch.inference_mode()
+def batch_answers(model: Any, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, stop_ids: Iterable[int],
+                  pad_id: int, temperature: float = 0.0, generator: torch.Generator | None = None) -> list[list[int]]:
+    """Each prompt's continuation, ending with its stop token or after ``max_new_tokens`` tokens: greedy, or
+    sampled at ``temperature`` (> 0) with ``generator``. Prompts are left-padded to one width; give prompts of
+    similar length for little padding."""
+    if not prompts:
+        return []
+    if max_new_tokens < 1:
+        raise ValueError("max_new_tokens must be at least 1")
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("an empty prompt has no next token to predict")
+    stops = torch.tensor(sorted(set(stop_ids)), dtype=torch.long)
+    if not len(stops):
+        raise ValueError("no stop token: cannot tell where an answer ends")
+    device = next(model.parameters()).device
+    batch, width = len(prompts), max(len(p) for p in prompts)
+    ids = torch.full((batch, width), pad_id, dtype=torch.long)
+    mask = torch.zeros((batch, width), dtype=torch.long)
+    for i, p in enumerate(prompts):  # left padding: every row's next token is in the last column
+        ids[i, width - len(p):] = torch.as_tensor(list(p), dtype=torch.long)
+        mask[i, width - len(p):] = 1
+    ids, mask, stops = ids.to(device), mask.to(device), stops.to(device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    cache = Cache(layers=[PreallocatedLayer(width + max_new_tokens) for _ in range(_num_layers(model))])
+    key = _cache_kwarg(model)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
+                   **{key: cache}).logits
+    rows = torch.arange(batch, device=device)  # which prompt each live row answers
+    next_pos = positions[:, -1] + 1
+    answers: list[list[int]] = [[] for _ in prompts]
+    finished = torch.zeros(batch, dtype=torch.bool, device=device)
+    for step in range(max_new_tokens):
+        token = _next_tokens(logits[:, -1], temperature, generator)
+        live = ~finished
+        for r, t in zip(rows[live].tolist(), token[live].tolist(), strict=True):
+            answers[r].append(t)
+        finished |= torch.isin(token, stops)
+        if step + 1 == max_new_tokens or bool(finished.all()):
+            break
+        if int(finished.sum()) >= max(1, int(DROP_SHARE * len(rows))):
+            keep = (~finished).nonzero().squeeze(1)
+            cache.batch_select_indices(keep)
+            rows, token, mask, next_pos = rows[keep], token[keep], mask[keep], next_pos[keep]
+            finished = finished[keep]
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+        logits = model(input_ids=token[:, None], attention_mask=mask, position_ids=next_pos[:, None],
+                       use_cache=True, **{key: cache}).logits
+        next_pos = next_pos + 1
+    return answers

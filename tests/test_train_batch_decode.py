@@ -1,0 +1,112 @@
+"""The distillation's batched decoder: every row's answer equals the model's own one-prompt greedy answer while
+rows finish at different steps and are dropped from the batch; a preallocated cache layer refuses to overflow;
+sampling is reproducible for a seed; follow-up turns are answered after the first turn, on the target's own
+answer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import tests.helpers_ckpt as C
+from dart_core.train.batch_decode import PreallocatedLayer, batch_answers
+from dart_core.train.distill import distill, followup_records
+
+V = 97
+
+
+def _prompts(n: int) -> list[list[int]]:
+    return [[(5 * i + 3 * j) % (V - 3) + 3 for j in range(3 + (i * 7) % 11)] for i in range(n)]
+
+
+def _greedy(model: torch.nn.Module, prompt: list[int], steps: int) -> list[int]:
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        for _ in range(steps):
+            nxt = model(input_ids=ids).logits[0, -1].argmax()
+            ids = torch.cat([ids, nxt.view(1, 1)], dim=1)
+    return ids[0, len(prompt):].tolist()
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_rows_that_finish_early_are_dropped_and_every_answer_is_the_models_own(family: str) -> None:
+    model = C.tiny_target(family, vocab=V, layers=3, seed=4).float()
+    prompts = _prompts(20)
+    full = [_greedy(model, p, 24) for p in prompts]
+    # Stop tokens chosen so the rows end at many different steps (some never): the batch shrinks several times.
+    stops = {full[i][k] for i, k in ((0, 3), (5, 9), (11, 15))}
+    want = []
+    for seq in full:
+        cut = next((i + 1 for i, t in enumerate(seq) if t in stops), len(seq))
+        want.append(seq[:cut])
+    assert len({len(w) for w in want}) >= 4, "the rows should finish at several different steps"
+    got = batch_answers(model, prompts, max_new_tokens=24, stop_ids=stops, pad_id=0)
+    assert got == want
+
+
+def test_the_cache_layer_refuses_to_overflow_and_keeps_selected_rows() -> None:
+    layer = PreallocatedLayer(capacity=4)
+    k = torch.arange(2 * 1 * 3 * 2, dtype=torch.float32).view(2, 1, 3, 2)
+    keys, _ = layer.update(k, k + 100)
+    assert torch.equal(keys, k) and layer.get_seq_length() == 3
+    layer.batch_select_indices(torch.tensor([1]))
+    assert torch.equal(layer.keys, k[1:]) and torch.equal(layer.values, k[1:] + 100)
+    with pytest.raises(ValueError, match="holds 4 positions"):
+        layer.update(k[:1, :, :2], k[:1, :, :2])
+
+
+def test_sampling_is_reproducible_for_a_seed_and_not_greedy() -> None:
+    model = C.tiny_target("llama", vocab=V, layers=2, seed=1).float()
+    prompts = _prompts(6)
+
+    def sample(seed: int) -> list[list[int]]:
+        return batch_answers(model, prompts, max_new_tokens=12, stop_ids={1}, pad_id=0, temperature=1.5,
+                             generator=torch.Generator().manual_seed(seed))
+
+    assert sample(3) == sample(3)
+    assert sample(3) != batch_answers(model, prompts, max_new_tokens=12, stop_ids={1}, pad_id=0)
+
+
+def test_bad_requests_are_refused() -> None:
+    model = C.tiny_target("llama", vocab=V, layers=1).float()
+    with pytest.raises(ValueError, match="empty prompt"):
+        batch_answers(model, [[3], []], max_new_tokens=4, stop_ids={1}, pad_id=0)
+    with pytest.raises(ValueError, match="no stop token"):
+        batch_answers(model, [[3]], max_new_tokens=4, stop_ids=set(), pad_id=0)
+    assert batch_answers(model, [], max_new_tokens=4, stop_ids={1}, pad_id=0) == []
+
+
+def test_followups_are_asked_after_the_targets_own_first_answer(tmp_path: Path) -> None:
+    from tests.test_train_any_target import CHAT
+
+    model = C.tiny_target("llama", vocab=V, layers=2, seed=2).float()
+    tok = C.word_tokenizer(V)
+    tok.chat_template = CHAT
+    recs = [{"id": "a", "prompt": "w3 w4 w5", "followups": ["w9 w10"]}, {"id": "b", "prompt": "w6 w7"}]
+    out = tmp_path / "d.jsonl"
+    stats = distill(model, tok, recs, out, stop_ids=[1], max_new_tokens=6, batch_size=2, progress=False)
+    rows = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert set(rows) == {"a", "b", "a/2"} and stats["followups"] == 1 and rows["a/2"]["parent"] == "a"
+    convo = [{"role": "user", "content": "w3 w4 w5"}, {"role": "assistant", "content": rows["a"]["answer"]},
+             {"role": "user", "content": "w9 w10"}]
+    want = tok.apply_chat_template(convo, add_generation_prompt=True, tokenize=True, return_dict=False)
+    assert rows["a/2"]["ids"][: rows["a/2"]["n_prompt"]] == list(want)
+    assert followup_records(recs, {"a": "x"})[0]["messages"][1] == {"role": "assistant", "content": "x"}
+    # A resumed run answers nothing twice, second turns included.
+    again = distill(model, tok, recs, out, stop_ids=[1], max_new_tokens=6, batch_size=2, progress=False)
+    assert again["answered"] == 0 and again["skipped_done"] == 3
+
+
+def test_vocab_coverage_counts_the_answer_tokens_inside_each_draft_vocabulary() -> None:
+    from dart_core.train.vocab_coverage import coverage
+
+    train = [[5, 5, 5, 6, 6, 7], [5, 6, 8]]  # counts: 5×4, 6×3, 7×1, 8×1
+    held = [[5, 9, 9, 6]]
+    rows = coverage(train, {"train": train, "held": held}, [1, 2, 3], vocab_size=12, eos_token_id=None)
+    assert rows == [{"size": 1, "train": 4 / 9, "held": 1 / 4}, {"size": 2, "train": 7 / 9, "held": 2 / 4},
+                    {"size": 3, "train": 8 / 9, "held": 2 / 4}]
+    # EOS always takes a place: with size 1 only EOS is in, and no answer token is covered.
+    assert coverage(train, {"train": train}, [1], vocab_size=12, eos_token_id=0)[0]["train"] == 0
