@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One entry point for developers and CI: sets up .venv (idempotent), builds the native core, runs things.
-#   bash scripts/dev.sh setup   create/refresh .venv and (re)build the package when sources changed
+#   bash scripts/dev.sh setup   create/refresh .venv and (re)build the package when sources or the module list changed
 #   bash scripts/dev.sh demo    the project's main job: the comparison app on the default bundle (assets/smollm2, a
 #                               chat model); args go to python -m app (--bundle assets/tiny: the stdlib toy)
 #   bash scripts/dev.sh test    lint + the whole test suite
@@ -36,8 +36,10 @@ setup() {
   fi
   local stamp="$VENV/.dart-arena-installed"
   local want
-  want=$(cat pyproject.toml native/CMakeLists.txt native/src/* native/python/* | "$PY" -c \
-    "import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())")
+  # the module list too: the editable install maps each module to its file, so a module added, moved or removed
+  # needs a reinstall (the files' contents do not)
+  want=$( (cat pyproject.toml native/CMakeLists.txt native/src/* native/python/*; find dart_core app -name '*.py' \
+    | LC_ALL=C sort) | "$PY" -c "import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())")
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$PY" -c "import dart_core._native" 2>/dev/null; then
     return 0
   fi

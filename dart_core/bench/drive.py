@@ -103,13 +103,19 @@ def app_process(cmd: list[str], port: int, log_path: Path) -> Iterator[tuple[str
             time.sleep(0.5)
         yield url, proc
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=15)
+        stop_process(proc)
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 15) -> None:
+    """Stop the app as Ctrl-C would (SIGINT: it closes its model process), killed if it has not ended in
+    ``timeout`` seconds."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=timeout)
 
 
 # ------------------------------------------------------------------------------------------------ drivers

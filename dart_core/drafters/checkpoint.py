@@ -22,7 +22,9 @@ from dart_core.loading.layouts import SAFE_SINGLE, SINGLE_WEIGHTS
 EMBEDDING_KEYS = ("model.embed_tokens.weight", "embed_tokens.weight", "model.language_model.embed_tokens.weight")
 
 
-def load_config(ref: str | os.PathLike[str], *, revision: str | None = None) -> DrafterConfig:
+def load_config(ref: str | os.PathLike[str], *, revision: str | None = None, config_type: type = DrafterConfig) -> Any:
+    """A drafter checkpoint's ``config.json`` parsed by ``config_type.from_dict`` (:class:`DrafterConfig` for the
+    Llama-style heads); a file that is not a JSON object is a LoadError naming it."""
     path = resolve_file(ref, "config.json", revision=revision)
     assert path is not None
     try:
@@ -31,7 +33,7 @@ def load_config(ref: str | os.PathLike[str], *, revision: str | None = None) -> 
         raise LoadError(path, f"not valid JSON ({e})") from None
     if not isinstance(raw, dict):
         raise LoadError(path, "expected a JSON object")
-    return DrafterConfig.from_dict(raw, source=str(path))
+    return config_type.from_dict(raw, source=str(path))
 
 
 def load_weights(

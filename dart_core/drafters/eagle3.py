@@ -3,7 +3,6 @@ the top-k frontier (``docs/drafters.md``). Its drafting time grows with the dept
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,8 +14,6 @@ from dart_core.drafters.checkpoint import (
     CheckpointFormat,
     check_state,
     layer_shapes,
-    load_config,
-    load_weights_file,
     resolve_embedding,
 )
 from dart_core.drafters.config import DrafterConfig
@@ -49,21 +46,14 @@ class Eagle3Drafter(DrafterLayer):
         super().__init__(cfg, embed_weight, with_mask_rep=False)
 
     # ----------------------------------------------------------------- loading
+    allow_bin = True  # published heads may ship pytorch_model.bin (read with weights_only=True)
+
     @classmethod
-    def from_pretrained(
-        cls,
-        path: str | os.PathLike[str],
-        target: Any,
-        *,
-        revision: str | None = None,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> Eagle3Drafter:
-        """Load ``config.json`` + ``model.safetensors`` or ``pytorch_model.bin`` (``weights_only=True``). The
-        embedding is the checkpoint's own ``embed_tokens.weight`` if it has one, else the target's."""
-        cfg = load_config(path, revision=revision)
-        weights, state = load_weights_file(path, revision=revision, allow_bin=True)
-        source = os.fspath(weights)  # what a refusal names: the file that holds the tensors
+    def _from_checkpoint(cls, cfg: DrafterConfig, state: dict[str, torch.Tensor], source: str, target: Any, *,
+                         revision: str | None, device: torch.device | str | None,
+                         dtype: torch.dtype | None) -> Eagle3Drafter:
+        """``config.json`` + ``model.safetensors`` or ``pytorch_model.bin``. The embedding is the checkpoint's own
+        ``embed_tokens.weight`` if it has one, else the target's."""
         expected = layer_shapes(cfg) | {"embed_tokens.weight": (cfg.vocab_size, cfg.hidden_size)}
         optional = {"embed_tokens.weight"}
         if cfg.draft_vocab_size == cfg.vocab_size:

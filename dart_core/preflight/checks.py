@@ -27,6 +27,21 @@ from dart_core.preflight.sources import (
 NGRAM_MAGIC = b"DARTNGRM"
 
 
+def open_source(piece: Piece, ref: str, plan: Plan, files: list[str], *, example: str) -> Source | None:
+    """``ref`` as a :class:`Source`, where it comes from noted on ``piece``; None after adding the problem that
+    it cannot be seen at all (``files``: what the fix fetches; ``example``: a reference that would do)."""
+    try:
+        src = Source(ref)
+    except Unavailable as e:
+        plan.problems.append(unavailable_problem(piece.role, ref, e, files, example=example))
+        return None
+    piece.where = src.where()
+    piece.repo = src.ref if src.is_hub else None
+    if src.note:
+        piece.notes.append(src.note)
+    return src
+
+
 def check_target(ref: str, plan: Plan, dtype_bytes: int, *, chat_template: str | None = None) -> Piece:
     """The target: config, tokenizer and every weight file, and its size in the chosen dtype from the headers;
     ``chat_template``: the --template-name that asks for the tokenizer's chat template (it must have one)."""
@@ -48,15 +63,9 @@ def check_target(ref: str, plan: Plan, dtype_bytes: int, *, chat_template: str |
             return piece
         ref = str(done)
         piece.notes.append(f"{spec.name}, converted from the package {spec.package} into {done}")
-    try:
-        src = Source(ref)
-    except Unavailable as e:
-        plan.problems.append(unavailable_problem("target", ref, e, [], example="Qwen/Qwen3-8B"))
+    src = open_source(piece, ref, plan, [], example="Qwen/Qwen3-8B")
+    if src is None:
         return piece
-    piece.where = src.where()
-    piece.repo = src.ref if src.is_hub else None
-    if src.note:
-        piece.notes.append(src.note)
     if src.kind == "file":
         plan.problems.append(Problem(f"The target {ref} is a file; it must be a checkpoint directory or a Hub id "
                                      "(config.json, tokenizer, weights).", ["pass the directory that holds it"]))
@@ -178,17 +187,10 @@ def check_drafter(key: str, label: str, ref: str, plan: Plan, target: Piece | No
     piece = Piece(role, key, ref)
     plan.pieces.append(piece)
     alternatives = fmt.weights
-    try:
-        src = Source(ref)
-    except Unavailable as e:
-        plan.problems.append(unavailable_problem(role, ref, e, ["config.json", *alternatives[:1]],
-                                                 example=published_drafter(key, target.ref if target else "")
-                                                 or example))
+    src = open_source(piece, ref, plan, ["config.json", *alternatives[:1]],
+                      example=published_drafter(key, target.ref if target else "") or example)
+    if src is None:
         return piece
-    piece.where = src.where()
-    piece.repo = src.ref if src.is_hub else None
-    if src.note:
-        piece.notes.append(src.note)
     weights = next((w for w in alternatives if src.has(w)), None)
     needed = [n for n in ("config.json", weights) if n is not None and src.has(n)]
     missing = [n for n in ("config.json",) if not src.has(n)] + ([] if weights or not alternatives
@@ -381,16 +383,9 @@ def check_ngram(ref: str, small: bool, plan: Plan) -> Piece:
     flag = "--use-small-ngram" if not small else "--no-use-small-ngram"
     piece = Piece("N-gram store", "ngram", ref)
     plan.pieces.append(piece)
-    try:
-        src = Source(ref)
-    except Unavailable as e:
-        plan.problems.append(unavailable_problem("N-gram store", ref, e, [f"{stem}.trie"],
-                                                 example="fvliang/dart-qwen3-ngram"))
+    src = open_source(piece, ref, plan, [f"{stem}.trie"], example="fvliang/dart-qwen3-ngram")
+    if src is None:
         return piece
-    piece.where = src.where()
-    piece.repo = src.ref if src.is_hub else None
-    if src.note:
-        piece.notes.append(src.note)
     if src.kind == "file":
         name = Path(ref).name
     else:

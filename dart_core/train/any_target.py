@@ -300,7 +300,7 @@ def cmd_vocab(args: argparse.Namespace) -> None:
     """Print the draft-vocabulary coverage table (see ``dart_core.train.vocab_coverage``)."""
     from transformers import AutoConfig
 
-    from dart_core.models import resolve_model_ref
+    from dart_core.arena import resolve_model_ref
     from dart_core.train.distill import read_sequences
     from dart_core.train.vocab_coverage import coverage
 
