@@ -103,6 +103,11 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--max-queue", type=int, default=64, metavar="N",
                    help="visitors who may wait for their race; one more is told the server is busy "
                         "(default: %(default)s)")
+    h.add_argument("--max-restarts", type=int, default=3, metavar="N",
+                   help="when the model process dies (killed, out of memory), a new one is started, after a back-off "
+                        "of 1, 2, 4… s; after more than N deaths within 10 minutes the app gives up: every race gets "
+                        "an error and GET /healthz answers 503, for a host to restart the app (default: %(default)s; "
+                        "0: never restart)")
     h.add_argument("--race-log", type=Path, default=None, metavar="FILE",
                    help="append one JSON line per ended race (the 'Run data' JSON, the prompt and the wall time)")
     h.add_argument("--max-sessions", type=int, default=100, metavar="N",  # app.ui.MAX_SESSIONS
@@ -128,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = p.add_argument_group("launch check (dart_core.preflight: always run, before any weight is read)")
     c.add_argument("--check", action=argparse.BooleanOptionalAction, default=False,
                    help="print the plan (what loads from where, file sizes, dtype, device, memory against free "
-                        "memory, the N-gram file, the port) and exit: 0 when it is sound, 2 with its problems")
+                        "memory, the N-gram file, the port; what it did not read, such as tensor data, is named as not "
+                        "read) and exit: 0 when it found no problem, 2 with its problems")
     c.add_argument("--download", action=argparse.BooleanOptionalAction, default=False,
                    help="fetch exactly the files the plan needs from the Hugging Face Hub first (resumable; "
                         "small.trie with --use-small-ngram, else full.trie), then serve (or exit, with --check)")
@@ -194,6 +200,15 @@ def short(ref: str | None) -> str:
         return ref
 
 
+def origin(ref: str | None) -> str:
+    """`` (what its weights are)`` for a packaged target whose weights are not the original's (the page's
+    header says so: SmolLM2 comes dequantized from a Q4_1 GGUF), else nothing."""
+    from dart_core.loading.packaged import packaged_model
+
+    spec = packaged_model(ref)
+    return f" ({spec.origin})" if spec is not None and spec.origin else ""
+
+
 def bundle_examples(bundle: Bundle, limit: int = 4) -> list[tuple[str, str]]:
     """``limit`` of the bundle's held-out prompts: for a chat bundle one per category first, labelled
     "category: the question…"; for the toy the first ones, labelled by their source file."""
@@ -253,6 +268,8 @@ def flag_problem(args: argparse.Namespace) -> str | None:
                         ("--threads", args.threads), ("--max-sessions", args.max_sessions)):
         if value is not None and value < 1:
             return f"{flag} must be at least 1, got {value}"
+    if args.max_restarts < 0:
+        return f"--max-restarts must be 0 or more, got {args.max_restarts}"
     if args.race_time_limit is not None and not args.race_time_limit > 0:
         return f"--race-time-limit must be a positive number of seconds, got {args.race_time_limit}"
     if not args.session_ttl > 0:
@@ -270,7 +287,8 @@ def start_engine(args: argparse.Namespace, src: dict[str, Any], loaded: dict[str
     try:
         engine = ProcessEngine(dict(base=src["base"], ngram=src["ngram"], small_ngram=args.use_small_ngram,
                                     device=args.device, dtype=args.dtype, fast_path=args.fast_path, **loaded,
-                                    **dict.fromkeys(src["runners"], True)), threads=args.threads)
+                                    **dict.fromkeys(src["runners"], True)), threads=args.threads,
+                               max_restarts=args.max_restarts)
     except EngineError as e:  # one line naming the file; the traceback only in the debug log (--debug)
         if e.details:
             log.debug("the model process failed to load:\n%s", e.details.rstrip())
@@ -322,7 +340,7 @@ def serve(args: argparse.Namespace, src: dict[str, Any], loaded: dict[str, str],
     info, bundle = engine.info, src["bundle"]
     trees = {k: racer(k).default_settings(info.device) for k in info.drafters}
     examples = bundle_examples(bundle) if bundle is not None else (CHAT_EXAMPLES if chat else [])
-    parts = [f"target {short(src['base'])}"]
+    parts = [f"target {short(src['base'])}{origin(src['base'])}"]
     parts += [f"{label(k)} {short(loaded[k])}" for k in info.drafters]
     parts += [f"N-gram {short(src['ngram'])}"] if info.has_store else []
     parts += [f"{info.device} · {info.dtype} · {'chat' if chat else 'completion'} mode"]
@@ -341,7 +359,7 @@ def serve(args: argparse.Namespace, src: dict[str, Any], loaded: dict[str, str],
     log.info("serving on http://%s:%d%s", host, args.server_port, " (+ a public share link)" if args.share else "")
     try:
         launch(demo, listen=args.listen, port=args.server_port, share=args.share, max_queue=args.max_queue,
-               max_sessions=args.max_sessions)
+               max_sessions=args.max_sessions, ui=ui)
     finally:
         engine.close()
     return 0

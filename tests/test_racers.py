@@ -183,7 +183,7 @@ def test_a_registered_racer_passes_bundle_preflight_and_the_app_check(lookup: Ra
 
     assert main(["--bundle", str(root), "--check", "--device", "cpu", "--server-port", "0"]) == 0
     out = capsys.readouterr().out
-    assert "Lookup drafter:" in out and str(root / "lookup") in out and "The plan is sound" in out
+    assert "Lookup drafter:" in out and str(root / "lookup") in out and "No problem found" in out
 
     (root / "lookup" / "config.json").write_text(json.dumps({"length": "four"}))
     plan = plan_launch(base=bundle.target, drafters={"lookup": str(root / "lookup")}, device="cpu")

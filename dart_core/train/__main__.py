@@ -309,6 +309,9 @@ def main(argv: list[str] | None = None) -> int:
         recipe.data["bundle_bytes"] = _dir_bytes(out)
         recipe.save()
         card = write_model_card(out, recipe)
+        from dart_core.loading.bundle_digests import record_digests
+
+        record_digests(out)  # every model file's sha256 into bundle.json, checked when the bundle is opened
         print(f"[{args.stage}] {recipe.data['bundle_bytes'] / 1e6:.1f} MB in {out}, model card {card} "
               f"({time.perf_counter() - t0:.0f} s)")
     return 0

