@@ -16,7 +16,8 @@ import helpers_trie as H
 import numpy as np
 import pytest
 
-from dart_core import _native, ngram
+from dart_core import _native
+from dart_core.ngram import store as ngram
 from dart_core.ngram.store import NgramFormatError, NgramStore
 
 VOCABS = {

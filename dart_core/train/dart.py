@@ -110,15 +110,15 @@ def train_dart(
     ``model.safetensors`` and ``train_log.jsonl`` in ``out_dir``; returns stats (throughput, last losses,
     held-out eval before/after). ``config`` / ``train``: the budget shared with the other methods (:class:`TrainConfig`
     and its fields by name)."""
-    cfg = (config or TrainConfig()).with_(**train)
+    budget = (config or TrainConfig()).with_(**train)
     prepared = prepare_drafter(
         DartDrafter, "dart", target, sequences, draft_vocab_size=draft_vocab_size, draft_length=draft_length,
-        config_overrides=config_overrides, eos_token_id=eos_token_id, seed=cfg.seed, threads=cfg.threads,
-        device=cfg.device)
+        config_overrides=config_overrides, eos_token_id=eos_token_id, seed=budget.seed, threads=budget.threads,
+        device=budget.device)
 
     def loss_fn(m: Any, f: torch.Tensor, t: torch.Tensor, w: torch.Tensor, g: torch.Generator) -> Any:
         return dart_loss(m, f, t, w, g, anchors_per_window=anchors_per_window, gamma=gamma)
 
-    return fit_drafter("dart", prepared, loss_fn, sequences, eval_sequences, cfg, min_len=draft_length + 3,
+    return fit_drafter("dart", prepared, loss_fn, sequences, eval_sequences, budget, min_len=draft_length + 3,
                        out_dir=out_dir, features=features)
 

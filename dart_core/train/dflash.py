@@ -212,11 +212,11 @@ def train_dflash(
     step's largest cost, 4x cheaper on a CPU with AVX512-BF16; softmax and loss in float32). Saves the published
     format and ``train_log.jsonl`` in ``out_dir``; returns stats. ``config`` / ``train``: the shared budget
     (:class:`TrainConfig`; DFlash's windows default to 128 tokens)."""
-    cfg = (config or TrainConfig(window=128)).with_(**train)
-    window, device = cfg.window, cfg.device
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    seed_everything(cfg.seed)
+    budget = (config or TrainConfig(window=128)).with_(**train)
+    window, device = budget.window, budget.device
+    if budget.threads:
+        torch.set_num_threads(budget.threads)
+    seed_everything(budget.seed)
     if not isinstance(target, TargetModel):
         target = load_frozen_target(target, device=device)
     layer_ids = [i - 1 for i in (features.meta["feature_layers"] if features is not None else target.feature_layers)]
@@ -238,7 +238,7 @@ def train_dflash(
     if window < block_size + 1:
         raise ValueError(f"training window of {window} tokens is too short for block size {block_size}")
     if features is not None:  # the head inputs, not a draft-vocab teacher: the loss scores the full vocabulary
-        source, eval_source = stored_sources(features, window, cfg.eval_windows, device=device)
+        source, eval_source = stored_sources(features, window, budget.eval_windows, device=device)
     else:
         if not sequences:
             raise ValueError("no training sequences")
@@ -254,7 +254,7 @@ def train_dflash(
                            head=head)
 
     stats = train_and_save("dflash", model, source, eval_source, loss_fn, out,
-                           lambda: save_dflash(model, cfg_dict, out), **cfg.loop())
+                           lambda: save_dflash(model, cfg_dict, out), **budget.loop())
     stats.update(block_size=block_size, mask_token_id=mask_token_id, target_layer_ids=layer_ids,
                  anchors_per_window=anchors_per_window, gamma=gamma, head_dtype=str(head_dtype).removeprefix("torch."))
     return stats

@@ -90,14 +90,14 @@ def train_eagle3(
     as :func:`dart_core.train.dart.train_dart`. Saves the published format (fp16) + ``train_log.jsonl``."""
     if ttt_steps < 1:
         raise ValueError(f"ttt_steps must be >= 1, got {ttt_steps}")
-    cfg = (config or TrainConfig()).with_(**train)
+    budget = (config or TrainConfig()).with_(**train)
     prepared = prepare_drafter(
         Eagle3Drafter, "eagle3", target, sequences, draft_vocab_size=draft_vocab_size, draft_length=None,
-        config_overrides=config_overrides, eos_token_id=eos_token_id, seed=cfg.seed, threads=cfg.threads,
-        device=cfg.device)
+        config_overrides=config_overrides, eos_token_id=eos_token_id, seed=budget.seed, threads=budget.threads,
+        device=budget.device)
 
     def loss_fn(m: Any, f: torch.Tensor, t: torch.Tensor, w: torch.Tensor, g: torch.Generator) -> Any:
         return eagle3_loss(m, f, t, w, g, ttt_steps=ttt_steps)
 
-    return fit_drafter("eagle3", prepared, loss_fn, sequences, eval_sequences, cfg, min_len=ttt_steps + 3,
+    return fit_drafter("eagle3", prepared, loss_fn, sequences, eval_sequences, budget, min_len=ttt_steps + 3,
                        out_dir=out_dir, features=features)
