@@ -46,7 +46,7 @@ def ensure_packaged_models() -> None:
     GGUF file; the package's own runtime, llama.cpp, is never imported)."""
     import importlib.util
 
-    from dart_core.packaged import PACKAGED_MODELS
+    from dart_core.loading.packaged import PACKAGED_MODELS
 
     for spec in PACKAGED_MODELS:
         if importlib.util.find_spec(spec.module) is None:

@@ -21,8 +21,8 @@ from typing import Any
 
 from app import setup_logging
 from dart_core.bundle import Bundle, BundleError, default_bundle_dir, open_bundle
-from dart_core.racers import BASELINE, drafting_racers, label, racer, runner_racers
-from dart_core.target import FAST_PATH_ROWS
+from dart_core.engine.target import FAST_PATH_ROWS
+from dart_core.racers.registry import BASELINE, drafting_racers, label, racer, runner_racers
 
 REPO = Path(__file__).resolve().parent.parent
 COMPLETION_TEMPLATES = ("raw", "none", "completion")
@@ -190,7 +190,7 @@ def short(ref: str | None) -> str:
     """A packaged model by its name, a path inside the repo relative to it; Hub ids as they are."""
     if ref is None:
         return "–"
-    from dart_core.packaged import packaged_model
+    from dart_core.loading.packaged import packaged_model
 
     spec = packaged_model(ref)
     if spec is not None:
@@ -204,7 +204,7 @@ def short(ref: str | None) -> str:
 def origin(ref: str | None) -> str:
     """`` (what its weights are)`` for a packaged target whose weights are not the original's (the page's
     header says so: SmolLM2 comes dequantized from a Q4_1 GGUF), else nothing."""
-    from dart_core.packaged import packaged_model
+    from dart_core.loading.packaged import packaged_model
 
     spec = packaged_model(ref)
     return f" ({spec.origin})" if spec is not None and spec.origin else ""
@@ -228,6 +228,8 @@ def bundle_examples(bundle: Bundle, limit: int = 4) -> list[tuple[str, str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The app's start, in its phases: the flags and the models they name, the launch check, the model process,
+    the page's mode and config, a warm-up race, then serving."""
     args = build_parser().parse_args(argv)
     log = setup_logging(debug=args.debug)
     try:
@@ -241,32 +243,45 @@ def main(argv: list[str] | None = None) -> int:
     log.info("checking target %s%s%s", short(src["base"]),
              "".join(f", {label(k)} {short(v)}" for k, v in loaded.items()),
              f", N-gram {short(src['ngram'])}" if src["ngram"] else "")
-
-    for flag, value in (("--max-new-tokens-limit", args.max_new_tokens_limit), ("--max-queue", args.max_queue),
-                        ("--threads", args.threads), ("--max-sessions", args.max_sessions)):
-        if value is not None and value < 1:
-            print(f"error: {flag} must be at least 1, got {value}", file=sys.stderr)
-            return 2
-    if args.max_restarts < 0:
-        print(f"error: --max-restarts must be 0 or more, got {args.max_restarts}", file=sys.stderr)
-        return 2
-    if args.race_time_limit is not None and not args.race_time_limit > 0:
-        print(f"error: --race-time-limit must be a positive number of seconds, got {args.race_time_limit}",
-              file=sys.stderr)
-        return 2
-    if not args.session_ttl > 0:
-        print(f"error: --session-ttl must be a positive number of seconds, got {args.session_ttl}", file=sys.stderr)
+    problem = flag_problem(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     # every piece found, fitting each other, the device and its memory, the port: all before any weight loads
-    from dart_core.preflight import run_app_check
+    from app.launch_check import run_app_check
 
     stop = run_app_check(args, src)
     if stop is not None:
         return stop
+    engine = start_engine(args, src, loaded, log)
+    if engine is None:
+        return 2
+    chat = chat_mode(args, src, engine)
+    if chat is None:
+        engine.close()
+        return 2
+    return serve(args, src, loaded, engine, chat, log)
 
-    from app.engine import EngineError, ProcessEngine, warm_up
-    from app.race import RaceSettings
-    from app.ui import AppConfig, ArenaUI, encode, launch
+
+def flag_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the host's limits (a count below 1, a time limit that is not positive), or None."""
+    for flag, value in (("--max-new-tokens-limit", args.max_new_tokens_limit), ("--max-queue", args.max_queue),
+                        ("--threads", args.threads), ("--max-sessions", args.max_sessions)):
+        if value is not None and value < 1:
+            return f"{flag} must be at least 1, got {value}"
+    if args.max_restarts < 0:
+        return f"--max-restarts must be 0 or more, got {args.max_restarts}"
+    if args.race_time_limit is not None and not args.race_time_limit > 0:
+        return f"--race-time-limit must be a positive number of seconds, got {args.race_time_limit}"
+    if not args.session_ttl > 0:
+        return f"--session-ttl must be a positive number of seconds, got {args.session_ttl}"
+    return None
+
+
+def start_engine(args: argparse.Namespace, src: dict[str, Any], loaded: dict[str, str],
+                 log: logging.Logger) -> Any:
+    """The model process, loaded (None after printing why it could not load), with warnings for what is missing."""
+    from app.engine import EngineError, ProcessEngine
 
     # the model loads and runs in a process of its own: the page's work never stalls a step (app.engine)
     t0 = time.perf_counter()
@@ -280,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
             log.debug("the model process failed to load:\n%s", e.details.rstrip())
         hint = "" if e.known or args.debug else " (--debug shows the traceback)"
         print(f"error: {e}{hint}", file=sys.stderr, flush=True)
-        return 2
+        return None
     info = engine.info
     for r in drafting_racers():
         if not r.opt_in and r.key not in info.drafters:
@@ -290,33 +305,46 @@ def main(argv: list[str] | None = None) -> int:
     if searching and not info.has_store:
         log.warning("no N-gram store given (--ngram-model-name-or-path): the tree search of %s runs without it",
                     " and ".join(searching))
-    device, dtype = info.device, info.dtype
-    log.info("loaded in %.1f s on %s (%s, %d CPU thread%s)", time.perf_counter() - t0, device, dtype, info.threads,
-             "" if info.threads == 1 else "s")
+    log.info("loaded in %.1f s on %s (%s, %d CPU thread%s)", time.perf_counter() - t0, info.device, info.dtype,
+             info.threads, "" if info.threads == 1 else "s")
+    return engine
 
+
+def chat_mode(args: argparse.Namespace, src: dict[str, Any], engine: Any) -> bool | None:
+    """Whether the page chats (the tokenizer's chat template) or continues text; None after printing why the
+    asked-for template cannot be used."""
     template = args.template_name.lower()
     has_template = bool(getattr(engine.tokenizer, "chat_template", None))
     bundle: Bundle | None = src["bundle"]
     if template in COMPLETION_TEMPLATES:
-        chat = False
-    elif template == "auto" and bundle is not None and not bundle.chat:
-        chat = False  # a completion-mode bundle (the toy)
-    elif template == "auto" and bundle is None:
-        chat = has_template
-    elif not has_template:
+        return False
+    if template == "auto" and bundle is not None and not bundle.chat:
+        return False  # a completion-mode bundle (the toy)
+    if template == "auto" and bundle is None:
+        return has_template
+    if not has_template:
         print(f"error: --template-name {args.template_name}: the tokenizer of {short(src['base'])} has no chat "
               "template; use --template-name raw for completion mode", file=sys.stderr)
-        engine.close()
-        return 2
-    else:
-        chat = True
+        return None
+    return True
 
-    trees = {k: racer(k).default_settings(device) for k in info.drafters}
+
+def serve(args: argparse.Namespace, src: dict[str, Any], loaded: dict[str, str], engine: Any, chat: bool,
+          log: logging.Logger) -> int:
+    """The page's config, a warm-up race (not shown), then the page served until the server stops."""
+    from app.engine import warm_up
+    from app.page import encode
+    from app.race import RaceSettings
+    from app.serve import launch
+    from app.ui import AppConfig, ArenaUI
+
+    info, bundle = engine.info, src["bundle"]
+    trees = {k: racer(k).default_settings(info.device) for k in info.drafters}
     examples = bundle_examples(bundle) if bundle is not None else (CHAT_EXAMPLES if chat else [])
     parts = [f"target {short(src['base'])}{origin(src['base'])}"]
     parts += [f"{label(k)} {short(loaded[k])}" for k in info.drafters]
     parts += [f"N-gram {short(src['ngram'])}"] if info.has_store else []
-    parts += [f"{device} · {dtype} · {'chat' if chat else 'completion'} mode"]
+    parts += [f"{info.device} · {info.dtype} · {'chat' if chat else 'completion'} mode"]
     config = AppConfig(chat=chat, max_new_tokens=args.max_new_tokens, max_length=args.max_length, trees=trees,
                        examples=examples, subtitle=" · ".join(parts), max_new_tokens_limit=args.max_new_tokens_limit,
                        time_limit_s=args.race_time_limit, race_log=args.race_log, max_sessions=args.max_sessions,

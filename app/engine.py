@@ -4,7 +4,7 @@ and be billed to it. In one Python process the server and the model share the GI
 work per update made every step slower and compressed each speedup toward 1×.
 
 The engine process loads the arena, runs one race at a time and streams compact records — each
-:class:`~dart_core.generate.Step` and the lanes' states — back through a pipe; the server keeps the
+:class:`~dart_core.engine.loop.Step` and the lanes' states — back through a pipe; the server keeps the
 :class:`~app.race.Scoreboard` (a :class:`RemoteRace`), renders it as it likes, and asks the engine to stop a race
 between two steps. :class:`LocalEngine` runs races in this process instead (the tests, and racers registered at
 run time, which a fresh process would not know). No Gradio here.
@@ -30,15 +30,15 @@ from typing import Any
 import torch
 
 from app.race import Lane, Race, RaceSettings, Scoreboard
-from dart_core.generate import Step
-from dart_core.timing import threads_leaving_a_core
+from dart_core.engine.loop import Step
+from dart_core.engine.timing import threads_leaving_a_core
 
 log = logging.getLogger("dart_arena.app")
 
 # The messages between server and engine process (tuples, first item the kind):
 #   server -> engine: ("race", id, methods, prompts, settings) | ("stop", id) | ("quit",)
 #   engine -> server: ("ready", EngineInfo, tokenizer) | ("error", message, traceback, known)
-#                     (message: one line, see dart_core.errors.describe; known: a LoadError or another of the
+#                     (message: one line, see dart_core.loading.errors.describe; known: a LoadError or another of the
 #                     project's errors, whose message suffices)
 #                     ("step", id, method, Step, states) | ("end", id, states, limit)
 # ``states`` is {method: (status, error)} for every lane of the race.
@@ -202,9 +202,9 @@ class RemoteRace(Scoreboard):
 class ProcessEngine:
     """The arena loaded and raced in a child process (``spawn``: a clean interpreter, no forked threads).
 
-    ``load`` holds :func:`~dart_core.models.load_arena`'s arguments; ``threads``, PyTorch's CPU threads there
-    (default on a CPU: one per core but one, :func:`~dart_core.timing.threads_leaving_a_core`, so the server and a
-    browser on the same machine never take a core the model's steps wait for). The constructor returns once the
+    ``load`` holds :func:`~dart_core.arena.load_arena`'s arguments; ``threads``, PyTorch's CPU threads there
+    (default on a CPU: one per core but one, :func:`~dart_core.engine.timing.threads_leaving_a_core`, so the server
+    and a browser on the same machine never take a core the model's steps wait for). The constructor returns once the
     models are loaded (an :class:`EngineError` says why they are not); :meth:`race` then gives
     :class:`RemoteRace` objects.
 
@@ -405,8 +405,8 @@ def serve(conn: Any, load: dict[str, Any], threads: int | None = None) -> None:
     the step under way, or between two chunks of a long prompt's prefill (``Race.interrupted``)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the server decides, we follow
     from app import setup_logging
-    from dart_core.errors import close_progress_bars, describe
-    from dart_core.models import load_arena
+    from dart_core.arena import load_arena
+    from dart_core.loading.errors import close_progress_bars, describe
 
     setup_logging()
     try:

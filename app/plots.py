@@ -14,8 +14,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from app.race import Lane
-from dart_core.racers import BASELINE, label
-from dart_core.racers import color as racer_color
+from dart_core.racers.registry import BASELINE, label
+from dart_core.racers.registry import color as racer_color
 
 TEXT = "#374151"  # light theme; style.css overrides it under .dark
 GRID = "rgba(128, 128, 128, 0.22)"

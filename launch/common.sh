@@ -3,7 +3,7 @@
 # (a venv you keep yourself). A script's defaults (LAUNCH_DEFAULTS) come first and its extra arguments last, so an
 # explicit flag always wins (e.g. --server-port 8000, --device auto, --no-compare-eagle3, --no-listen, --no-share).
 # --help prints the defaults the script passes, then python -m app's help; --check prints the launch plan and
-# exits without loading (dart_core/preflight.py); --download fetches exactly what the plan needs, then serves.
+# exits without loading (dart_core/preflight/); --download fetches exactly what the plan needs, then serves.
 LAUNCH_DEFAULTS=()
 
 run_app() {

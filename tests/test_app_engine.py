@@ -18,8 +18,8 @@ from helpers_app import BUNDLE, held_out_prompt
 
 from app.engine import EngineError, LocalEngine, ProcessEngine
 from app.race import RaceSettings
-from dart_core.racers import racer
-from dart_core.timing import threads_leaving_a_core
+from dart_core.engine.timing import threads_leaving_a_core
+from dart_core.racers.registry import racer
 
 if not (BUNDLE / "target" / "config.json").is_file():
     pytest.skip("the embedded bundle assets/tiny is missing", allow_module_level=True)
@@ -42,7 +42,7 @@ def prompts(engine: Any, i: int) -> dict[str, list[int]]:
 
 
 def test_races_in_the_engine_process_equal_races_here(engine: ProcessEngine) -> None:
-    from dart_core.models import load_arena
+    from dart_core.arena import load_arena
 
     assert engine.pid != os.getpid()
     assert engine.info.methods == ["dart", "eagle3", "ar"] and engine.info.has_store

@@ -15,8 +15,9 @@ import pytest
 from helpers_app import BUNDLE, held_out_prompt
 
 from app.engine import LocalEngine
-from app.ui import AppConfig, ArenaUI, new_conversation
-from dart_core.bench.app import read_race_log
+from app.page import new_conversation
+from app.ui import AppConfig, ArenaUI
+from dart_core.bench.in_app import read_race_log
 
 if not (BUNDLE / "target" / "config.json").is_file():
     pytest.skip("the embedded bundle assets/tiny is missing", allow_module_level=True)
@@ -31,7 +32,7 @@ def controls(max_new_tokens: int) -> tuple:
 
 @pytest.fixture(scope="module")
 def arena() -> Any:
-    from dart_core.models import load_arena
+    from dart_core.arena import load_arena
 
     return load_arena(BUNDLE / "target", dart=BUNDLE / "dart", eagle3=BUNDLE / "eagle3",
                       ngram=BUNDLE / "ngram" / "small.ngram", device="cpu", progress=False)
@@ -110,7 +111,7 @@ def ui_page_updates(ui: ArenaUI, update: Any) -> dict[str, Any]:
     """The outputs an update sets, by field name (what ``Page.updates`` turns into Gradio's dict)."""
     from dataclasses import fields
 
-    from app.ui import KEEP
+    from app.page import KEEP
 
     return {f.name: getattr(update, f.name) for f in fields(update)
             if getattr(update, f.name) is not KEEP and getattr(update, f.name) != {}}

@@ -22,7 +22,7 @@ import httpx
 import pytest
 from helpers_app import BUNDLE, held_out_prompt, running_app
 
-from dart_core.racers import racer
+from dart_core.racers.registry import racer
 
 SEED = 20240515
 REQUESTS = 520

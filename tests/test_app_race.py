@@ -16,10 +16,10 @@ from helpers_app import BUNDLE, held_out_prompt
 
 from app import plots, render
 from app.race import PromptError, Race, RaceSettings, check_prompt, context_limit
-from dart_core.generate import Step, summarize
-from dart_core.greedy_check import Verdict
-from dart_core.racers import racer
-from dart_core.tree import DraftTree
+from dart_core.engine.greedy_check import Verdict
+from dart_core.engine.loop import Step, summarize
+from dart_core.engine.tree import DraftTree
+from dart_core.racers.registry import racer
 
 if not (BUNDLE / "target" / "config.json").is_file():
     pytest.skip("the embedded bundle assets/tiny is missing", allow_module_level=True)
@@ -157,7 +157,7 @@ def test_unknown_method_and_bad_prompts_are_clear_errors() -> None:
 # ------------------------------------------------------------------------------------------ the bundle
 @pytest.fixture(scope="module")
 def arena() -> Any:
-    from dart_core.models import load_arena
+    from dart_core.arena import load_arena
 
     return load_arena(BUNDLE / "target", dart=BUNDLE / "dart", eagle3=BUNDLE / "eagle3",
                       ngram=BUNDLE / "ngram" / "small.ngram", device="cpu", progress=False)

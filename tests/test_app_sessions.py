@@ -15,7 +15,9 @@ from helpers_app import BUNDLE, free_port, held_out_prompt
 
 import app.ui
 from app.engine import LocalEngine
-from app.ui import AppConfig, ArenaUI, LiveRace, launch
+from app.live import LiveRace
+from app.serve import launch
+from app.ui import AppConfig, ArenaUI
 
 gradio_client = pytest.importorskip("gradio_client")
 
@@ -30,7 +32,7 @@ STATUS = 1  # the status banner among the outputs a client sees
 
 @pytest.fixture(scope="module")
 def served() -> Iterator[tuple[ArenaUI, Any, str]]:
-    from dart_core.models import load_arena
+    from dart_core.arena import load_arena
 
     arena = load_arena(BUNDLE / "target", dart=BUNDLE / "dart", eagle3=BUNDLE / "eagle3",
                        ngram=BUNDLE / "ngram" / "small.ngram", device="cpu", progress=False)

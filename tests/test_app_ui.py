@@ -13,7 +13,9 @@ import pytest
 from helpers_app import BUNDLE, held_out_prompt
 
 from app.engine import LocalEngine
-from app.ui import KEEP, AppConfig, ArenaUI, LiveRace, encode, new_conversation
+from app.live import LiveRace
+from app.page import KEEP, encode, new_conversation
+from app.ui import AppConfig, ArenaUI
 
 if not (BUNDLE / "target" / "config.json").is_file():
     pytest.skip("the embedded bundle assets/tiny is missing", allow_module_level=True)
@@ -30,7 +32,7 @@ def controls(max_new_tokens: int) -> tuple:
 
 @pytest.fixture(scope="module")
 def arena() -> Any:
-    from dart_core.models import load_arena
+    from dart_core.arena import load_arena
 
     return load_arena(BUNDLE / "target", dart=BUNDLE / "dart", eagle3=BUNDLE / "eagle3",
                       ngram=BUNDLE / "ngram" / "small.ngram", device="cpu", progress=False)
@@ -323,7 +325,7 @@ def test_hf_generate_races_as_a_column_of_its_own() -> None:
     """``--compare-hf``: transformers' own generate() gets a column; it streams token by token, prints AR's
     greedy output, and the page's check says so; the flag reaches the model loader."""
     from app.__main__ import build_parser, resolve
-    from dart_core.models import load_arena
+    from dart_core.arena import load_arena
 
     args = build_parser().parse_args(["--bundle", str(BUNDLE), "--compare-hf"])
     assert resolve(args)["runners"] == ["hf"]

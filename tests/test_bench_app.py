@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from dart_core.bench import app as bench_app
+from dart_core.bench import drive
+from dart_core.bench import in_app as bench_app
 from dart_core.bench.__main__ import main as bench_main
 from dart_core.bench.e2e import BenchError, Sources
 
@@ -71,7 +72,7 @@ def write_inputs(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_figures_ratios_and_verdicts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log, report_path = write_inputs(tmp_path)
-    races = bench_app.read_race_log(log)
+    races = drive.read_race_log(log)
     report = json.loads(report_path.read_text(encoding="utf-8"))
     assert len(races) == 2
     assert bench_app.check_same_work(races, report, PROMPTS, max_new_tokens=30) == []
@@ -155,8 +156,8 @@ def test_bad_race_log_line(tmp_path: Path) -> None:
     log = tmp_path / "race-log.jsonl"
     log.write_text(json.dumps(race_log()[0]) + "\n{\"prompt\": \"x\"}\n", encoding="utf-8")
     with pytest.raises(BenchError, match=r"race-log\.jsonl:2: not a race-log line"):
-        bench_app.read_race_log(log)
-    assert bench_app.read_race_log(tmp_path / "missing.jsonl") == []
+        drive.read_race_log(log)
+    assert drive.read_race_log(tmp_path / "missing.jsonl") == []
 
 
 def test_app_command_is_accepted_by_the_app(tmp_path: Path) -> None:

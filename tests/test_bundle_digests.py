@@ -1,7 +1,7 @@
-"""Issue 24: a bundle's files are checked against the sha256 its ``bundle.json`` records (``dart_core.bundle_digests``),
-once, then cached by size and modification time; flipped bits in a drafter's tensor data (which safetensors cannot
-notice) are refused with a message naming the file; ``--check`` names what it did not read as not read, never as
-sound (a NaN-filled drafter, an N-gram file of random bytes)."""
+"""Issue 24: a bundle's files are checked against the sha256 its ``bundle.json`` records
+(``dart_core.loading.bundle_digests``), once, then cached by size and modification time; flipped bits in a drafter's
+tensor data (which safetensors cannot notice) are refused with a message naming the file; ``--check`` names what it
+did not read as not read, never as sound (a NaN-filled drafter, an N-gram file of random bytes)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from helpers_app import BUNDLE, REPO
 from safetensors.torch import load_file, save_file
 
 from dart_core.bundle import BundleError, open_bundle
-from dart_core.bundle_digests import loaded_files, record_digests, verify_digests
+from dart_core.loading.bundle_digests import loaded_files, record_digests, verify_digests
 
 if not (BUNDLE / "bundle.json").is_file():
     pytest.skip("the embedded bundle assets/tiny is missing", allow_module_level=True)

@@ -25,10 +25,10 @@ from dart_core.drafters.dflash import (
     DFlashTreeSettings,
     default_target_layer_ids,
 )
-from dart_core.errors import LoadError
-from dart_core.generate import generate, stream, summarize
-from dart_core.target import TargetModel
-from dart_core.verify import SamplingConfig, processed_probs
+from dart_core.engine.loop import generate, stream, summarize
+from dart_core.engine.target import TargetModel
+from dart_core.engine.verify import SamplingConfig, processed_probs
+from dart_core.loading.errors import LoadError
 
 V, H, L, NEW = 97, 32, 8, 40
 
@@ -404,7 +404,7 @@ def test_proposal_head_is_bf16_on_a_cpu_with_native_bf16(tmp_path: Path, qwen: t
     prompt = [3, 17, 5, 9, 22, 41]
     state, st = drafter.new_state(), target.new_state()
     _, feats = target.prefill(st, torch.tensor([prompt]), layers=drafter.feature_layers)
-    from dart_core.drafters.interface import DraftInput
+    from dart_core.engine.drafter import DraftInput
 
     step = DraftInput(features=feats, token_ids=torch.tensor([*prompt[1:], 7]),
                       context=np.array([*prompt, 7], dtype=np.int32))

@@ -80,3 +80,69 @@ def test_every_cited_markdown_file_exists():
                 missing.append(f"{path.relative_to(ROOT)}:{lineno}: {ref}")
     assert cited > 0
     assert not missing, "cited Markdown files that do not exist:\n" + "\n".join(missing)
+
+
+# ------------------------------------------------------------------------------------------ the docs stay true
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "native" / "README.md"]
+# a file (with a suffix) or a folder (a trailing slash) under one of the code folders; globs and templates skipped
+CODE_PATH = re.compile(r"(?<![\w./-])((?:dart_core|app|scripts|launch|tests)/[\w./*{}<>,-]*(?:\.\w+|/))")
+PYTHON_M = re.compile(r"python -m ((?:dart_core|app)[\w.]*)")
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def test_every_cited_code_path_exists() -> None:
+    """``dart_core/engine/loop.py``, ``app/ui.py``, ``dart_core/preflight/``: what the docs name is there."""
+    missing = []
+    for doc in DOCS:
+        for lineno, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
+            for ref in CODE_PATH.findall(URL.sub(" ", line)):
+                ref = ref.rstrip(".")
+                if any(c in ref for c in "*{}<>,") or ref.startswith("tests/artifacts"):  # a glob; made by the tests
+                    continue
+                if not (ROOT / ref).exists():
+                    missing.append(f"{doc.relative_to(ROOT)}:{lineno}: {ref}")
+    assert not missing, "cited paths that do not exist:\n" + "\n".join(missing)
+
+
+def test_every_link_resolves() -> None:
+    """Every relative Markdown link of the README and the notes points at a file of the repository."""
+    broken = []
+    for doc in DOCS:
+        for lineno, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
+            for target in LINK.findall(line):
+                if URL.match(target) or target.startswith("mailto:"):
+                    continue
+                if not (doc.parent / target).exists():
+                    broken.append(f"{doc.relative_to(ROOT)}:{lineno}: {target}")
+    assert not broken, "links to nowhere:\n" + "\n".join(broken)
+
+
+def test_every_documented_command_line_exists() -> None:
+    """Each ``python -m <module>`` the docs show is a module that runs (a package's ``__main__`` or a module)."""
+    import importlib.util
+
+    missing = []
+    for doc in DOCS:
+        for module in sorted(set(PYTHON_M.findall(doc.read_text(encoding="utf-8")))):
+            module = module.rstrip(".")
+            spec = importlib.util.find_spec(module)
+            if spec is None or (spec.submodule_search_locations is not None
+                                and importlib.util.find_spec(f"{module}.__main__") is None):
+                missing.append(f"{doc.relative_to(ROOT)}: python -m {module}")
+    assert not missing, "documented command lines with no module:\n" + "\n".join(missing)
+
+
+def test_the_readme_python_examples_import() -> None:
+    """The names the README's Python examples import exist where it says (the examples themselves need a
+    download: their imports are what a refactoring can break)."""
+    import importlib
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert blocks, "the README shows no Python"
+    imports = [m for block in blocks for m in re.findall(r"^from (\S+) import (.+)$", block, flags=re.M)]
+    assert any(module == "dart_core" for module, _ in imports)
+    for module, names in imports:
+        mod = importlib.import_module(module)
+        for name in (n.strip() for n in names.split(",")):
+            assert hasattr(mod, name), f"README: from {module} import {name}"

@@ -14,9 +14,9 @@ import torch
 
 from dart_core.drafters.dart import DartDrafter, DartSettings
 from dart_core.drafters.eagle3 import Eagle3Drafter
-from dart_core.drafters.interface import DraftInput
 from dart_core.drafters.layers import KVCache
-from dart_core.hub import HubFileError
+from dart_core.engine.drafter import DraftInput
+from dart_core.loading.hub import HubFileError
 
 V, H = 97, 32
 

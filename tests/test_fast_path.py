@@ -15,9 +15,9 @@ from test_target import reference as full_forward
 
 from dart_core.drafters.dart import DartSettings
 from dart_core.drafters.eagle3 import Eagle3Settings
-from dart_core.generate import generate
-from dart_core.target import TargetModel
-from dart_core.tree import DraftTree
+from dart_core.engine.loop import generate
+from dart_core.engine.target import TargetModel
+from dart_core.engine.tree import DraftTree
 
 
 def static_target(family: str, capacity: int = 128, *, padded: bool = False,

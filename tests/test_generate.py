@@ -16,11 +16,11 @@ from transformers import AutoModelForCausalLM, Qwen3Config
 
 from dart_core.drafters.dart import DartDrafter, DartSettings
 from dart_core.drafters.eagle3 import Eagle3Drafter, Eagle3Settings
-from dart_core.generate import generate, stream, summarize
-from dart_core.ngram import NgramStore
-from dart_core.target import TargetModel
-from dart_core.tree import DraftTree
-from dart_core.verify import SamplingConfig, processed_probs
+from dart_core.engine.loop import generate, stream, summarize
+from dart_core.engine.target import TargetModel
+from dart_core.engine.tree import DraftTree
+from dart_core.engine.verify import SamplingConfig, processed_probs
+from dart_core.ngram.store import NgramStore
 
 V, H, NEW = 97, 32, 64
 N_PROMPTS = 20
@@ -244,8 +244,8 @@ def test_sampling_keeps_target_distribution(tmp_path: Path) -> None:
 def test_tree_defaults_per_device_and_overrides() -> None:
     import argparse
 
-    from dart_core.generate_cli import add_tree_arguments, tree_settings
-    from dart_core.racers import racer
+    from dart_core.generate.__main__ import add_tree_arguments, tree_settings
+    from dart_core.racers.registry import racer
 
     dart, eagle3 = racer("dart"), racer("eagle3")
     assert (dart.default_settings("cuda"), eagle3.default_settings("cuda")) == (DartSettings(), Eagle3Settings())

@@ -9,9 +9,9 @@ import pytest
 import torch
 from test_generate import make_target, prompts, reference
 
-from dart_core.generate import generate
-from dart_core.hf_generate import stream_hf_generate
-from dart_core.target import TargetModel
+from dart_core.engine.loop import generate
+from dart_core.engine.target import TargetModel
+from dart_core.racers.hf_generate import stream_hf_generate
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from dart_core.hub import HubFileError, load_tensor, looks_local, resolve_file, resolve_first
+from dart_core.loading.hub import HubFileError, load_tensor, looks_local, resolve_file, resolve_first
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 

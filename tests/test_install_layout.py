@@ -40,7 +40,7 @@ def _run(code: str, path: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def test_package_without_native_core_says_what_is_wrong(tmp_path: Path) -> None:
     pkg = _copy_package(tmp_path / "src", with_native=False)
-    out = _run("import dart_core.ngram", tmp_path / "src", tmp_path)
+    out = _run("import dart_core.ngram.store", tmp_path / "src", tmp_path)
     assert out.returncode != 0
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError: dart_core was imported from ")
@@ -55,7 +55,7 @@ def test_a_source_tree_shadowing_an_install_is_named(tmp_path: Path) -> None:
     (tmp_path / "repo" / "native").mkdir()
     (tmp_path / "repo" / "native" / "CMakeLists.txt").write_text("")
     installed = _copy_package(tmp_path / "site", with_native=True)
-    out = _run("import dart_core.tree_search", tmp_path / "site", tmp_path / "repo")  # cwd first on sys.path
+    out = _run("import dart_core.ngram.search", tmp_path / "site", tmp_path / "repo")  # cwd first on sys.path
     last = out.stderr.strip().splitlines()[-1]
     assert out.returncode != 0 and "(this is the source tree)" in last
     assert f"it shadows the installed dart_core in {installed}" in last
@@ -63,9 +63,9 @@ def test_a_source_tree_shadowing_an_install_is_named(tmp_path: Path) -> None:
 
 def test_package_with_native_core_imports(tmp_path: Path) -> None:
     _copy_package(tmp_path / "site", with_native=True)
-    out = _run("import dart_core.ngram as n; print(n.__file__)", tmp_path / "site", tmp_path)
+    out = _run("import dart_core.ngram.store as n; print(n.__file__)", tmp_path / "site", tmp_path)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == str(tmp_path / "site" / "dart_core" / "ngram.py")
+    assert out.stdout.strip() == str(tmp_path / "site" / "dart_core" / "ngram" / "store.py")
 
 
 def test_installed_package_without_assets_says_where_to_get_the_bundle(tmp_path: Path) -> None:

@@ -22,9 +22,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from dart_core.bundle_digests import record_digests
-from dart_core.errors import LoadError, as_load_error, describe, one_line, report_error
-from dart_core.models import load_arena
+from dart_core.arena import load_arena
+from dart_core.loading.bundle_digests import record_digests
+from dart_core.loading.errors import LoadError, as_load_error, describe, one_line, report_error
 
 REPO = Path(__file__).resolve().parent.parent
 BUNDLE = REPO / "assets" / "tiny"
@@ -168,7 +168,7 @@ def test_an_unknown_error_is_one_line_with_a_hint_and_the_traceback_only_with_de
 
 
 def test_target_lm_head_with_inf_is_refused_by_name() -> None:
-    from dart_core.checkpoint_files import check_finite
+    from dart_core.loading.target_files import check_finite
 
     model = C.tiny_qwen3()  # lm_head not tied to the embedding
     check_finite(model, "/nowhere")
@@ -179,7 +179,7 @@ def test_target_lm_head_with_inf_is_refused_by_name() -> None:
 
 
 def test_sharded_target_names_the_shard_or_the_index(tmp_path: Path) -> None:
-    from dart_core.models import load_target
+    from dart_core.arena import load_target
 
     model = C.tiny_qwen3()
     with torch.no_grad():

@@ -12,10 +12,11 @@ import helpers_trie as T
 import pytest
 import torch
 
-from dart_core.generate_cli import main as cli
-from dart_core.hub import HubFileError
-from dart_core.models import DartModel, load_arena, load_ngram, load_target, stop_token_ids
-from dart_core.ngram import NgramStore
+from dart_core.arena import load_arena, load_ngram, load_target, stop_token_ids
+from dart_core.compat import DartModel
+from dart_core.generate.__main__ import main as cli
+from dart_core.loading.hub import HubFileError
+from dart_core.ngram.store import NgramStore
 
 
 @pytest.fixture(scope="module")

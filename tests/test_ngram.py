@@ -12,8 +12,8 @@ import helpers_trie as H
 import numpy as np
 import pytest
 
-from dart_core.ngram import NgramFormatError, NgramStore, build_to_file
-from dart_core.ngram_cli import main as cli
+from dart_core.ngram.__main__ import main as cli
+from dart_core.ngram.store import NgramFormatError, NgramStore, build_to_file
 
 
 def _bits(a: np.ndarray) -> list[int]:

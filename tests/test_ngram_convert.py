@@ -16,8 +16,9 @@ import helpers_trie as H
 import numpy as np
 import pytest
 
-from dart_core import _native, ngram
-from dart_core.ngram import NgramFormatError, NgramStore
+from dart_core import _native
+from dart_core.ngram import store as ngram
+from dart_core.ngram.store import NgramFormatError, NgramStore
 
 VOCABS = {
     "small": list(range(8)),
@@ -461,7 +462,7 @@ while not Path(sys.argv[1]).exists():
 """
 CACHED = """import sys, time
 from pathlib import Path
-from dart_core.ngram import NgramStore, convert_trie_cached
+from dart_core.ngram.store import NgramStore, convert_trie_cached
 """ + READY_THEN_WAIT + f"""for i in range({ROUNDS}):
     out = convert_trie_cached(Path(sys.argv[2]), cache_dir=Path(sys.argv[3]) / str(i), progress=False)
     NgramStore.load(out, verify=True)
@@ -469,7 +470,7 @@ from dart_core.ngram import NgramStore, convert_trie_cached
 """
 CLI = """import sys, time
 from pathlib import Path
-from dart_core.ngram_cli import main
+from dart_core.ngram.__main__ import main
 """ + READY_THEN_WAIT + f"""for i in range({ROUNDS}):
     if main(["convert", sys.argv[2], "--out", sys.argv[3]]):
         sys.exit(1)

@@ -18,7 +18,7 @@ import helpers_trie as H
 import pytest
 
 from dart_core import _native
-from dart_core.ngram import NgramFormatError, NgramStore
+from dart_core.ngram.store import NgramFormatError, NgramStore
 
 TRIE_CASES = 12000
 STORE_CASES = 30000

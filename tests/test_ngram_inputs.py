@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 from dart_core import _native
-from dart_core.ngram import NgramStore, as_token_array
+from dart_core.ngram.store import NgramStore, as_token_array
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
 
 def _numpy_reference(values: Any, what: str = "tokens") -> np.ndarray:
-    """The validation ``dart_core.ngram.as_token_array`` did in Python before it moved into C++ (the oracle)."""
+    """The validation ``dart_core.ngram.store.as_token_array`` did in Python before it moved into C++ (the oracle)."""
     arr = np.asarray(values)
     if arr.ndim != 1:
         raise ValueError(f"{what} must be a 1-D sequence of token ids, got shape {arr.shape}")

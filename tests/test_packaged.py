@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import torch
 
-from dart_core import packaged
-from dart_core.hub import HubFileError
-from dart_core.packaged import (
+from dart_core.loading import packaged
+from dart_core.loading.hub import HubFileError
+from dart_core.loading.packaged import (
     MANIFEST,
     SMOLLM2,
     PackagedModel,
@@ -341,7 +341,7 @@ def test_concurrent_callers_convert_once(spec: PackagedModel, conversions: list[
 
 
 def test_load_target_uses_the_conversion(spec: PackagedModel, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dart_core.models import load_target
+    from dart_core.arena import load_target
 
     monkeypatch.setattr(packaged, "PACKAGED_MODELS", (spec,))
     target, tok = load_target("TINY", device="cpu")
@@ -393,9 +393,9 @@ def test_the_default_bundle_races_losslessly_on_smollm2(smollm2: Path) -> None:
     on a held-out chat prompt)."""
     from transformers import AutoTokenizer
 
+    from dart_core.arena import load_arena
     from dart_core.bundle import ASSETS, open_bundle
-    from dart_core.generate import summarize
-    from dart_core.models import load_arena
+    from dart_core.engine.loop import summarize
 
     bundle = open_bundle(ASSETS / "smollm2")
     assert set(bundle.drafters) == {"dart", "eagle3", "dflash", "dflash-tree"}

@@ -1,6 +1,7 @@
-"""The launch check (dart_core/preflight.py, ``python -m app --check`` / ``--download``, launch/common.sh): every
-piece a command names is found and checked from listings and metadata alone, all problems come at once with the
-command that fixes each, exit code 2, and nothing is loaded first — the target's loader is never reached."""
+"""The launch check (dart_core/preflight/, app/launch_check.py, ``python -m app --check`` / ``--download``,
+launch/common.sh): every piece a command names is found and checked from listings and metadata alone, all problems
+come at once with the command that fixes each, exit code 2, and nothing is loaded first — the target's loader is
+never reached."""
 
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ from typing import Any
 import pytest
 from helpers_hub import QWEN3_8B, published_cache, snapshot
 
+from app import launch_check
 from app.__main__ import build_parser
-from dart_core import preflight
+from dart_core.preflight import launch, resources, sources
+from dart_core.preflight import plan as plan_mod
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "launch" / "qwen3_8b_app.sh"
@@ -88,7 +91,7 @@ def no_loading(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     import transformers
 
     import app.engine
-    import dart_core.models
+    import dart_core.arena
 
     calls: list[str] = []
 
@@ -99,8 +102,8 @@ def no_loading(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return fail
 
     monkeypatch.setattr(app.engine, "ProcessEngine", refuse("ProcessEngine"))
-    monkeypatch.setattr(dart_core.models, "load_arena", refuse("load_arena"))
-    monkeypatch.setattr(dart_core.models, "load_target", refuse("load_target"))
+    monkeypatch.setattr(dart_core.arena, "load_arena", refuse("load_arena"))
+    monkeypatch.setattr(dart_core.arena, "load_target", refuse("load_target"))
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse("from_pretrained"))
     monkeypatch.setattr(safetensors, "safe_open", refuse("safe_open"))
     monkeypatch.setattr(safetensors.torch, "load_file", refuse("load_file"))
@@ -148,7 +151,7 @@ def test_check_prints_the_plan_and_reads_no_weight(hub: Path, no_loading: list[s
         f = real_open(path, mode, *args, **kwargs)
         return Counted(f, str(path)) if "b" in mode else f
 
-    monkeypatch.setattr(preflight, "open", counting_open, raising=False)
+    monkeypatch.setattr(sources, "open", counting_open, raising=False)
     code, out, err, seconds = run_main(launch_args("--check"), capsys)
     assert code == 0, err
     assert not no_loading
@@ -167,7 +170,7 @@ def test_check_prints_the_plan_and_reads_no_weight(hub: Path, no_loading: list[s
 
 
 def test_plan_memory_and_downloads(hub: Path) -> None:
-    plan = preflight.plan_launch(base=QWEN3_8B["target"], drafters={"dart": QWEN3_8B["dart"],
+    plan = launch.plan_launch(base=QWEN3_8B["target"], drafters={"dart": QWEN3_8B["dart"],
                                                                     "eagle3": QWEN3_8B["eagle3"]},
                                  ngram=QWEN3_8B["ngram"], small_ngram=True, device="cpu", dtype="bfloat16",
                                  max_length=300)
@@ -176,7 +179,7 @@ def test_plan_memory_and_downloads(hub: Path) -> None:
     assert m is not None and m.tokens == 300 and m.lanes == 3
     # target: every tensor of the two shards in bfloat16 (2 bytes) = its float32 shards' tensor bytes / 2
     shards = sorted(snapshot(hub, QWEN3_8B["target"]).glob("model-*.safetensors"))
-    stored = sum(preflight.tensor_bytes(preflight.read_safetensors_header(s), 4)[0] for s in shards)
+    stored = sum(sources.tensor_bytes(sources.read_safetensors_header(s), 4)[0] for s in shards)
     assert m.target == stored // 2
     # KV: 2 (k, v) × 8 layers × 2 kv heads × head_dim 16 × 2 bytes × 3 lanes, + each drafter's one layer
     assert m.kv is not None and m.kv >= 2 * 8 * 2 * 16 * 2 * 3 * 300
@@ -257,7 +260,7 @@ def test_device_index_out_of_range(hub: Path, no_loading: list[str], monkeypatch
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(preflight, "free_memory", lambda device, device_map: (80 << 30, f"{device} (a GPU)"))
+    monkeypatch.setattr(resources, "free_memory", lambda device, device_map: (80 << 30, f"{device} (a GPU)"))
     code, _, err, _ = run_main(launch_args("--device", "cuda:3", "--dtype", "bfloat16"), capsys)
     assert code == 2 and not no_loading
     (text,) = problems(err)
@@ -321,7 +324,7 @@ def test_truncated_shard_is_named(hub: Path, no_loading: list[str], capsys: pyte
 
 def test_not_enough_memory(hub: Path, no_loading: list[str], monkeypatch: pytest.MonkeyPatch,
                            capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(preflight, "free_memory", lambda device, device_map: (300 << 20, "CPU RAM"))
+    monkeypatch.setattr(resources, "free_memory", lambda device, device_map: (300 << 20, "CPU RAM"))
     code, _, err, _ = run_main(launch_args(), capsys)
     assert code == 2 and not no_loading
     (text,) = problems(err)
@@ -333,14 +336,14 @@ def test_not_enough_memory(hub: Path, no_loading: list[str], monkeypatch: pytest
 def test_memory_fixes_of_a_large_plan(monkeypatch: pytest.MonkeyPatch) -> None:
     """Qwen3-8B in bfloat16 with its full context on a 24 GB GPU: the weights fit, the KV cache of three lanes
     does not; the fix names the --max-length that fits."""
-    plan = preflight.Plan(device="cuda:0", dtype="bfloat16")
-    plan.pieces = [preflight.Piece("target", "target", "Qwen/Qwen3-8B"), preflight.Piece("DART", "dart", "d"),
-                   preflight.Piece("EAGLE-3", "eagle3", "e")]
+    plan = plan_mod.Plan(device="cuda:0", dtype="bfloat16")
+    plan.pieces = [plan_mod.Piece("target", "target", "Qwen/Qwen3-8B"), plan_mod.Piece("DART", "dart", "d"),
+                   plan_mod.Piece("EAGLE-3", "eagle3", "e")]
     per_token = 2 * 36 * 8 * 128 * 2 * 3
-    m = preflight.Memory(target=16 << 30, drafters=2 << 30, kv=per_token * 40960, overhead=1 << 30, tokens=40960,
+    m = plan_mod.Memory(target=16 << 30, drafters=2 << 30, kv=per_token * 40960, overhead=1 << 30, tokens=40960,
                          lanes=3, free=22 << 30, where="cuda:0 (a 24 GB GPU)")
     monkeypatch.setattr("torch.cuda.device_count", lambda: 1)
-    problem = preflight.memory_problem(m, plan)
+    problem = resources.memory_problem(m, plan)
     assert problem is not None and "only 22.0 GiB is free" in problem.what
     fit = (3 << 30) // per_token // 256 * 256
     assert problem.fix[0].startswith(f"--max-length {fit}   (the KV cache of 3 lanes") and 4096 < fit < 40960
@@ -400,7 +403,7 @@ def fake_hub(monkeypatch: pytest.MonkeyPatch, remote: Path) -> None:
                                          for p in sorted(snap.rglob("*")) if p.is_file()])
 
     def parse_header(self: Any, repo: str, name: str, **kwargs: Any) -> Any:
-        header = preflight.read_safetensors_header(snapshot(remote, repo) / name)
+        header = sources.read_safetensors_header(snapshot(remote, repo) / name)
         return SimpleNamespace(tensors={k: SimpleNamespace(dtype=v["dtype"], shape=v["shape"])
                                         for k, v in header.items()})
 
@@ -437,7 +440,7 @@ def test_download_fetches_exactly_the_plan(published: Path, tmp_path: Path, monk
         fetched.append((repo, list(allow_patterns)))
         return str(snapshot(remote, repo))
 
-    monkeypatch.setattr(preflight, "snapshot_download", snapshot_download)
+    monkeypatch.setattr(launch, "snapshot_download", snapshot_download)
     args = launch_args("--download", "--check", *([] if small else ["--no-use-small-ngram"]))
     code, out, err, _ = run_main(args, capsys)
     assert code == 0, err
@@ -458,7 +461,7 @@ def test_download_names_a_repo_the_hub_does_not_have(published: Path, tmp_path: 
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     use_cache(monkeypatch, tmp_path / "empty", offline=False)
     fake_hub(monkeypatch, published)
-    monkeypatch.setattr(preflight, "snapshot_download", lambda *a, **k: pytest.fail("nothing may be fetched"))
+    monkeypatch.setattr(launch, "snapshot_download", lambda *a, **k: pytest.fail("nothing may be fetched"))
     code, _, err, _ = run_main(launch_args("--download", "--ngram-model-name-or-path", "fvliang/no-such-ngram"),
                                capsys)
     assert code == 2 and not no_loading
@@ -469,7 +472,7 @@ def test_download_names_a_repo_the_hub_does_not_have(published: Path, tmp_path: 
 
 def test_download_offline_is_a_clear_message(hub: Path, no_loading: list[str], monkeypatch: pytest.MonkeyPatch,
                                              capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(preflight, "snapshot_download", lambda *a, **k: pytest.fail("nothing may be fetched offline"))
+    monkeypatch.setattr(launch, "snapshot_download", lambda *a, **k: pytest.fail("nothing may be fetched offline"))
     (snapshot(hub, QWEN3_8B["eagle3"]) / "model.safetensors").unlink()
     code, _, err, _ = run_main(launch_args("--download"), capsys)
     assert code == 2 and not no_loading
@@ -552,8 +555,8 @@ def test_load_ngram_names_a_repo_missing_from_the_offline_cache(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """The loader itself (python -m dart_core.generate, the benchmarks) says the repo is missing, not that a store
     "holds neither" file."""
-    from dart_core.hub import HubFileError
-    from dart_core.models import load_ngram
+    from dart_core.arena import load_ngram
+    from dart_core.loading.hub import HubFileError
 
     use_cache(monkeypatch, tmp_path / "empty", offline=True)
     with pytest.raises(HubFileError, match=r"small\.trie of the N-gram repo fvliang/dart-qwen3-ngram is not in the "
@@ -577,7 +580,7 @@ def test_a_flaw_of_the_check_never_blocks_a_launch(hub: Path, monkeypatch: pytes
 
     warnings: list[str] = []
     monkeypatch.setattr(logging.getLogger("dart_arena.app"), "warning", lambda msg, *a: warnings.append(msg % a))
-    monkeypatch.setattr(preflight, "plan_launch", broken)
+    monkeypatch.setattr(launch_check, "plan_launch", broken)
     monkeypatch.setattr(app.engine, "ProcessEngine", engine)
     code, _, err, _ = run_main(launch_args("--check"), capsys)
     assert code == 2 and "error: the launch check itself failed (RuntimeError: a bug in the check)" in err

@@ -1,6 +1,7 @@
 """The racer registry is the one list of racers: settings bounds and defaults, and a racer added by registration
 alone (a prompt-lookup drafter written here, nothing else edited) shows up in ``load_arena``, the facade, the
-generate CLI's flags, the app's flags, columns, sliders and colours, and races losslessly against AR."""
+generate CLI's flags, the app's flags, columns, sliders and colours, races losslessly against AR, and is found in
+a bundle's folder and checked by the launch check in the checkpoint format it declares."""
 
 from __future__ import annotations
 
@@ -14,9 +15,12 @@ import pytest
 import torch
 from helpers_app import BUNDLE, held_out_prompt
 
-from dart_core.drafters.interface import DraftInput, Proposal, check_settings, knob, knobs
-from dart_core.racers import BASELINE, RACERS, Racer, racer, register, unregister
-from dart_core.tree import DraftTree
+from dart_core.drafters.checkpoint import CheckpointFormat
+from dart_core.drafters.interface import check_settings, knob, knobs
+from dart_core.engine.drafter import DraftInput, Proposal
+from dart_core.engine.tree import DraftTree
+from dart_core.loading.errors import LoadError
+from dart_core.racers.registry import BASELINE, RACERS, Racer, racer, register, unregister
 
 
 def test_every_racer_has_checked_defaults_and_bounded_settings() -> None:
@@ -70,10 +74,24 @@ class LookupDrafter:
         return Proposal(tree, draft_ms=0.01, search_ms=0.0)
 
 
+@dataclasses.dataclass(frozen=True)
+class LookupConfig:
+    """The lookup racer's checkpoint: a ``config.json`` with its copy length, no weights."""
+
+    length: int
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], *, source: str = "config.json") -> LookupConfig:
+        if not isinstance(raw.get("length"), int) or isinstance(raw.get("length"), bool):
+            raise LoadError(source, "'length' must be an integer")
+        return cls(raw["length"])
+
+
 @pytest.fixture(scope="module")
 def lookup() -> Iterator[Racer]:
     entry = register(Racer("lookup", "Lookup", "#10b981", "copies what followed the root earlier",
-                           load=lambda ref, target: LookupDrafter(), settings_type=LookupSettings))
+                           load=lambda ref, target: LookupDrafter(), settings_type=LookupSettings,
+                           checkpoint=CheckpointFormat(LookupConfig, weights=())))
     try:
         yield entry
     finally:
@@ -84,13 +102,13 @@ def lookup() -> Iterator[Racer]:
 def arena(lookup: Racer) -> Any:
     if not (BUNDLE / "target" / "config.json").is_file():
         pytest.skip("the embedded bundle assets/tiny is missing")
-    from dart_core.models import load_arena
+    from dart_core.arena import load_arena
 
     return load_arena(BUNDLE / "target", dart=BUNDLE / "dart", lookup="builtin", device="cpu", progress=False)
 
 
 def test_a_registered_racer_loads_and_races_losslessly(arena: Any) -> None:
-    from dart_core.models import DartModel
+    from dart_core.compat import DartModel
 
     assert arena.methods == ["dart", "lookup", "ar"]  # registry order, the baseline last
     ids = arena.tokenizer(held_out_prompt(3), add_special_tokens=False)["input_ids"]
@@ -111,8 +129,9 @@ def test_a_registered_racer_gets_flags_columns_and_controls(arena: Any, lookup: 
     from app import render
     from app.__main__ import build_parser
     from app.engine import LocalEngine
-    from app.ui import AppConfig, ArenaUI, new_conversation
-    from dart_core.generate_cli import add_tree_arguments, tree_settings
+    from app.page import new_conversation
+    from app.ui import AppConfig, ArenaUI
+    from dart_core.generate.__main__ import add_tree_arguments, tree_settings
 
     p = argparse.ArgumentParser()
     add_tree_arguments(p)
@@ -120,7 +139,7 @@ def test_a_registered_racer_gets_flags_columns_and_controls(arena: Any, lookup: 
     app_args = build_parser().parse_args(["--lookup-model-name-or-path", "x"])
     assert app_args.lookup_model_name_or_path == "x"
     assert [k.name for k in knobs(lookup.settings_type)] == ["length"]
-    from app.ui import page_css
+    from app.serve import page_css
 
     assert ".tok-lookup" in page_css() and ".card-lookup" in page_css() and ".lane-box-dart" in page_css()
     assert "rgba(16, 185, 129, 0.24)" in render.racer_css()  # the registered colour #10b981
@@ -132,3 +151,41 @@ def test_a_registered_racer_gets_flags_columns_and_controls(arena: Any, lookup: 
     assert list(final.lanes) == ["dart", "lookup", "ar"] and "Lookup" in final.lanes["lookup"]
     assert final.result["greedy_matches_ar"] == {"dart": True, "lookup": True}
     assert final.result["settings"]["trees"]["lookup"] == {"length": 5}
+
+
+def test_a_registered_racer_passes_bundle_preflight_and_the_app_check(lookup: Racer, tmp_path: Any,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """A bundle with a ``lookup/`` folder: the bundle finds it, the launch check reads it in the format the racer
+    declares (a config only) and the app's ``--check`` plans it; a broken config is named. Nothing but the
+    registration above was edited for it."""
+    import json
+
+    from app.__main__ import main
+    from dart_core.bundle import open_bundle
+    from dart_core.preflight.launch import plan_launch
+
+    if not (BUNDLE / "target" / "config.json").is_file():
+        pytest.skip("the embedded bundle assets/tiny is missing")
+    root = tmp_path / "bundle"
+    root.mkdir()
+    for part in ("target", "dart", "ngram", "prompts.jsonl"):
+        (root / part).symlink_to(BUNDLE / part)
+    (root / "lookup").mkdir()
+    (root / "lookup" / "config.json").write_text(json.dumps({"length": 4}))
+
+    bundle = open_bundle(root)
+    assert bundle.drafters == {"dart": root / "dart", "lookup": root / "lookup"}
+    plan = plan_launch(base=bundle.target, drafters={k: str(v) for k, v in bundle.drafters.items()}, device="cpu")
+    assert plan.ok, plan.render_problems()
+    piece = plan.piece("lookup")
+    assert piece is not None and piece.role == "Lookup drafter" and piece.config == {"length": 4}
+    assert [f.name for f in piece.files] == ["config.json"]  # its format declares no weights
+
+    assert main(["--bundle", str(root), "--check", "--device", "cpu", "--server-port", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "Lookup drafter:" in out and str(root / "lookup") in out and "No problem found" in out
+
+    (root / "lookup" / "config.json").write_text(json.dumps({"length": "four"}))
+    plan = plan_launch(base=bundle.target, drafters={"lookup": str(root / "lookup")}, device="cpu")
+    assert [p.what for p in plan.problems] == [
+        f"The Lookup drafter config {root / 'lookup'}/config.json is not usable: 'length' must be an integer."]

@@ -12,8 +12,9 @@ import torch
 transformers = pytest.importorskip("transformers")
 from transformers import AutoModelForCausalLM, LlamaConfig, Qwen3Config, Qwen3MoeConfig  # noqa: E402
 
-from dart_core.target import TargetModel, feature_layer_ids  # noqa: E402
-from dart_core.tree import DraftTree  # noqa: E402
+from dart_core.engine.hf_config import feature_layer_ids  # noqa: E402
+from dart_core.engine.target import TargetModel  # noqa: E402
+from dart_core.engine.tree import DraftTree  # noqa: E402
 
 V = 97
 COMMON = dict(
@@ -268,7 +269,7 @@ def test_errors():
 
 
 def test_prefill_chunks_cover_the_prompt_with_bounded_work() -> None:
-    from dart_core.target import PREFILL_CHUNK, PREFILL_MIN_CHUNK, PREFILL_WORK, prefill_chunks
+    from dart_core.engine.target import PREFILL_CHUNK, PREFILL_MIN_CHUNK, PREFILL_WORK, prefill_chunks
 
     for n in (1, 31, 512, 513, 1000, 6492, 32768):
         chunks = prefill_chunks(n)
@@ -287,7 +288,7 @@ def test_an_interruptible_prefill_matches_the_one_forward_prefill(family: str, m
     """Chunked (small chunks here, to have several) and one-forward prefills agree to float32 rounding, logits and
     features; an interrupt between two chunks raises Interrupted and leaves the committed rows consistent."""
     from dart_core import target as target_module
-    from dart_core.target import Interrupted
+    from dart_core.engine.target import Interrupted
 
     monkeypatch.setattr(target_module, "PREFILL_CHUNK", 16)
     monkeypatch.setattr(target_module, "PREFILL_MIN_CHUNK", 4)

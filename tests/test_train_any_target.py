@@ -13,11 +13,11 @@ import pytest
 import torch
 
 import tests.helpers_ckpt as C
+from dart_core.arena import load_target, stop_token_ids
 from dart_core.drafters.dart import DartDrafter
 from dart_core.drafters.dflash import DFlashTreeDrafter
 from dart_core.drafters.eagle3 import Eagle3Drafter
-from dart_core.generate import generate
-from dart_core.models import load_target, stop_token_ids
+from dart_core.engine.loop import generate
 from dart_core.train.__main__ import main as train_main
 from dart_core.train.distill import DistillError, distill, read_prompt_records, read_sequences
 from dart_core.train.features import FeatureStore, StoredWindows, build_features
@@ -239,7 +239,7 @@ def test_chat_prompts_are_deterministic_split_by_topic_and_not_mt_bench() -> Non
 
 def test_smollm2_quick_recipe(tmp_path: Path) -> None:
     """The default bundle's recipe end to end at toy sizes, on the real packaged target."""
-    from dart_core.packaged import SMOLLM2, PackagedModelError, fetched_gguf_path, gguf_path
+    from dart_core.loading.packaged import SMOLLM2, PackagedModelError, fetched_gguf_path, gguf_path
 
     try:
         gguf_path(SMOLLM2)

@@ -18,8 +18,8 @@ import tests.helpers_ckpt as C
 from dart_core.drafters.dart import DartDrafter
 from dart_core.drafters.dflash import DFlashConfig, DFlashDrafter, DFlashTreeDrafter, dflash_shapes
 from dart_core.drafters.eagle3 import Eagle3Drafter
-from dart_core.generate import generate, summarize
-from dart_core.target import TargetModel
+from dart_core.engine.loop import generate, summarize
+from dart_core.engine.target import TargetModel
 from dart_core.train.common import build_draft_vocab, load_frozen_target
 from dart_core.train.dart import block_mask, dart_train_forward, train_dart
 from dart_core.train.dflash import block_mask as dflash_block_mask

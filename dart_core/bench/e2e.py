@@ -11,7 +11,7 @@ writes ``e2e.json`` + a self-contained ``e2e.html``. ``--dataset mt-bench`` runs
 prompt file; ``--turns 2`` continues each method's own conversation with the set's follow-up question. The ``hf`` row
 is Hugging Face ``generate`` on the same weights, dtype and device (``--no-hf-generate`` drops it): the baseline a
 user would otherwise run. A greedy output that parts from AR's where the target's best logits lie within the
-dtype's rounding in both runs counts as a tie, not a mismatch (``dart_core.greedy_check``).
+dtype's rounding in both runs counts as a tie, not a mismatch (``dart_core.engine.greedy_check``).
 """
 
 from __future__ import annotations
@@ -31,25 +31,17 @@ from typing import Any
 import torch
 
 from dart_core.bench.datasets import DATASETS, DatasetError, load_dataset
+from dart_core.bench.e2e_report import write_html
 from dart_core.bundle import Bundle, BundleError, build_command, default_bundle_dir, open_bundle
-from dart_core.errors import report_error
-from dart_core.generate import Step, summarize
-from dart_core.generate_cli import add_tree_arguments, encode_prompt, tree_settings
-from dart_core.greedy_check import TopLogits, compare
-from dart_core.hub import HubFileError
-from dart_core.ngram import NgramFormatError
-from dart_core.racers import BASELINE, RACERS, drafting_racers, racer
-from dart_core.racers import color as racer_color
-from dart_core.target import FAST_PATH_ROWS
-from dart_core.verify import SamplingConfig
-
-FIGURE_TITLES = (
-    "τ per verify step (tokens per step, running mean)",
-    "Latency split per step (mean ms)",
-    "Tokens/s per prompt",
-    "Accepted length per verify step (histogram)",
-)
-SPLIT_COLORS = {"draft": "#ff7f0e", "search": "#2ca02c", "verify": "#9467bd"}
+from dart_core.engine.greedy_check import TopLogits, compare
+from dart_core.engine.loop import Step, summarize
+from dart_core.engine.target import FAST_PATH_ROWS
+from dart_core.engine.verify import SamplingConfig
+from dart_core.generate.__main__ import add_tree_arguments, encode_prompt, tree_settings
+from dart_core.loading.errors import report_error
+from dart_core.loading.hub import HubFileError
+from dart_core.ngram.store import NgramFormatError
+from dart_core.racers.registry import BASELINE, RACERS, drafting_racers, racer
 
 
 class BenchError(Exception):
@@ -282,9 +274,27 @@ def _load_prompts(src: Sources, args: argparse.Namespace) -> list[dict[str, Any]
 
 
 def _run(args: argparse.Namespace) -> int:
-    from tqdm.auto import tqdm
+    """The benchmark in its phases: load the models and the prompts, run every method on every prompt (checking
+    greedy outputs against AR's as they finish), then write and print the report."""
+    src, prompts, arena, methods = _load(args)
+    chat = src.chat and bool(getattr(arena.tokenizer, "chat_template", None))
+    n_turns = args.turns if src.dataset is not None else 1
+    trees = {m: t for m, t in tree_settings(args, arena.target.device).items() if racer(m).drafts}
+    print("trees: " + "; ".join(f"{m} {dataclasses.asdict(t)}" for m, t in trees.items() if m in methods))
+    sampling = SamplingConfig(args.temperature, args.top_p, args.top_k)
+    runs = Conversations(arena, trees, args, sampling, n_turns)
+    encoded = [encode_prompt(arena.tokenizer, p["prompt"], raw=not chat, system=args.system) for p in prompts]
+    # AR runs first on each prompt so the other methods are checked against it as soon as they finish.
+    order = ([BASELINE] if BASELINE in methods else []) + [m for m in methods if m != BASELINE]
+    tally = _race(args, src, prompts, encoded, order, methods, runs)
+    report = _report(args, src, arena, prompts, methods, tally, sampling, chat=chat, trees=trees)
+    _write(args, report, methods, len(prompts), sampling, tally)
+    return 0
 
-    from dart_core.models import load_arena
+
+def _load(args: argparse.Namespace) -> tuple[Sources, list[dict[str, Any]], Any, list[str]]:
+    """The sources, the prompts, the loaded arena and the methods to run (each checked to be loaded)."""
+    from dart_core.arena import load_arena
 
     src = resolve_sources(args)
     prompts = _load_prompts(src, args)
@@ -301,70 +311,93 @@ def _run(args: argparse.Namespace) -> int:
     methods = args.methods.split(",") if args.methods else arena.methods
     for m in methods:
         arena.drafter(m)  # a clear error for a method that is not loaded
-    tokenizer = arena.tokenizer
-    has_template = bool(getattr(tokenizer, "chat_template", None))
-    if src.dataset is not None and not has_template:
+    if src.dataset is not None and not getattr(arena.tokenizer, "chat_template", None):
         raise BenchError(f"--dataset {src.dataset}: its questions are chat prompts and need a chat model, but the "
                          f"tokenizer of {src.base} has no chat template. Pass --base with a chat (instruct) model.")
-    # AR runs first on each prompt so the other methods are checked against it as soon as they finish.
-    order = ([BASELINE] if BASELINE in methods else []) + [m for m in methods if m != BASELINE]
-    sampling = SamplingConfig(args.temperature, args.top_p, args.top_k)
-    chat = src.chat and has_template
-    n_turns = args.turns if src.dataset is not None else 1
-    trees = {m: t for m, t in tree_settings(args, arena.target.device).items() if racer(m).drafts}
-    print("trees: " + "; ".join(f"{m} {dataclasses.asdict(t)}" for m, t in trees.items() if m in methods))
-    kwargs = {"sampling": sampling, "max_new_tokens": args.max_new_tokens, "max_length": args.max_length}
-    encoded = [encode_prompt(tokenizer, p["prompt"], raw=not chat, system=args.system) for p in prompts]
-    gen_device = arena.target.feature_device
+    return src, prompts, arena, methods
 
-    def generate(method: str, ids: list[int], seed: int) -> tuple[list[Step], float]:
+
+class Conversations:
+    """One method's generations on one prompt: each turn's steps and wall-clock ms, every method with the same
+    seed, its racer's tree settings and the run's sampling."""
+
+    def __init__(self, arena: Any, trees: dict[str, Any], args: argparse.Namespace, sampling: SamplingConfig,
+                 n_turns: int) -> None:
+        self.arena, self.trees, self.n_turns, self.system, self.sampling = arena, trees, n_turns, args.system, sampling
+        self.kwargs = {"sampling": sampling, "max_new_tokens": args.max_new_tokens, "max_length": args.max_length}
+
+    def generate(self, method: str, ids: list[int], seed: int) -> tuple[list[Step], float]:
         """One generation's steps and its wall-clock ms, from the input ids to the last token (loop glue included)."""
         start = time.perf_counter()
-        generator = torch.Generator(device=gen_device).manual_seed(seed)
-        steps = list(arena.stream(method, ids, generator=generator, settings=trees.get(method), **kwargs))
+        generator = torch.Generator(device=self.arena.target.feature_device).manual_seed(seed)
+        steps = list(self.arena.stream(method, ids, generator=generator, settings=self.trees.get(method),
+                                       **self.kwargs))
         return steps, (time.perf_counter() - start) * 1e3
 
-    def converse(method: str, p: dict[str, Any], first: list[int], seed: int) -> list[tuple[list[int], list[Step],
-                                                                                             float]]:
+    def converse(self, method: str, p: dict[str, Any], first: list[int],
+                 seed: int) -> list[tuple[list[int], list[Step], float]]:
         """Each turn's (input ids, steps, wall ms); a follow-up continues the method's OWN conversation (its own
         earlier answers as the assistant turns: with greedy decoding these equal AR's)."""
-        out = [(first, *generate(method, first, seed))]
-        messages = [{"role": "system", "content": args.system}] if args.system else []
-        for k in range(1, n_turns):
+        tokenizer = self.arena.tokenizer
+        out = [(first, *self.generate(method, first, seed))]
+        messages = [{"role": "system", "content": self.system}] if self.system else []
+        for k in range(1, self.n_turns):
             answer = tokenizer.decode([t for s in out[-1][1] for t in s.tokens], skip_special_tokens=True,
                                       clean_up_tokenization_spaces=False)
             messages += [{"role": "user", "content": p["turns"][k - 1]}, {"role": "assistant", "content": answer}]
             ids = encode_messages(tokenizer, [*messages, {"role": "user", "content": p["turns"][k]}])
-            out.append((ids, *generate(method, ids, seed)))
+            out.append((ids, *self.generate(method, ids, seed)))
         return out
+
+
+@dataclass
+class Tally:
+    """Everything counted over the prompts: per prompt and turn, pooled per method and per turn, and the greedy
+    check's findings (real mismatches beyond the dtype's rounding, and rounding ties: ``greedy_check``)."""
+
+    methods: list[str]
+    n_turns: int
+    per_prompt: list[dict[str, Any]] = field(default_factory=list)
+    mismatches: list[dict[str, Any]] = field(default_factory=list)
+    ties: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.pooled: dict[str, list[Step]] = {m: [] for m in self.methods}
+        self.wall: dict[str, float] = dict.fromkeys(self.methods, 0.0)
+        self.turn_steps: list[dict[str, list[Step]]] = [{m: [] for m in self.methods} for _ in range(self.n_turns)]
+        self.turn_wall: list[dict[str, float]] = [dict.fromkeys(self.methods, 0.0) for _ in range(self.n_turns)]
+
+    def count(self, method: str, turn: int, run: list[Step], wall_ms: float) -> None:
+        self.pooled[method].extend(run)
+        self.wall[method] += wall_ms
+        self.turn_steps[turn][method].extend(run)
+        self.turn_wall[turn][method] += wall_ms
+
+
+def _race(args: argparse.Namespace, src: Sources, prompts: list[dict[str, Any]], encoded: list[list[int]],
+          order: list[str], methods: list[str], runs: Conversations) -> Tally:
+    """The warm-up prompt(s), uncounted, then every method on every prompt, each checked against AR's greedy
+    output as soon as it has finished."""
+    from tqdm.auto import tqdm
 
     for i in range(min(args.warmup, len(encoded))):
         for m in tqdm(order, desc=f"warm-up {i + 1}", unit="method", disable=args.no_progress, leave=False):
-            converse(m, prompts[i], encoded[i], args.seed + i)
-
-    per_prompt: list[dict[str, Any]] = []
-    pooled: dict[str, list[Step]] = {m: [] for m in methods}
-    wall: dict[str, float] = dict.fromkeys(methods, 0.0)
-    turn_steps: list[dict[str, list[Step]]] = [{m: [] for m in methods} for _ in range(n_turns)]
-    turn_wall: list[dict[str, float]] = [dict.fromkeys(methods, 0.0) for _ in range(n_turns)]
-    mismatches: list[dict[str, Any]] = []  # real ones: beyond the dtype's rounding (``greedy_check``)
-    ties: list[dict[str, Any]] = []  # identical up to a rounding tie of the best logits
-    dtype = arena.target.dtype
+            runs.converse(m, prompts[i], encoded[i], args.seed + i)
+    tally = Tally(methods, runs.n_turns)
+    greedy = runs.sampling.greedy
+    dtype = runs.arena.target.dtype
     bar = tqdm(list(zip(prompts, encoded, strict=True)), desc="e2e", unit="prompt", disable=args.no_progress)
     for i, (p, ids) in enumerate(bar):
         tags = [{"category": p.get("category"), "turn": k + 1} if src.dataset is not None else {}
-                for k in range(n_turns)]
+                for k in range(runs.n_turns)]
         entries: list[dict[str, Any]] = [{"id": p["id"], **tags[k], "prompt_tokens": len(ids), "methods": {}}
-                                         for k in range(n_turns)]
+                                         for k in range(runs.n_turns)]
         outputs: dict[str, list[list[int]]] = {}
         tops: dict[str, list[list[TopLogits]]] = {}
         for m in order:
             outputs[m], tops[m] = [], []
-            for k, (turn_ids, run, wall_ms) in enumerate(converse(m, p, ids, args.seed + i)):
-                pooled[m].extend(run)
-                wall[m] += wall_ms
-                turn_steps[k][m].extend(run)
-                turn_wall[k][m] += wall_ms
+            for k, (turn_ids, run, wall_ms) in enumerate(runs.converse(m, p, ids, args.seed + i)):
+                tally.count(m, k, run, wall_ms)
                 steps = [step_record(s) for s in run]
                 outputs[m].append([t for s in run for t in s.tokens])
                 tops[m].append([t for s in run for t in s.top_logits])
@@ -376,29 +409,42 @@ def _run(args: argparse.Namespace) -> int:
                     if not entry["methods"]:
                         entry["prompt_tokens"] = len(turn_ids)
                 entry["methods"][m] = {**figures, "stop_reason": steps[-1].get("stop_reason"), "steps": steps}
-                if sampling.greedy and m != BASELINE and BASELINE in outputs:
-                    verdict = compare(outputs[BASELINE][k], tops[BASELINE][k], outputs[m][k], tops[m][k], dtype)
-                    if verdict.kind != "identical":
-                        mm = {"prompt_id": p["id"], **({"turn": k + 1} if tags[k] else {}), "method": m,
-                              "position": verdict.position, "method_tokens": len(outputs[m][k]),
-                              "ar_tokens": len(outputs[BASELINE][k]),
-                              **({"gaps": list(verdict.gaps)} if verdict.gaps else {})}
-                        where = f" turn {k + 1}" if tags[k] else ""
-                        if verdict.kind == "tie":
-                            ties.append(mm)
-                            tqdm.write(f"tie: {m} {verdict.describe(dtype)} on prompt {p['id']}{where}")
-                        else:
-                            mismatches.append(mm)
-                            tqdm.write(f"MISMATCH: {m} differs from AR on prompt {p['id']}{where} at token "
-                                       f"{verdict.position}")
-        per_prompt.extend(entries)
+                if greedy and m != BASELINE and BASELINE in outputs:
+                    _check(tally, p, k, m, tags[k], outputs, tops, dtype, tqdm.write)
+        tally.per_prompt.extend(entries)
         bar.set_postfix_str(" ".join(f"{m}:{entries[0]['methods'][m]['tau']:.2f}" for m in methods))
+    return tally
 
-    summary = summarize_methods(pooled, wall)
-    per_turn = ({str(k + 1): summarize_methods(turn_steps[k], turn_wall[k]) for k in range(n_turns)}
+
+def _check(tally: Tally, p: dict[str, Any], k: int, m: str, tag: dict[str, Any], outputs: dict[str, list[list[int]]],
+           tops: dict[str, list[list[TopLogits]]], dtype: Any, write: Any) -> None:
+    """Method ``m``'s greedy output of turn ``k`` against AR's: a tie or a mismatch is recorded and reported."""
+    verdict = compare(outputs[BASELINE][k], tops[BASELINE][k], outputs[m][k], tops[m][k], dtype)
+    if verdict.kind == "identical":
+        return
+    mm = {"prompt_id": p["id"], **({"turn": k + 1} if tag else {}), "method": m,
+          "position": verdict.position, "method_tokens": len(outputs[m][k]),
+          "ar_tokens": len(outputs[BASELINE][k]),
+          **({"gaps": list(verdict.gaps)} if verdict.gaps else {})}
+    where = f" turn {k + 1}" if tag else ""
+    if verdict.kind == "tie":
+        tally.ties.append(mm)
+        write(f"tie: {m} {verdict.describe(dtype)} on prompt {p['id']}{where}")
+    else:
+        tally.mismatches.append(mm)
+        write(f"MISMATCH: {m} differs from AR on prompt {p['id']}{where} at token {verdict.position}")
+
+
+def _report(args: argparse.Namespace, src: Sources, arena: Any, prompts: list[dict[str, Any]], methods: list[str],
+            tally: Tally, sampling: SamplingConfig, *, chat: bool, trees: dict[str, Any]) -> dict[str, Any]:
+    """``e2e.json``: the config as run, the environment, what each figure means, the summaries, the greedy
+    check's findings and every prompt's steps."""
+    n_turns = tally.n_turns
+    summary = summarize_methods(tally.pooled, tally.wall)
+    per_turn = ({str(k + 1): summarize_methods(tally.turn_steps[k], tally.turn_wall[k]) for k in range(n_turns)}
                 if n_turns > 1 else None)
     checked = sampling.greedy and BASELINE in methods and len(methods) > 1
-    report = {
+    return {
         "config": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
                    "resolved": {"base": src.base, **src.drafters, "ngram": src.ngram,
                                 "prompts": str(src.prompts) if src.prompts is not None else None,
@@ -419,18 +465,23 @@ def _run(args: argparse.Namespace) -> int:
                                           "prompts holds one entry per prompt and turn"} if per_turn else {})},
         "summary": summary,
         **({"summary_per_turn": per_turn} if per_turn else {}),
-        "mismatches": mismatches if checked else None,
-        "ties": ties if checked else None,
-        "prompts": per_prompt,
+        "mismatches": tally.mismatches if checked else None,
+        "ties": tally.ties if checked else None,
+        "prompts": tally.per_prompt,
     }
+
+
+def _write(args: argparse.Namespace, report: dict[str, Any], methods: list[str], n: int, sampling: SamplingConfig,
+           tally: Tally) -> None:
+    """``e2e.json`` (and ``e2e.html``) under ``--out``, the table and the greedy check's findings on stdout."""
     out = args.out or Path(".bench") / f"e2e-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     (out / "e2e.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
-    print_table(summary, methods, len(prompts), sampling, per_turn)
-    if not checked:
+    print_table(report["summary"], methods, n, sampling, report.get("summary_per_turn"))
+    if report["mismatches"] is None:
         print("mismatches: not checked (needs greedy and AR plus another method)")
     else:
-        for name, found in (("mismatches", mismatches), ("ties", ties)):
+        for name, found in (("mismatches", tally.mismatches), ("ties", tally.ties)):
             print(f"{name}: {len(found)}")
             for mm in found:
                 where = f" turn {mm['turn']}" if "turn" in mm else ""
@@ -442,7 +493,6 @@ def _run(args: argparse.Namespace) -> int:
     if not args.no_html:
         write_html(report, out / "e2e.html")
         print(f"wrote {out / 'e2e.html'}")
-    return 0
 
 
 def summarize_methods(pooled: dict[str, list[Step]], wall_ms: dict[str, float]) -> dict[str, dict[str, Any]]:
@@ -478,117 +528,6 @@ def print_table(summary: dict[str, dict[str, Any]], methods: list[str], n: int, 
         row(m, "all", summary[m])
         for t, figures in (per_turn or {}).items():
             row(m, t, figures[m])
-
-
-def build_figures(report: dict[str, Any]) -> list[Any]:
-    """The four plotly figures of the report, with an explicit light template so they read on any page."""
-    import plotly.graph_objects as go
-
-    methods = report["config"]["methods"]
-    prompts = report["prompts"]
-    summary = report["summary"]
-    layout = {"template": "plotly_white", "paper_bgcolor": "#ffffff", "plot_bgcolor": "#ffffff",
-              "font": {"color": "#222222"}, "height": 420, "margin": {"l": 60, "r": 20, "t": 60, "b": 50},
-              "legend": {"bgcolor": "rgba(255,255,255,0.8)"}}
-    axis = {"showgrid": True, "gridcolor": "#d0d0d0", "linecolor": "#888888", "zerolinecolor": "#bbbbbb"}
-
-    def color(m: str) -> str:
-        return racer_color(m)
-
-    f1 = go.Figure()
-    for m in methods:
-        ys = [len(s["tokens"]) for e in prompts for s in e["methods"][m]["steps"] if not s["prefill"]]
-        xs = list(range(1, len(ys) + 1))
-        mean, acc = [], 0
-        for k, y in enumerate(ys, 1):
-            acc += y
-            mean.append(acc / k)
-        f1.add_scatter(x=xs, y=ys, mode="markers", name=f"{m} per step", marker={"color": color(m), "size": 4},
-                       opacity=0.35, legendgroup=m)
-        f1.add_scatter(x=xs, y=mean, mode="lines", name=f"{m} running mean", line={"color": color(m), "width": 2.5},
-                       legendgroup=m)
-    f1.update_layout(title=FIGURE_TITLES[0], xaxis_title="verify step (all prompts in order)",
-                     yaxis_title="tokens per step", **layout)
-
-    f2 = go.Figure()
-    for part in ("draft", "search", "verify"):
-        f2.add_bar(x=methods, y=[summary[m][f"{part}_ms_per_step"] for m in methods], name=f"{part} ms",
-                   marker_color=SPLIT_COLORS[part])
-    f2.update_layout(title=FIGURE_TITLES[1], barmode="stack", yaxis_title="ms per verify step", **layout)
-
-    f3 = go.Figure()
-    multi = "summary_per_turn" in report
-    ids = [f"{e['id']} t{e['turn']}" if multi else e["id"] for e in prompts]
-    for m in methods:
-        f3.add_bar(x=ids, y=[e["methods"][m]["tokens_per_s_wall"] for e in prompts], name=m, marker_color=color(m))
-    f3.update_layout(title=FIGURE_TITLES[2], barmode="group", xaxis_title="prompt id" + (" and turn" if multi else ""),
-                     xaxis_type="category", yaxis_title="tokens/s (wall clock, prefill included)", **layout)
-
-    f4 = go.Figure()
-    for m in methods:
-        hist = summary[m]["accept_hist"]
-        total = max(sum(hist.values()), 1)
-        f4.add_bar(x=[int(k) for k in hist], y=[v / total for v in hist.values()], name=m, marker_color=color(m))
-    f4.update_layout(title=FIGURE_TITLES[3], barmode="group", xaxis_title="tokens per verify step (accepted + bonus)",
-                     yaxis_title="fraction of steps", **layout)
-    for f in (f1, f2, f3, f4):
-        f.update_xaxes(**axis)
-        f.update_yaxes(**axis)
-    return [f1, f2, f3, f4]
-
-
-def _speed(x: float | None) -> str:
-    return f"{x:.2f}x" if x else "-"
-
-
-def write_html(report: dict[str, Any], path: Path) -> None:
-    """One self-contained page (plotly.js inlined, works offline): summary table + the four figures."""
-    import html
-
-    figs = build_figures(report)
-    parts = [f.to_html(full_html=False, include_plotlyjs=(i == 0)) for i, f in enumerate(figs)]
-    tables = {"all": report["summary"], **report.get("summary_per_turn", {})}
-    multi = len(tables) > 1
-    rows = "".join(
-        f"<tr><td>{html.escape(m)}</td>" + (f"<td>{t}</td>" if multi else "") +
-        f"<td>{s['tokens']}</td><td>{s['verify_steps']}</td><td>{s['tau']:.2f}</td>"
-        f"<td>{s['tokens_per_s']:.1f}</td><td>{s['tokens_per_s_wall']:.1f}</td><td>{_speed(s['speedup_vs_ar'])}</td>"
-        f"<td>{s['draft_ms_per_step']:.2f}</td><td>{s['search_ms_per_step']:.2f}</td>"
-        f"<td>{s['verify_ms_per_step']:.2f}</td></tr>"
-        for m in report["config"]["methods"] for t, table in tables.items() for s in [table[m]])
-    def listed(found: list[dict[str, Any]] | None) -> str:
-        return ("not checked" if found is None else "0" if not found else
-                "; ".join(f"{x['method']} on prompt {html.escape(x['prompt_id'])}"
-                          + (f" turn {x['turn']}" if "turn" in x else "") + f" at token {x['position']}"
-                          for x in found))
-
-    mm_text, tie_text = listed(report["mismatches"]), listed(report.get("ties"))
-    env = report["environment"]
-    resolved = report["config"]["resolved"]
-    source = (f"prompts of {html.escape(resolved['dataset'])} ({resolved['turns']} turn(s) each)"
-              if resolved.get("dataset") else "prompts")
-    page = f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>DART Arena: end-to-end benchmark</title>
-<style>
-:root {{ color-scheme: light dark; }}
-body {{ font-family: system-ui, sans-serif; margin: 24px; background: Canvas; color: CanvasText; }}
-.card {{ background: #ffffff; color: #222222; border: 1px solid #999999; border-radius: 6px; padding: 8px;
-         margin: 16px 0; }}
-table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #999999; padding: 4px 10px; text-align: right; }}
-</style></head><body>
-<h1>End-to-end benchmark</h1>
-<p>{report['config']['n_prompts']} {source}, max {report['config']['max_new_tokens']} new tokens,
-temperature {report['config']['temperature']}; torch {html.escape(env['torch'])} on {html.escape(env['device'])}
-({env['torch_threads']} threads). Tokens/s include the prefill (engine: sum of the step stopwatches; wall: clock
-around each generation); vs AR by wall tokens/s; ms are means per verify step.</p>
-<div class="card"><table><tr><th>method</th>{'<th>turn</th>' if multi else ''}<th>tokens</th><th>steps</th><th>τ</th>
-<th>tok/s eng</th><th>tok/s wall</th><th>vs AR wall</th>
-<th>draft ms</th><th>search ms</th><th>verify ms</th></tr>{rows}</table>
-<p>mismatches vs AR: {mm_text}</p><p>rounding ties vs AR (greedy_check): {tie_text}</p></div>
-{''.join(f'<div class="card"><h2>{html.escape(t)}</h2>{p}</div>' for t, p in zip(FIGURE_TITLES, parts, strict=True))}
-</body></html>
-"""
-    path.write_text(page, encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -214,7 +214,7 @@ def build_drafter(kind: str, shape: Shape, model: Any, seed: int = 1) -> Any:
 
 def ngram_store(prefix: Sequence[int], vocab: int, tokens: int = 100_000, seed: int = 0) -> Any:
     """A small 3-gram store over random tokens (and the prefix), so DART's search pays for its N-gram lookups."""
-    from dart_core.ngram import NgramStore
+    from dart_core.ngram.store import NgramStore
 
     corpus = np.random.default_rng(seed).integers(0, vocab, size=tokens).astype(np.int32)
     return NgramStore.build([np.asarray(prefix, dtype=np.int32), corpus], order=3)
@@ -260,7 +260,7 @@ def _median(xs: Sequence[float]) -> float:
 
 def measure_ar(target: Any, prefix: Sequence[int], warmup: int, repeats: int) -> dict[str, Any]:
     """Median ms of the engine's plain decoding step (one token, no hidden states) after ``prefix``."""
-    from dart_core.timing import Stopwatch
+    from dart_core.engine.timing import Stopwatch
 
     state = target.new_state()
     logits, _ = target.prefill(state, [list(prefix)], layers=())
@@ -280,9 +280,9 @@ def measure_hf(model: Any, prefix: Sequence[int], n: int, warmup: int, repeats: 
     """HF ``generate``'s decode step: (t(n tokens) - t(1 token)) / (n - 1), medians, same prefix (no prefill)."""
     from transformers.utils import logging as hf_logging
 
-    from dart_core.hf_generate import generation_config
-    from dart_core.timing import Stopwatch
-    from dart_core.verify import SamplingConfig
+    from dart_core.engine.timing import Stopwatch
+    from dart_core.engine.verify import SamplingConfig
+    from dart_core.racers.hf_generate import generation_config
 
     device = model.get_input_embeddings().weight.device
     ids = torch.tensor([list(prefix)], device=device)
@@ -320,8 +320,8 @@ def measure_drafter(target: Any, drafter: Any, settings: Any, prefix: Sequence[i
     The first proposal (the drafter's prefill over the whole prefix) is not counted; every later step feeds the
     drafter one new row (the verified root) and commits only the root, as if no draft were accepted, so the context
     grows by one token per step."""
-    from dart_core.drafters.interface import DraftInput
-    from dart_core.timing import Stopwatch
+    from dart_core.engine.drafter import DraftInput
+    from dart_core.engine.timing import Stopwatch
 
     layers = drafter.feature_layers
     dstate = drafter.new_state(settings)
@@ -406,7 +406,7 @@ def bench_shape(name: str, shape: Shape, args: argparse.Namespace, device: torch
     from dart_core.drafters.dart import DartSettings
     from dart_core.drafters.eagle3 import Eagle3Settings
     from dart_core.drafters.interface import settings_for
-    from dart_core.target import TargetModel
+    from dart_core.engine.target import TargetModel
 
     steps = 3 + len(args.tree_sizes) + len(args.depths)
     bar = tqdm(total=steps, desc=f"{name}", unit="row")
@@ -461,8 +461,8 @@ def bench_shape(name: str, shape: Shape, args: argparse.Namespace, device: torch
 
 
 def run(args: argparse.Namespace) -> int:
-    from dart_core.models import resolve_dtype
-    from dart_core.timing import threads_leaving_a_core
+    from dart_core.arena import resolve_dtype
+    from dart_core.engine.timing import threads_leaving_a_core
 
     for flag, value, low in (("--prefix", args.prefix, 1), ("--repeats", args.repeats, 1), ("--warmup", args.warmup, 0),
                              ("--hf-tokens", args.hf_tokens, 2), ("--threads", args.threads or 1, 1)):

@@ -45,11 +45,11 @@ def figures(steps: list[Any], window: int, wall_s: float) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
+    from dart_core.arena import load_arena
     from dart_core.bundle import BundleError, open_bundle
-    from dart_core.errors import report_error
-    from dart_core.generate_cli import encode_prompt
-    from dart_core.models import load_arena
-    from dart_core.racers import racer
+    from dart_core.generate.__main__ import encode_prompt
+    from dart_core.loading.errors import report_error
+    from dart_core.racers.registry import racer
 
     try:
         bundle = open_bundle(args.bundle)

@@ -21,7 +21,7 @@ import numpy as np
 
 from dart_core import _native
 from dart_core.bench.corpus import RegexTokenizer, python_version, read_texts, stdlib_files
-from dart_core.ngram import NgramStore, build_to_file
+from dart_core.ngram.store import NgramStore, build_to_file
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -183,7 +183,7 @@ def _time_python_probability(store: NgramStore, contexts: Any, cands: Any) -> np
 def _time_python_search(store: NgramStore, tok: np.ndarray, prob: np.ndarray, ctx: np.ndarray,
                         args: argparse.Namespace) -> float | None:
     try:
-        from dart_core.tree_search import search_tree
+        from dart_core.ngram.search import search_tree
     except ImportError:
         return None
     ns = []

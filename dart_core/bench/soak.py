@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from dart_core.bench.app import app_process, free_port
+from dart_core.bench.drive import app_process, free_port
 from dart_core.bench.e2e import BenchError
 
 TARGET_MB = 25.0  # RSS after the last race at most this many MB (10^6 bytes) above RSS after race BASE_RACE

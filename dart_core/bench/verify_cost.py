@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from dart_core.tree import DraftTree
+from dart_core.engine.tree import DraftTree
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -39,7 +39,7 @@ def chain_tree(n: int, vocab: int, seed: int) -> DraftTree:
 
 def measure(target: Any, prefix: list[int], sizes: list[int], repeats: int) -> dict[str, Any]:
     """Median ms of an AR step (1 token, no features) and of a verify of each size (with features)."""
-    from dart_core.timing import Stopwatch
+    from dart_core.engine.timing import Stopwatch
 
     state = target.new_state()
     target.prefill(state, [prefix])
@@ -63,9 +63,9 @@ def measure(target: Any, prefix: list[int], sizes: list[int], repeats: int) -> d
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from dart_core.arena import load_target
     from dart_core.bundle import BundleError, open_bundle
-    from dart_core.errors import report_error
-    from dart_core.models import load_target
+    from dart_core.loading.errors import report_error
 
     try:
         ref = args.base or open_bundle(args.bundle).target

@@ -6,13 +6,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
 from dart_core.drafters.checkpoint import check_d2t, check_embedding
 from dart_core.drafters.config import DrafterConfig
-from dart_core.drafters.interface import NoSettings, check_settings
+from dart_core.drafters.interface import check_settings
 from dart_core.drafters.layers import KVCache, MidLayer, RMSNorm, Rotary
+from dart_core.drafters.module import DrafterModule
+from dart_core.engine.drafter import DraftInput, NoSettings, Proposal
+from dart_core.engine.hf_config import feature_layer_ids
+from dart_core.engine.timing import Stopwatch
+from dart_core.ngram.search import search_tree
 
 
 @dataclass
@@ -28,11 +34,11 @@ class DrafterState:
         return self.cache.length
 
 
-class DrafterLayer(nn.Module):
+class DrafterLayer(DrafterModule):
     """fc(3·H_t → H) + one ``midlayer`` + ``norm`` + ``lm_head`` over the draft vocabulary, with ``d2t`` (draft id
     i is target id i + d2t[i]) and the target's token embedding, shared (same storage) and frozen."""
 
-    kind = "drafter"  # the racer key (``dart_core.racers``)
+    kind = "drafter"  # the racer key (``dart_core.racers.registry``)
     name = "drafter"
     settings_type: type = NoSettings
 
@@ -58,8 +64,6 @@ class DrafterLayer(nn.Module):
     def bind(self, target_config: Any) -> DrafterLayer:
         """Resolve the target layers this drafter reads (its config's auxiliary layer ids, else the default rule)
         against the target's config; a drafter for a shallower target is refused here."""
-        from dart_core.target import feature_layer_ids
-
         self.feature_layers = tuple(feature_layer_ids(target_config, self.config.aux_layer_ids))
         return self
 
@@ -99,14 +103,6 @@ class DrafterLayer(nn.Module):
         self.d2t = self.d2t.long()
         return self
 
-    @property
-    def device(self) -> torch.device:
-        return self.fc.weight.device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.fc.weight.dtype
-
     def _check_inputs(self, features: torch.Tensor, shifted_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """features [n, 3·H_t] and the ids following each row [n] (batch dim 1 optional), on our device/dtype."""
         feats = features[0] if features.dim() == 3 and features.shape[0] == 1 else features
@@ -122,3 +118,16 @@ class DrafterLayer(nn.Module):
         if int(ids.min()) < 0 or int(ids.max()) >= self.config.vocab_size:
             raise ValueError(f"shifted_ids hold token ids outside [0, {self.config.vocab_size})")
         return feats.to(device=self.device, dtype=self.dtype), ids.to(self.device)
+
+
+def searched_proposal(tokens: np.ndarray, probs: np.ndarray, step: DraftInput, store: Any, settings: Any, *,
+                      draft_ms: float) -> Proposal:
+    """A drafter's proposal from its per-row top-k (``tokens``, ``probs``: DART's rows, DFlash-tree's block):
+    the N-gram-guided tree under ``settings``' beam width, node budget and N-gram weight (the term off without a
+    store), its search timed apart from the drafting that took ``draft_ms``."""
+    with Stopwatch() as search:
+        tree = search_tree(tokens, probs, step.context, store, beam_width=settings.beam_width,
+                           max_nodes=settings.max_nodes,
+                           ngram_weight=settings.ngram_weight if store is not None else 0.0,
+                           eos_token_id=step.stop_ids)
+    return Proposal(tree=tree, draft_ms=draft_ms, search_ms=search.ms)

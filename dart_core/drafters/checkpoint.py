@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,14 +14,17 @@ import torch
 from torch import nn
 
 from dart_core.drafters.config import DrafterConfig
-from dart_core.errors import LoadError, exception_text
-from dart_core.hub import HubFileError, load_tensor, resolve_file, resolve_first, weights_only_problem
+from dart_core.loading.errors import LoadError, exception_text
+from dart_core.loading.hub import HubFileError, load_tensor, resolve_file, resolve_first, weights_only_problem
+from dart_core.loading.layouts import SAFE_SINGLE, SINGLE_WEIGHTS
 
 # Where a target checkpoint keeps its input embedding (plain causal LMs, and multimodal wrappers).
 EMBEDDING_KEYS = ("model.embed_tokens.weight", "embed_tokens.weight", "model.language_model.embed_tokens.weight")
 
 
-def load_config(ref: str | os.PathLike[str], *, revision: str | None = None) -> DrafterConfig:
+def load_config(ref: str | os.PathLike[str], *, revision: str | None = None, config_type: type = DrafterConfig) -> Any:
+    """A drafter checkpoint's ``config.json`` parsed by ``config_type.from_dict`` (:class:`DrafterConfig` for the
+    Llama-style heads); a file that is not a JSON object is a LoadError naming it."""
     path = resolve_file(ref, "config.json", revision=revision)
     assert path is not None
     try:
@@ -28,7 +33,7 @@ def load_config(ref: str | os.PathLike[str], *, revision: str | None = None) -> 
         raise LoadError(path, f"not valid JSON ({e})") from None
     if not isinstance(raw, dict):
         raise LoadError(path, "expected a JSON object")
-    return DrafterConfig.from_dict(raw, source=str(path))
+    return config_type.from_dict(raw, source=str(path))
 
 
 def load_weights(
@@ -43,7 +48,7 @@ def load_weights_file(
 ) -> tuple[Path, dict[str, torch.Tensor]]:
     """The weights file of a drafter checkpoint and all its tensors, on CPU: the path, so that a later check
     (a tensor's shape, a NaN) can name the file it refuses. A file that cannot be read is a LoadError."""
-    names = ["model.safetensors", "pytorch_model.bin"] if allow_bin else ["model.safetensors"]
+    names = list(SINGLE_WEIGHTS) if allow_bin else [SAFE_SINGLE]
     path = resolve_first(ref, names, revision=revision)
     if path.name.endswith(".safetensors"):
         from safetensors.torch import load_file
@@ -110,6 +115,24 @@ def resolve_embedding(target: Any, *, revision: str | None = None) -> torch.Tens
         except HubFileError as e:
             raise HubFileError(f"cannot read the target's token embedding: {e}") from None
     raise TypeError(f"target must be a tensor, an embedding, a model or a checkpoint path/id, got {type(target)}")
+
+
+@dataclass(frozen=True)
+class CheckpointFormat:
+    """What a racer's checkpoint looks like, declared by its drafter module and carried by its registry entry, so
+    the launch check reads it from metadata alone and never names a racer: ``config_type`` parses its
+    ``config.json`` (``from_dict(raw, source=)``; :class:`DrafterConfig` for the Llama-style one-layer heads,
+    another class for another family); ``weights`` are its weight files, preferred first (empty: a drafter with
+    no weights); ``required`` are config fields this format needs beyond the family's; ``shapes(cfg)`` gives the
+    tensors its weights must hold (name → shape) and the optional ones, under ``strip`` (a key prefix dropped
+    first); ``published(size)`` names the published checkpoint for a Qwen3 target size ("8B"), or ''."""
+
+    config_type: type
+    weights: tuple[str, ...] = SINGLE_WEIGHTS
+    required: tuple[str, ...] = ()
+    shapes: Callable[[Any], tuple[dict[str, tuple[int, ...]], set[str]]] | None = None
+    strip: str = ""
+    published: Callable[[str], str] | None = None
 
 
 def layer_shapes(cfg: DrafterConfig) -> dict[str, tuple[int, ...]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dart_core.errors import LoadError
+from dart_core.loading.errors import LoadError
 
 
 @dataclass(frozen=True)

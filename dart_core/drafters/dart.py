@@ -4,25 +4,24 @@ turned into a draft tree by the native N-gram-guided search (``docs/drafters.md`
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from dart_core.drafters.base import DrafterLayer, DrafterState
+from dart_core.drafters.base import DrafterLayer, DrafterState, searched_proposal
 from dart_core.drafters.checkpoint import (
+    CheckpointFormat,
     check_state,
     layer_shapes,
-    load_config,
-    load_weights_file,
     resolve_embedding,
 )
 from dart_core.drafters.config import DrafterConfig
-from dart_core.drafters.interface import DraftInput, Proposal, knob
+from dart_core.drafters.interface import knob
 from dart_core.drafters.layers import CacheRows, causal_mask
-from dart_core.timing import Stopwatch
-from dart_core.tree_search import search_tree
+from dart_core.engine.drafter import DraftInput, Proposal
+from dart_core.engine.timing import Stopwatch
+from dart_core.loading.layouts import SAFE_SINGLE
 
 log = logging.getLogger(__name__)
 
@@ -56,20 +55,10 @@ class DartDrafter(DrafterLayer):
 
     # ----------------------------------------------------------------- loading
     @classmethod
-    def from_pretrained(
-        cls,
-        path: str | os.PathLike[str],
-        target: Any,
-        *,
-        revision: str | None = None,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> DartDrafter:
-        """Load ``config.json`` + ``model.safetensors`` (local dir or Hub id); ``target`` provides the shared
-        embedding: a target dir / Hub id, an embedding tensor, or a loaded model."""
-        cfg = load_config(path, revision=revision)
-        weights, state = load_weights_file(path, revision=revision)
-        source = os.fspath(weights)  # what a refusal names: the file that holds the tensors
+    def _from_checkpoint(cls, cfg: DrafterConfig, state: dict[str, torch.Tensor], source: str, target: Any, *,
+                         revision: str | None, device: torch.device | str | None,
+                         dtype: torch.dtype | None) -> DartDrafter:
+        """``config.json`` + ``model.safetensors``; ``target`` provides the shared embedding."""
         expected = layer_shapes(cfg) | {"midlayer.mask_rep": (2 * cfg.hidden_size,)}
         check_state(state, expected, optional=frozenset({"t2d"}), source=source)
         return cls._build(cfg, state, resolve_embedding(target), source, device, dtype, target)
@@ -131,8 +120,13 @@ class DartDrafter(DrafterLayer):
         if store is None and not self._warned_no_store:
             log.warning("DART is drafting without an N-gram store: the tree search runs with the N-gram term off")
             self._warned_no_store = True
-        with Stopwatch() as search:
-            tree = search_tree(tokens_np, probs_np, step.context, store, beam_width=s.beam_width,
-                               max_nodes=s.max_nodes, ngram_weight=s.ngram_weight if store is not None else 0.0,
-                               eos_token_id=step.stop_ids)
-        return Proposal(tree=tree, draft_ms=draft.ms, search_ms=search.ms)
+        return searched_proposal(tokens_np, probs_np, step, store, s, draft_ms=draft.ms)
+
+
+def dart_shapes(cfg: DrafterConfig) -> tuple[dict[str, tuple[int, ...]], set[str]]:
+    """The tensors of a DART checkpoint: the shared one-layer head plus its mask embedding (``t2d`` optional)."""
+    return layer_shapes(cfg) | {"midlayer.mask_rep": (2 * cfg.hidden_size,)}, {"t2d"}
+
+
+CHECKPOINT = CheckpointFormat(DrafterConfig, weights=(SAFE_SINGLE,), required=("draft_length",), shapes=dart_shapes,
+                              published=lambda size: f"fvliang/qwen{size.lower()}-dart")

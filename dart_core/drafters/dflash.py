@@ -20,14 +20,22 @@ import numpy as np
 import torch
 from torch import nn
 
-from dart_core.drafters.checkpoint import check_state, load_weights_file, resolve_embedding
-from dart_core.drafters.interface import DraftInput, Proposal, check_settings, knob
+from dart_core.drafters.base import searched_proposal
+from dart_core.drafters.checkpoint import (
+    CheckpointFormat,
+    check_state,
+    resolve_embedding,
+)
+from dart_core.drafters.interface import check_settings, knob
 from dart_core.drafters.layers import MLP, CacheRows, KVCache, RMSNorm, Rotary, apply_rotary
-from dart_core.errors import LoadError
-from dart_core.hub import HubFileError, load_tensor, resolve_file
-from dart_core.timing import Stopwatch
-from dart_core.tree import DraftTree
-from dart_core.tree_search import search_tree
+from dart_core.drafters.module import DrafterModule
+from dart_core.engine.drafter import DraftInput, Proposal
+from dart_core.engine.hf_config import num_layers
+from dart_core.engine.timing import Stopwatch
+from dart_core.engine.tree import DraftTree
+from dart_core.loading.errors import LoadError
+from dart_core.loading.hub import HubFileError, load_tensor, resolve_file
+from dart_core.loading.layouts import SAFE_SINGLE
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +171,11 @@ def dflash_shapes(cfg: DFlashConfig) -> dict[str, tuple[int, ...]]:
     return out
 
 
+CHECKPOINT = CheckpointFormat(
+    DFlashConfig, weights=(SAFE_SINGLE,), shapes=lambda cfg: (dflash_shapes(cfg), set()), strip="model.",
+    published=lambda size: f"z-lab/Qwen3-{size}-DFlash-b16" if size in ("4B", "8B") else "")  # the published sizes
+
+
 # ------------------------------------------------------------------------------------------------ settings
 @dataclass(frozen=True)
 class DFlashSettings:
@@ -249,7 +262,7 @@ class DFlashLayer(nn.Module):
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
-class DFlashDrafter(nn.Module):
+class DFlashDrafter(DrafterModule):
     """The published DFlash drafter as the ``dflash`` racer (the upstream greedy chain). ``draft_logits`` is the
     spec's forward: cache-free without a state, cached with one."""
 
@@ -277,30 +290,15 @@ class DFlashDrafter(nn.Module):
         self._proposal_head: torch.Tensor | None = None  # made from lm_head_weight on first use
 
     # ----------------------------------------------------------------- loading
+    config_type = DFlashConfig
+
     @classmethod
-    def from_pretrained(
-        cls,
-        path: str | os.PathLike[str],
-        target: Any,
-        *,
-        revision: str | None = None,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> DFlashDrafter:
-        """Load ``config.json`` + ``model.safetensors`` (local dir or Hub id, through ``dart_core.hub``);
-        ``target``: a loaded model (``TargetModel`` or HF) or a target checkpoint dir / Hub id, whose embedding and
-        lm_head are shared. A checkpoint built for another target is refused with the mismatch named."""
-        cfg_path = resolve_file(path, "config.json", revision=revision)
-        assert cfg_path is not None
-        try:
-            raw = json.loads(cfg_path.read_text())
-        except ValueError as e:
-            raise LoadError(cfg_path, f"not valid JSON ({e})") from None
-        if not isinstance(raw, dict):
-            raise LoadError(cfg_path, "expected a JSON object")
-        cfg = DFlashConfig.from_dict(raw, source=str(cfg_path))
-        weights, state = load_weights_file(path, revision=revision)
-        source = os.fspath(weights)
+    def _from_checkpoint(cls, cfg: DFlashConfig, state: dict[str, torch.Tensor], source: str, target: Any, *,
+                         revision: str | None, device: torch.device | str | None,
+                         dtype: torch.dtype | None) -> DFlashDrafter:
+        """``config.json`` + ``model.safetensors``; ``target``: a loaded model (``TargetModel`` or HF) or a target
+        checkpoint dir / Hub id, whose embedding and lm_head are shared. A checkpoint built for another target is
+        refused with the mismatch named."""
         state = {k.removeprefix("model."): v for k, v in state.items()}
         check_state(state, dflash_shapes(cfg), source=source)
         embed, lm_head, target_layers = _target_parts(target, revision)
@@ -329,14 +327,6 @@ class DFlashDrafter(nn.Module):
             self._proposal_head = w.to(torch.bfloat16) if (w.device.type == "cpu" and w.dtype == torch.float32
                                                             and _cpu_has_fast_bf16()) else w
         return self._proposal_head
-
-    @property
-    def device(self) -> torch.device:
-        return self.fc.weight.device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.fc.weight.dtype
 
     # ----------------------------------------------------------------- state
     def new_state(self, settings: Any = None) -> DFlashState:
@@ -447,11 +437,7 @@ class DFlashTreeDrafter(DFlashDrafter):
             log.warning("DFlash-tree is drafting without an N-gram store: the tree search runs with the N-gram "
                         "term off")
             self._warned_no_store = True
-        with Stopwatch() as search:
-            tree = search_tree(tokens_np, probs_np, step.context, store, beam_width=s.beam_width,
-                               max_nodes=s.max_nodes, ngram_weight=s.ngram_weight if store is not None else 0.0,
-                               eos_token_id=step.stop_ids)
-        return Proposal(tree=tree, draft_ms=draft.ms, search_ms=search.ms)
+        return searched_proposal(tokens_np, probs_np, step, store, s, draft_ms=draft.ms)
 
 
 def _cpu_has_fast_bf16() -> bool:
@@ -463,20 +449,13 @@ def _cpu_has_fast_bf16() -> bool:
 
 
 # ------------------------------------------------------------------------------------------------ target side
-def _layers_of(config: Any) -> int | None:
-    get = getattr(config, "get_text_config", None)
-    text = get() if callable(get) else config
-    n = getattr(text, "num_hidden_layers", None)
-    return int(n) if n is not None else None
-
-
 def _target_parts(target: Any, revision: str | None) -> tuple[torch.Tensor, torch.Tensor, int | None]:
     """(embedding [V, H], lm_head [V', H], decoder layers or None) of a loaded model (ours or HF) or a target
     checkpoint dir / Hub id (only those two tensors and the config are read)."""
     embed = resolve_embedding(target, revision=revision)
     for obj in (target, getattr(target, "model", None)):
         if obj is not None and hasattr(obj, "get_output_embeddings") and obj.get_output_embeddings() is not None:
-            return embed, obj.get_output_embeddings().weight, _layers_of(getattr(obj, "config", None))
+            return embed, obj.get_output_embeddings().weight, num_layers(getattr(obj, "config", None))
     if isinstance(target, (str, os.PathLike)):
         layers = None
         cfg_path = resolve_file(target, "config.json", revision=revision, required=False)
@@ -486,8 +465,7 @@ def _target_parts(target: Any, revision: str | None) -> tuple[torch.Tensor, torc
                 raw = json.loads(cfg_path.read_text())
             except ValueError:
                 raw = {}
-            text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
-            layers = text.get("num_hidden_layers")
+            layers = num_layers(raw)
         try:
             lm_head = load_tensor(target, LM_HEAD_KEYS, revision=revision)
         except HubFileError:

@@ -3,7 +3,6 @@ the top-k frontier (``docs/drafters.md``). Its drafting time grows with the dept
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,18 +11,18 @@ import torch
 
 from dart_core.drafters.base import DrafterLayer, DrafterState
 from dart_core.drafters.checkpoint import (
+    CheckpointFormat,
     check_state,
     layer_shapes,
-    load_config,
-    load_weights_file,
     resolve_embedding,
 )
 from dart_core.drafters.config import DrafterConfig
-from dart_core.drafters.interface import DraftInput, Proposal, knob
+from dart_core.drafters.interface import knob
 from dart_core.drafters.layers import CacheRows, causal_mask
-from dart_core.errors import LoadError
-from dart_core.timing import Stopwatch
-from dart_core.tree import DraftTree
+from dart_core.engine.drafter import DraftInput, Proposal
+from dart_core.engine.timing import Stopwatch
+from dart_core.engine.tree import DraftTree
+from dart_core.loading.errors import LoadError
 
 
 @dataclass(frozen=True)
@@ -47,21 +46,14 @@ class Eagle3Drafter(DrafterLayer):
         super().__init__(cfg, embed_weight, with_mask_rep=False)
 
     # ----------------------------------------------------------------- loading
+    allow_bin = True  # published heads may ship pytorch_model.bin (read with weights_only=True)
+
     @classmethod
-    def from_pretrained(
-        cls,
-        path: str | os.PathLike[str],
-        target: Any,
-        *,
-        revision: str | None = None,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> Eagle3Drafter:
-        """Load ``config.json`` + ``model.safetensors`` or ``pytorch_model.bin`` (``weights_only=True``). The
-        embedding is the checkpoint's own ``embed_tokens.weight`` if it has one, else the target's."""
-        cfg = load_config(path, revision=revision)
-        weights, state = load_weights_file(path, revision=revision, allow_bin=True)
-        source = os.fspath(weights)  # what a refusal names: the file that holds the tensors
+    def _from_checkpoint(cls, cfg: DrafterConfig, state: dict[str, torch.Tensor], source: str, target: Any, *,
+                         revision: str | None, device: torch.device | str | None,
+                         dtype: torch.dtype | None) -> Eagle3Drafter:
+        """``config.json`` + ``model.safetensors`` or ``pytorch_model.bin``. The embedding is the checkpoint's own
+        ``embed_tokens.weight`` if it has one, else the target's."""
         expected = layer_shapes(cfg) | {"embed_tokens.weight": (cfg.vocab_size, cfg.hidden_size)}
         optional = {"embed_tokens.weight"}
         if cfg.draft_vocab_size == cfg.vocab_size:
@@ -187,3 +179,14 @@ def _assemble(root: int, tokens: np.ndarray, parents: np.ndarray, scores: np.nda
     out_tokens = [root] + [int(tokens[j]) for j in kept]
     out_scores = [0.0] + [float(scores[j]) for j in kept]
     return DraftTree(np.asarray(out_tokens), np.asarray(out_parents), np.asarray(out_scores, dtype=np.float32))
+
+
+def eagle3_shapes(cfg: DrafterConfig) -> tuple[dict[str, tuple[int, ...]], set[str]]:
+    """The tensors of an EAGLE-3 head: the shared one-layer head, its own embedding optional (else the target's),
+    and ``d2t`` optional when the draft vocabulary is the full one."""
+    optional = {"t2d", "embed_tokens.weight"} | ({"d2t"} if cfg.draft_vocab_size == cfg.vocab_size else set())
+    return layer_shapes(cfg) | {"embed_tokens.weight": (cfg.vocab_size, cfg.hidden_size)}, optional
+
+
+CHECKPOINT = CheckpointFormat(DrafterConfig, shapes=eagle3_shapes,
+                              published=lambda size: f"AngelSlim/Qwen3-{size}_eagle3")

@@ -145,7 +145,7 @@ def stage_tokenizer(out: Path, args: argparse.Namespace, hp: dict[str, Any], rec
 
 
 def stage_target(out: Path, args: argparse.Namespace, hp: dict[str, Any], recipe: Recipe) -> None:
-    from dart_core.train.target import train_target
+    from dart_core.train.toy_target import train_target
 
     t0 = time.perf_counter()
     tok = _tokenizer(out)
@@ -163,7 +163,7 @@ def stage_target(out: Path, args: argparse.Namespace, hp: dict[str, Any], recipe
 
 
 def stage_ngram(out: Path, args: argparse.Namespace, hp: dict[str, Any], recipe: Recipe) -> None:
-    from dart_core.ngram import NgramStore, build_to_file
+    from dart_core.ngram.store import NgramStore, build_to_file
 
     t0 = time.perf_counter()
     seqs = _sequences(out, hp)
@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         recipe.data["bundle_bytes"] = _dir_bytes(out)
         recipe.save()
         card = write_model_card(out, recipe)
-        from dart_core.bundle_digests import record_digests
+        from dart_core.loading.bundle_digests import record_digests
 
         record_digests(out)  # every model file's sha256 into bundle.json, checked when the bundle is opened
         print(f"[{args.stage}] {recipe.data['bundle_bytes'] / 1e6:.1f} MB in {out}, model card {card} "

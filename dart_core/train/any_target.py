@@ -82,7 +82,7 @@ def _record(out: Path, stage: str, rec: dict[str, Any], command: str | None = No
 
 
 def _load_target(ref: str, device: str | None, dtype: str) -> Any:
-    from dart_core.models import load_target
+    from dart_core.arena import load_target
 
     return load_target(ref, device=device, dtype=dtype)
 
@@ -93,7 +93,7 @@ def run_distill(target_ref: str, records: list[dict[str, Any]], out: Path, *, de
     """The target's answers to ``records`` appended to ``out`` (already answered ones are skipped)."""
     import torch
 
-    from dart_core.models import stop_token_ids
+    from dart_core.arena import stop_token_ids
     from dart_core.train.distill import distill
 
     if threads:
@@ -178,7 +178,7 @@ def run_fit(target_ref: str, data: Path, out: Path, *, work: Path, only: str | N
 
 def run_ngram(seqs: list[list[int]], path: Path, *, order: int, min_count: int, progress: bool) -> dict[str, Any]:
     """An N-gram store over the distillation sequences (the target's own text, in its tokenizer)."""
-    from dart_core.ngram import NgramStore, build_to_file
+    from dart_core.ngram.store import NgramStore, build_to_file
 
     t0 = time.perf_counter()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -193,7 +193,7 @@ def run_ngram(seqs: list[list[int]], path: Path, *, order: int, min_count: int, 
 
 def cmd_smollm2(args: argparse.Namespace, command: str) -> int:
     """The embedded default bundle: prompts, the target's answers, N-gram store, both drafters, model card."""
-    from dart_core.bundle_digests import record_digests
+    from dart_core.loading.bundle_digests import record_digests
     from dart_core.train.distill import read_sequences
     from dart_core.train.prompts import chat_prompts, write_jsonl
 
@@ -315,7 +315,7 @@ def cmd_vocab(args: argparse.Namespace) -> None:
     """Print the draft-vocabulary coverage table (see ``dart_core.train.vocab_coverage``)."""
     from transformers import AutoConfig
 
-    from dart_core.models import resolve_model_ref
+    from dart_core.arena import resolve_model_ref
     from dart_core.train.distill import read_sequences
     from dart_core.train.vocab_coverage import coverage
 

@@ -11,6 +11,7 @@ import os
 import random
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,47 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from dart_core.atomic import atomic_output
 from dart_core.drafters.base import DrafterLayer
-from dart_core.target import TargetModel
+from dart_core.engine.target import TargetModel
+from dart_core.loading.atomic import atomic_output
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The budget and plumbing every drafter's training shares (the same data and budget for every method: the
+    fair-recipe rule), apart from each method's own knobs (DART's draft length, EAGLE-3's unrolled steps, DFlash's
+    block), which stay keyword arguments of its trainer. A trainer takes one of these and/or the fields by name
+    (``train_dart(..., steps=800, lr=3e-4)``): :meth:`with_` applies the names to it."""
+
+    steps: int = 2000
+    batch_windows: int = 8
+    window: int = 256  # tokens per training window
+    lr: float = 1e-3
+    warmup: int | None = None  # None: the loop's default share of the steps
+    weight_decay: float = 0.0
+    clip: float = 1.0
+    seed: int = 0
+    threads: int | None = 2  # PyTorch CPU threads (None: PyTorch's default)
+    device: str = "cpu"
+    log_every: int = 10
+    progress: bool = True
+    eval_windows: int = 0  # of stored features: the last ones held out
+    resume: bool = False
+    checkpoint_every: int = 0
+
+    def with_(self, **changes: Any) -> TrainConfig:
+        """This config with ``changes`` (field names; an unknown one is a TypeError naming it)."""
+        unknown = sorted(set(changes) - {f.name for f in fields(self)})
+        if unknown:
+            raise TypeError(f"unknown training option(s) {', '.join(unknown)}")
+        return replace(self, **changes)
+
+    def loop(self) -> dict[str, Any]:
+        """The training loop's keyword arguments (``train_loop`` via ``train_and_save``)."""
+        return {"steps": self.steps, "lr": self.lr, "warmup": self.warmup, "weight_decay": self.weight_decay,
+                "clip": self.clip, "seed": self.seed, "log_every": self.log_every, "progress": self.progress,
+                "batch_windows": self.batch_windows, "resume": self.resume,
+                "checkpoint_every": self.checkpoint_every}
 
 
 def seed_everything(seed: int) -> None:
@@ -35,7 +74,7 @@ def load_frozen_target(target: str | os.PathLike[str], *, device: str | None = "
     packaged model, in float32 on CPU by default (bfloat16 is the usual choice on a GPU)."""
     from transformers import AutoModelForCausalLM
 
-    from dart_core.models import resolve_dtype, resolve_model_ref
+    from dart_core.arena import resolve_dtype, resolve_model_ref
 
     device = device or "cpu"
     model = AutoModelForCausalLM.from_pretrained(resolve_model_ref(target), dtype=resolve_dtype(dtype, device))
@@ -364,21 +403,21 @@ class Checkpointer:
 
 
 def fit_drafter(kind: str, prepared: tuple[Any, ...], loss_fn: Any, sequences: Sequence[Sequence[int]] | None,
-                eval_sequences: Sequence[Sequence[int]] | None, *, min_len: int, window: int, batch_windows: int,
-                out_dir: str | os.PathLike[str], features: Any = None, eval_windows: int = 0, resume: bool = False,
-                checkpoint_every: int = 0, **loop: Any) -> dict[str, Any]:
+                eval_sequences: Sequence[Sequence[int]] | None, cfg: TrainConfig, *, min_len: int,
+                out_dir: str | os.PathLike[str], features: Any = None) -> dict[str, Any]:
     """The rest both trainers share: the window source (stored ``features`` of a real target — the last
-    ``eval_windows`` windows held out —, or windows of ``sequences`` run through the target online), the training
-    loop with held-out eval and checkpoints, the published-format save."""
+    ``cfg.eval_windows`` windows held out —, or windows of ``sequences`` run through the target online), the
+    training loop with held-out eval and checkpoints, the published-format save."""
     target, model, cfg_dict, draft_ids, t2d = prepared
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    window = cfg.window
     if window < min_len:
         raise ValueError(f"training window of {window} tokens is too short (need >= {min_len})")
     if features is not None:
         head = target.model.get_output_embeddings()
         softcap = getattr(target.text_config, "final_logit_softcapping", None)
-        source, eval_source = stored_sources(features, window, eval_windows, head_weight=head.weight,
+        source, eval_source = stored_sources(features, window, cfg.eval_windows, head_weight=head.weight,
                                              draft_ids=draft_ids, head_bias=head.bias, softcap=softcap,
                                              device=next(model.parameters()).device)
     else:
@@ -388,8 +427,7 @@ def fit_drafter(kind: str, prepared: tuple[Any, ...], loss_fn: Any, sequences: S
         eval_source = (OnlineWindows(target, make_windows(eval_sequences, window, min_len), draft_ids)
                        if eval_sequences else None)
     stats = train_and_save(kind, model, source, eval_source, loss_fn, out,
-                           lambda: save_checkpoint(model, cfg_dict, t2d, out), batch_windows=batch_windows,
-                           resume=resume, checkpoint_every=checkpoint_every, **loop)
+                           lambda: save_checkpoint(model, cfg_dict, t2d, out), **cfg.loop())
     stats["draft_vocab_size"] = int(cfg_dict["draft_vocab_size"])
     return stats
 

@@ -13,8 +13,9 @@ from typing import Any
 import torch
 
 from dart_core.drafters.dart import DartDrafter
-from dart_core.target import TargetModel
+from dart_core.engine.target import TargetModel
 from dart_core.train.common import (
+    TrainConfig,
     fit_drafter,
     kl_and_top1,
     prepare_drafter,
@@ -90,46 +91,34 @@ def train_dart(
     target: str | os.PathLike[str] | TargetModel,
     sequences: Sequence[Sequence[int]],
     out_dir: str | os.PathLike[str],
+    config: TrainConfig | None = None,
     *,
     draft_length: int = 8,
     draft_vocab_size: int = 4096,
-    steps: int = 2000,
-    batch_windows: int = 8,
-    window: int = 256,
     anchors_per_window: int = 16,
-    lr: float = 1e-3,
     gamma: float = 0.6,
-    warmup: int | None = None,
-    weight_decay: float = 0.0,
-    clip: float = 1.0,
-    seed: int = 0,
-    threads: int | None = 2,
-    device: str = "cpu",
-    log_every: int = 10,
     eval_sequences: Sequence[Sequence[int]] | None = None,
     eos_token_id: int | None = None,
     config_overrides: dict[str, Any] | None = None,
-    progress: bool = True,
     features: Any = None,
-    eval_windows: int = 0,
-    resume: bool = False,
-    checkpoint_every: int = 0,
+    **train: Any,
 ) -> dict[str, Any]:
     """Train a DART drafter (the inference ``DartDrafter`` module itself, embedding shared and frozen) on the frozen
     ``target`` (a loaded one, a dir, Hub id or packaged model) over token ``sequences``, run through the target
     online, or read from a stored ``features.FeatureStore`` given as ``features`` (then ``sequences`` only rank the
     draft vocab and the last ``eval_windows`` windows are held out). Saves ``config.json`` + fp16
     ``model.safetensors`` and ``train_log.jsonl`` in ``out_dir``; returns stats (throughput, last losses,
-    held-out eval before/after)."""
+    held-out eval before/after). ``config`` / ``train``: the budget shared with the other methods (:class:`TrainConfig`
+    and its fields by name)."""
+    budget = (config or TrainConfig()).with_(**train)
     prepared = prepare_drafter(
         DartDrafter, "dart", target, sequences, draft_vocab_size=draft_vocab_size, draft_length=draft_length,
-        config_overrides=config_overrides, eos_token_id=eos_token_id, seed=seed, threads=threads, device=device)
+        config_overrides=config_overrides, eos_token_id=eos_token_id, seed=budget.seed, threads=budget.threads,
+        device=budget.device)
 
     def loss_fn(m: Any, f: torch.Tensor, t: torch.Tensor, w: torch.Tensor, g: torch.Generator) -> Any:
         return dart_loss(m, f, t, w, g, anchors_per_window=anchors_per_window, gamma=gamma)
 
-    return fit_drafter("dart", prepared, loss_fn, sequences, eval_sequences, min_len=draft_length + 3, window=window,
-                       batch_windows=batch_windows, out_dir=out_dir, features=features, eval_windows=eval_windows,
-                       resume=resume, checkpoint_every=checkpoint_every, steps=steps, lr=lr, warmup=warmup,
-                       weight_decay=weight_decay, clip=clip, seed=seed, log_every=log_every, progress=progress)
+    return fit_drafter("dart", prepared, loss_fn, sequences, eval_sequences, budget, min_len=draft_length + 3,
+                       out_dir=out_dir, features=features)
 

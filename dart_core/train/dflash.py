@@ -21,8 +21,9 @@ import torch
 from safetensors.torch import save_file
 
 from dart_core.drafters.dflash import DFlashConfig, DFlashDrafter
-from dart_core.target import TargetModel
+from dart_core.engine.target import TargetModel
 from dart_core.train.common import (
+    TrainConfig,
     _rope_theta,
     kl_and_top1,
     load_frozen_target,
@@ -190,31 +191,18 @@ def train_dflash(
     target: str | os.PathLike[str] | TargetModel,
     sequences: Sequence[Sequence[int]],
     out_dir: str | os.PathLike[str],
+    config: TrainConfig | None = None,
     *,
     block_size: int = 8,
     num_layers: int = 1,
     intermediate_size: int | None = None,
     mask_token_id: int | None = None,
-    steps: int = 2000,
-    batch_windows: int = 8,
-    window: int = 128,
     anchors_per_window: int = 8,
-    lr: float = 1e-3,
     gamma: float = 0.8,
-    warmup: int | None = None,
-    weight_decay: float = 0.0,
-    clip: float = 1.0,
-    seed: int = 0,
-    threads: int | None = 2,
-    device: str = "cpu",
-    log_every: int = 10,
     eval_sequences: Sequence[Sequence[int]] | None = None,
-    progress: bool = True,
     features: Any = None,
-    eval_windows: int = 0,
-    resume: bool = False,
-    checkpoint_every: int = 0,
     head_dtype: torch.dtype = torch.bfloat16,
+    **train: Any,
 ) -> dict[str, Any]:
     """Train a DFlash drafter (the inference ``DFlashDrafter`` module itself, embedding and lm_head the target's,
     frozen) on the frozen ``target`` over token ``sequences`` (run through the target online), or over a stored
@@ -222,10 +210,13 @@ def train_dflash(
     are held out). The target layers are the target's own feature layers (DART's), so one target forward serves
     both in a race. The full-vocabulary head (teacher and drafter) runs its matmuls in ``head_dtype`` (bf16: the
     step's largest cost, 4x cheaper on a CPU with AVX512-BF16; softmax and loss in float32). Saves the published
-    format and ``train_log.jsonl`` in ``out_dir``; returns stats."""
-    if threads:
-        torch.set_num_threads(threads)
-    seed_everything(seed)
+    format and ``train_log.jsonl`` in ``out_dir``; returns stats. ``config`` / ``train``: the shared budget
+    (:class:`TrainConfig`; DFlash's windows default to 128 tokens)."""
+    budget = (config or TrainConfig(window=128)).with_(**train)
+    window, device = budget.window, budget.device
+    if budget.threads:
+        torch.set_num_threads(budget.threads)
+    seed_everything(budget.seed)
     if not isinstance(target, TargetModel):
         target = load_frozen_target(target, device=device)
     layer_ids = [i - 1 for i in (features.meta["feature_layers"] if features is not None else target.feature_layers)]
@@ -247,7 +238,7 @@ def train_dflash(
     if window < block_size + 1:
         raise ValueError(f"training window of {window} tokens is too short for block size {block_size}")
     if features is not None:  # the head inputs, not a draft-vocab teacher: the loss scores the full vocabulary
-        source, eval_source = stored_sources(features, window, eval_windows, device=device)
+        source, eval_source = stored_sources(features, window, budget.eval_windows, device=device)
     else:
         if not sequences:
             raise ValueError("no training sequences")
@@ -263,9 +254,7 @@ def train_dflash(
                            head=head)
 
     stats = train_and_save("dflash", model, source, eval_source, loss_fn, out,
-                           lambda: save_dflash(model, cfg_dict, out), batch_windows=batch_windows, resume=resume,
-                           checkpoint_every=checkpoint_every, steps=steps, lr=lr, warmup=warmup,
-                           weight_decay=weight_decay, clip=clip, seed=seed, log_every=log_every, progress=progress)
+                           lambda: save_dflash(model, cfg_dict, out), **budget.loop())
     stats.update(block_size=block_size, mask_token_id=mask_token_id, target_layer_ids=layer_ids,
                  anchors_per_window=anchors_per_window, gamma=gamma, head_dtype=str(head_dtype).removeprefix("torch."))
     return stats

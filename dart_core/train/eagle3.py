@@ -16,8 +16,9 @@ from typing import Any
 import torch
 
 from dart_core.drafters.eagle3 import Eagle3Drafter
-from dart_core.target import TargetModel
+from dart_core.engine.target import TargetModel
 from dart_core.train.common import (
+    TrainConfig,
     fit_drafter,
     kl_and_top1,
     prepare_drafter,
@@ -74,42 +75,29 @@ def train_eagle3(
     target: str | os.PathLike[str] | TargetModel,
     sequences: Sequence[Sequence[int]],
     out_dir: str | os.PathLike[str],
+    config: TrainConfig | None = None,
     *,
     ttt_steps: int = 3,
     draft_vocab_size: int = 4096,
-    steps: int = 2000,
-    batch_windows: int = 8,
-    window: int = 256,
-    lr: float = 1e-3,
-    warmup: int | None = None,
-    weight_decay: float = 0.0,
-    clip: float = 1.0,
-    seed: int = 0,
-    threads: int | None = 2,
-    device: str = "cpu",
-    log_every: int = 10,
     eval_sequences: Sequence[Sequence[int]] | None = None,
     eos_token_id: int | None = None,
     config_overrides: dict[str, Any] | None = None,
-    progress: bool = True,
     features: Any = None,
-    eval_windows: int = 0,
-    resume: bool = False,
-    checkpoint_every: int = 0,
+    **train: Any,
 ) -> dict[str, Any]:
     """Train an EAGLE-3 head (the inference ``Eagle3Drafter`` module, target embedding shared and frozen) with
     training-time test unrolled ``ttt_steps`` (≥ 3 recommended) steps; same data, draft vocab rule and budget knobs
     as :func:`dart_core.train.dart.train_dart`. Saves the published format (fp16) + ``train_log.jsonl``."""
     if ttt_steps < 1:
         raise ValueError(f"ttt_steps must be >= 1, got {ttt_steps}")
+    budget = (config or TrainConfig()).with_(**train)
     prepared = prepare_drafter(
         Eagle3Drafter, "eagle3", target, sequences, draft_vocab_size=draft_vocab_size, draft_length=None,
-        config_overrides=config_overrides, eos_token_id=eos_token_id, seed=seed, threads=threads, device=device)
+        config_overrides=config_overrides, eos_token_id=eos_token_id, seed=budget.seed, threads=budget.threads,
+        device=budget.device)
 
     def loss_fn(m: Any, f: torch.Tensor, t: torch.Tensor, w: torch.Tensor, g: torch.Generator) -> Any:
         return eagle3_loss(m, f, t, w, g, ttt_steps=ttt_steps)
 
-    return fit_drafter("eagle3", prepared, loss_fn, sequences, eval_sequences, min_len=ttt_steps + 3, window=window,
-                       batch_windows=batch_windows, out_dir=out_dir, features=features, eval_windows=eval_windows,
-                       resume=resume, checkpoint_every=checkpoint_every, steps=steps, lr=lr, warmup=warmup,
-                       weight_decay=weight_decay, clip=clip, seed=seed, log_every=log_every, progress=progress)
+    return fit_drafter("eagle3", prepared, loss_fn, sequences, eval_sequences, budget, min_len=ttt_steps + 3,
+                       out_dir=out_dir, features=features)

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from dart_core.atomic import atomic_output
-from dart_core.target import TargetModel
+from dart_core.engine.target import TargetModel
+from dart_core.loading.atomic import atomic_output
 
 FORMAT = 1
 FP16_MAX = 65504.0

@@ -1,7 +1,7 @@
 """A target checkpoint's files, named when one is at fault. transformers' own errors rarely say which file broke: a
 truncated ``tokenizer.json`` surfaces as "Expecting value: line 10222 column 9", a flipped header byte as a bare
 SafetensorError, a wrong-shaped tensor as a report table and then a RuntimeError. After such a failure these checks
-find the file and say what is wrong with it, as a :class:`~dart_core.errors.LoadError`; they run only after a
+find the file and say what is wrong with it, as a :class:`~dart_core.loading.errors.LoadError`; they run only after a
 failure, so a good checkpoint pays nothing for them. :func:`check_finite` is the exception: a quick scan of the
 embedding and ``lm_head``, whose NaNs would otherwise surface mid-race."""
 
@@ -15,17 +15,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dart_core.errors import LoadError, exception_text, one_line
-from dart_core.hub import HubFileError, looks_local, resolve_file, weights_only_problem
+from dart_core.loading.errors import LoadError, exception_text, one_line
+from dart_core.loading.hub import HubFileError, looks_local, resolve_file, weights_only_problem
+from dart_core.loading.layouts import SHARD_INDEXES, SINGLE_WEIGHTS, SLOW_TOKENIZER_FILES, TOKENIZER_JSON
 
 log = logging.getLogger("dart_arena.load")
 
-# JSON files a tokenizer reads (config.json too: AutoTokenizer reads the model type from it), in reading order
-TOKENIZER_JSON = ("config.json", "tokenizer_config.json", "tokenizer.json", "special_tokens_map.json",
-                  "added_tokens.json")
-SLOW_TOKENIZER_FILES = ("tokenizer.model", "spiece.model", "vocab.json", "vocab.txt")
-SHARD_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
-SINGLE_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 
 
 def _file(base: str | os.PathLike[str], name: str, revision: str | None) -> Path | None:

@@ -3,7 +3,7 @@
 The drafter gives, per level, its top-k candidate target tokens and their probabilities; the search grows a
 beam of candidate sequences scored by the drafter's log-probabilities plus the N-gram store's log-probability
 of each token after its context, and keeps the best ``max_nodes`` sequences as a
-:class:`~dart_core.tree.DraftTree`.
+:class:`~dart_core.engine.tree.DraftTree`.
 Inputs are validated here (clear ``ValueError``s); the search itself runs natively without the GIL.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from dart_core import _native
-from dart_core.ngram import NgramStore, as_token_array
-from dart_core.tree import DraftTree
+from dart_core.engine.tree import DraftTree
+from dart_core.ngram.store import NgramStore, as_token_array
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
@@ -86,7 +86,7 @@ def search_tree(
 
     ``topk_tokens`` / ``topk_probs``: ``[levels, k]`` candidate target token ids and their probabilities
     (numpy arrays or CPU torch tensors). ``context_tokens``: the prompt, its last token is the root.
-    ``store``: an :class:`~dart_core.ngram.NgramStore` or ``None``; ``None`` or ``ngram_weight == 0`` drops
+    ``store``: an :class:`~dart_core.ngram.store.NgramStore` or ``None``; ``None`` or ``ngram_weight == 0`` drops
     the N-gram term.
     ``level_weights`` / ``logit_weights``: one float per level, default :func:`default_level_weights` /
     :func:`default_logit_weights`. ``eos_token_id``: an end-of-text id or a collection of them (every stop id
@@ -122,7 +122,7 @@ def search_tree(
         raise ValueError("context_tokens is empty: it must hold at least the root token")
 
     if store is not None and not isinstance(store, NgramStore):
-        raise TypeError(f"store must be a dart_core.ngram.NgramStore or None, got {type(store).__name__}")
+        raise TypeError(f"store must be a dart_core.ngram.store.NgramStore or None, got {type(store).__name__}")
     beam_width = _count(beam_width, "beam_width", minimum=1)
     max_nodes = _count(max_nodes, "max_nodes", minimum=0)
     lw = _weights(level_weights, levels, "level_weights")

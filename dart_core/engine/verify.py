@@ -1,6 +1,6 @@
 """Lossless acceptance rules over a draft tree (``docs/acceptance.md``).
 
-The target has scored every node of a :class:`~dart_core.tree.DraftTree` in one forward (``logits[i]`` is the
+The target has scored every node of a :class:`~dart_core.engine.tree.DraftTree` in one forward (``logits[i]`` is the
 target's next-token distribution after node i's path). This module decides which root-to-node path to commit and
 which bonus token to append, so that the emitted text is distributed exactly as plain decoding with the target:
 token-for-token equal under greedy decoding, equal in distribution under sampling (temperature / top-k / top-p).
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from dart_core.tree import DraftTree
+from dart_core.engine.tree import DraftTree
 
 __all__ = [
     "Acceptance",

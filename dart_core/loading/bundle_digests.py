@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dart_core.atomic import atomic_output
-from dart_core.hub import cache_root
-from dart_core.wheel_fetch import sha256_file
+from dart_core.loading.atomic import atomic_output
+from dart_core.loading.hub import cache_root
+from dart_core.loading.wheel_fetch import sha256_file
 
 MANIFEST = "bundle.json"
 # what is not a model file: the bundle's own description, its model card, the training logs and recipe

@@ -1,11 +1,11 @@
 """The speculative decoding loop, one for every racer: it talks to a
-:class:`~dart_core.drafters.interface.Drafter` (which target layers it reads, a per-generation state, a proposed
+:class:`~dart_core.engine.drafter.Drafter` (which target layers it reads, a per-generation state, a proposed
 tree or none) and knows no method by name; plain decoding is the drafter that proposes nothing.
 
 ``stream(...)`` yields a :class:`Step` per target forward — the prefill, then one verify (or one AR forward) per
 step — with the new tokens, how many came from accepted drafts, the tree size and the measured draft / search /
 verify milliseconds (synchronized on CUDA). Greedy output is token-for-token the target's own greedy output;
-sampling keeps the target's distribution (``verify.py``). Also ``python -m dart_core.generate``.
+sampling keeps the target's distribution (``verify.py``).
 """
 
 from __future__ import annotations
@@ -17,19 +17,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from dart_core.drafters.interface import Drafter, DraftInput, PlainDecoding
-from dart_core.greedy_check import top_logits_of
-from dart_core.target import Interrupted, TargetModel
-from dart_core.timing import Stopwatch
-from dart_core.tree import DraftTree
-from dart_core.verify import SamplingConfig, accept, processed_probs
+from dart_core.engine.drafter import Drafter, DraftInput, PlainDecoding, Proposal
+from dart_core.engine.greedy_check import top_logits_of
+from dart_core.engine.target import Interrupted, TargetModel
+from dart_core.engine.timing import Stopwatch
+from dart_core.engine.tree import DraftTree
+from dart_core.engine.verify import SamplingConfig, accept, processed_probs
 
 
 @dataclass(frozen=True)
 class Step:
     """One target forward's worth of output."""
 
-    method: str  # the racer's key (``dart_core.racers``)
+    method: str  # the racer's key (``dart_core.racers.registry``)
     tokens: list[int]  # token ids emitted by this forward; the first ``accepted`` came from drafts
     accepted: int
     tree_size: int  # nodes verified, root included (0 for the prefill and AR steps)
@@ -172,7 +172,7 @@ def stream(
     Stops on a stop token (emitted, then nothing after it), ``max_new_tokens``, or the context limit
     ``min(max_length, target context)`` on prompt + output. A prompt that does not fit raises ValueError.
     ``interrupt``: asked between the chunks of a long prompt's prefill (:meth:`TargetModel.prefill`), which
-    raises :class:`~dart_core.target.Interrupted` when it says stop; between steps the caller decides."""
+    raises :class:`~dart_core.engine.target.Interrupted` when it says stop; between steps the caller decides."""
     sampling = sampling or SamplingConfig()
     drafter = drafter if drafter is not None else PlainDecoding()
     prompt, limit = checked_request(target, input_ids, max_new_tokens, max_length)
@@ -198,37 +198,67 @@ def stream(
     new_ids = [*prompt[1:], x]  # the token following each row whose features the drafter has not seen yet
     while True:
         room = min(limit - length, max_new_tokens - emitted)  # tokens this step may still emit
-        step = DraftInput(feats, torch.tensor(new_ids), context[:length], stops)
-        proposal = drafter.propose(dstate, step)
+        proposal = drafter.propose(dstate, DraftInput(feats, torch.tensor(new_ids), context[:length], stops))
         if proposal is None:  # no draft: the target decodes one token (with the drafter's features, if any)
-            with Stopwatch(target.device) as sw:
-                logits, feats = target.forward_tokens(state, [x], layers=layers)
-                x = choose_token(logits, sampling, generator)
-            tokens, accepted, size, draft_ms, search_ms, tree, nodes = [x], 0, 0, 0.0, 0.0, None, []
-            stopped = x in stops
-            new_ids = [x]
-            top = top_logits_of(logits[None]) if greedy else []
+            r = _plain_round(target, state, x, layers, sampling, generator, stops)
         else:
-            tree = proposal.tree.truncate(room - 1)
-            with Stopwatch(target.device) as sw:
-                logits, tfeats = target.verify(state, tree, layers)
-                result = accept(tree, logits, sampling, generator)
-                target.commit(state, result.nodes)
-            tokens, stopped = _cut(result.tokens, stops, room)
-            accepted, size, nodes = min(result.accepted, len(tokens)), tree.size, result.nodes
-            draft_ms, search_ms = proposal.draft_ms, proposal.search_ms
-            picked = torch.tensor(nodes, device=logits.device)
-            top = top_logits_of(logits[picked[: len(tokens)]]) if greedy else []
-            feats = tfeats[picked.to(tfeats.device)] if tfeats is not None else None
-            new_ids, x = list(result.tokens), result.tokens[-1]
-        context[length : length + len(tokens)] = tokens
-        length += len(tokens)
-        emitted += len(tokens)
-        reason = _stop_reason(stopped, emitted, max_new_tokens, length, limit)
-        yield Step(method, tokens, accepted, size, draft_ms, search_ms, sw.ms, stop_reason=reason, tree=tree,
-                   accepted_nodes=nodes, top_logits=top)
+            r = _tree_round(target, state, proposal, room, layers, sampling, generator, stops)
+        feats, new_ids, x = r.feats, r.new_ids, r.new_ids[-1]
+        context[length : length + len(r.tokens)] = r.tokens
+        length += len(r.tokens)
+        emitted += len(r.tokens)
+        reason = _stop_reason(r.stopped, emitted, max_new_tokens, length, limit)
+        yield Step(method, r.tokens, r.accepted, r.tree.size if r.tree is not None else 0, r.draft_ms, r.search_ms,
+                   r.verify_ms, stop_reason=reason, tree=r.tree, accepted_nodes=r.nodes,
+                   top_logits=r.top)
         if reason:
             return
+
+
+@dataclass
+class _Round:
+    """What one step of the loop decided: the tokens it emits (and whether a stop token ends them), how many came
+    from accepted drafts, the tree verified (None: a plain step) and its accepted nodes, the measured ms, the best
+    logits behind each token (for the greedy check), and what the drafter is shown next (the features of the new
+    rows and the token that follows each)."""
+
+    tokens: list[int]
+    stopped: bool
+    accepted: int
+    tree: DraftTree | None
+    nodes: list[int]
+    draft_ms: float
+    search_ms: float
+    verify_ms: float
+    top: list[Any]
+    feats: torch.Tensor | None
+    new_ids: list[int]
+
+
+def _plain_round(target: TargetModel, state: Any, x: int, layers: Any, sampling: SamplingConfig,
+                 generator: torch.Generator | None, stops: frozenset[int]) -> _Round:
+    """One target forward of the last token, one token chosen."""
+    with Stopwatch(target.device) as sw:
+        logits, feats = target.forward_tokens(state, [x], layers=layers)
+        x = choose_token(logits, sampling, generator)
+    top = top_logits_of(logits[None]) if sampling.greedy else []
+    return _Round([x], x in stops, 0, None, [], 0.0, 0.0, sw.ms, top, feats, [x])
+
+
+def _tree_round(target: TargetModel, state: Any, proposal: Proposal, room: int, layers: Any,
+                sampling: SamplingConfig, generator: torch.Generator | None, stops: frozenset[int]) -> _Round:
+    """The proposed tree (cut to what may still be emitted) verified in one forward, its accepted path committed."""
+    tree = proposal.tree.truncate(room - 1)
+    with Stopwatch(target.device) as sw:
+        logits, tfeats = target.verify(state, tree, layers)
+        result = accept(tree, logits, sampling, generator)
+        target.commit(state, result.nodes)
+    tokens, stopped = _cut(result.tokens, stops, room)
+    picked = torch.tensor(result.nodes, device=logits.device)
+    top = top_logits_of(logits[picked[: len(tokens)]]) if sampling.greedy else []
+    feats = tfeats[picked.to(tfeats.device)] if tfeats is not None else None
+    return _Round(tokens, stopped, min(result.accepted, len(tokens)), tree, result.nodes, proposal.draft_ms,
+                  proposal.search_ms, sw.ms, top, feats, list(result.tokens))
 
 
 __all__ = ["Interrupted", "RunStats", "Step", "checked_request", "generate", "stream", "summarize"]
@@ -240,13 +270,3 @@ def generate(target: TargetModel, input_ids: Any, drafter: Drafter | None = None
     steps = list(stream(target, input_ids, drafter, **kwargs))
     return [t for s in steps for t in s.tokens], steps
 
-
-if __name__ == "__main__":
-    # `python -m dart_core.generate`: the CLI is imported here only (it imports this library, not the other way
-    # round), and it gets this very module, not a second copy executed under the library's name
-    import sys
-
-    sys.modules.setdefault("dart_core.generate", sys.modules[__name__])
-    from dart_core.generate_cli import main
-
-    raise SystemExit(main())

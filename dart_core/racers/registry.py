@@ -1,6 +1,6 @@
 """The one list of racers. The app's columns, controls and colours, the CLIs' choices and flags, the bench's rows,
 the bundle's parts and the ``DartModel`` facade all derive from :data:`RACERS`; the decoding loop and the page
-name no method. Adding a racer is its drafter module (a :class:`~dart_core.drafters.interface.Drafter` with a
+name no method. Adding a racer is its drafter module (a :class:`~dart_core.engine.drafter.Drafter` with a
 settings dataclass), one entry here, and its tests.
 """
 
@@ -13,12 +13,15 @@ from typing import Any
 
 import torch
 
+from dart_core.drafters import dart, dflash, eagle3
+from dart_core.drafters.checkpoint import CheckpointFormat
 from dart_core.drafters.dart import DartDrafter, DartSettings
 from dart_core.drafters.dflash import DFlashDrafter, DFlashSettings, DFlashTreeDrafter, DFlashTreeSettings
 from dart_core.drafters.eagle3 import Eagle3Drafter, Eagle3Settings
-from dart_core.drafters.interface import Drafter, NoSettings, PlainDecoding, knobs, settings_for
-from dart_core.hf_generate import KEY as HF_KEY
-from dart_core.hf_generate import stream_hf_generate
+from dart_core.drafters.interface import knobs, settings_for
+from dart_core.engine.drafter import Drafter, NoSettings, PlainDecoding
+from dart_core.racers.hf_generate import KEY as HF_KEY
+from dart_core.racers.hf_generate import stream_hf_generate
 
 
 @dataclass(frozen=True)
@@ -29,7 +32,9 @@ class Racer:
     ``uses_store``: it drafts with the N-gram store; ``opt_in``: the app adds its column only when asked
     (``--compare-<key>``) unless a bundle holds it; ``folder``: the bundle's folder of its checkpoint when it is
     not ``<key>/`` (two racers that read one drafter share it); ``runner``: its own decoding loop in place of the
-    engine's (``stream``'s signature; HF ``generate``), for a racer that loads nothing and is enabled by name."""
+    engine's (``stream``'s signature; HF ``generate``), for a racer that loads nothing and is enabled by name;
+    ``checkpoint``: its checkpoint's format (weights files, config, tensors, the published ones), declared by its
+    drafter module, which the launch check reads instead of knowing racers by name."""
 
     key: str
     label: str
@@ -42,6 +47,7 @@ class Racer:
     example: str = ""  # a published checkpoint, for help texts
     folder: str = ""
     runner: Callable[..., Iterator[Any]] | None = None
+    checkpoint: CheckpointFormat | None = None
 
     @property
     def dest(self) -> str:
@@ -69,20 +75,22 @@ class Racer:
 RACERS: list[Racer] = [
     Racer("dart", "DART", "#f97316", "one drafter forward for the whole tree, N-gram-guided tree search",
           load=DartDrafter.from_pretrained, settings_type=DartSettings, uses_store=True,
-          example="fvliang/qwen8b-dart"),
+          example="fvliang/qwen8b-dart", checkpoint=dart.CHECKPOINT),
     Racer("eagle3", "EAGLE-3", "#3b82f6", "one drafter forward per tree level", load=Eagle3Drafter.from_pretrained,
-          settings_type=Eagle3Settings, opt_in=True, example="AngelSlim/Qwen3-8B_eagle3"),
+          settings_type=Eagle3Settings, opt_in=True, example="AngelSlim/Qwen3-8B_eagle3",
+          checkpoint=eagle3.CHECKPOINT),
     Racer("dflash", "DFlash", "#a855f7", "one drafter forward fills a block; its argmax chain is verified",
           load=DFlashDrafter.from_pretrained, settings_type=DFlashSettings, opt_in=True,
-          example="z-lab/Qwen3-8B-DFlash-b16"),
+          example="z-lab/Qwen3-8B-DFlash-b16", checkpoint=dflash.CHECKPOINT),
     Racer("dflash-tree", "DFlash-tree", "#ec4899", "DFlash's block rows, top-k each, N-gram-guided tree search",
           load=DFlashTreeDrafter.from_pretrained, settings_type=DFlashTreeSettings, uses_store=True, opt_in=True,
-          example="z-lab/Qwen3-8B-DFlash-b16", folder="dflash"),
+          example="z-lab/Qwen3-8B-DFlash-b16", folder="dflash", checkpoint=dflash.CHECKPOINT),
     Racer(HF_KEY, "HF generate", "#64748b", "transformers' own generate() on the same weights: the real alternative",
           runner=stream_hf_generate, opt_in=True),
     Racer("ar", "AR", "#94a3b8", "plain autoregressive decoding: one target forward per token"),
 ]
 BASELINE = "ar"  # the racer every speedup is measured against
+UPSTREAM = "dart"  # the racer the reference implementation's facade stands for (DartModel.dart_generate)
 PLAIN = PlainDecoding()
 
 

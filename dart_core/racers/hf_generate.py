@@ -2,11 +2,11 @@
 
 ``stream_hf_generate`` runs ``model.generate`` (its own decoding loop, KV cache and masks: nothing of ours) on a
 thread of its own and hands it the floor one token at a time: a streamer blocks ``generate`` after every token
-until the consumer asks for the next one, so it yields :class:`~dart_core.generate.Step` s like the engine's loop
+until the consumer asks for the next one, so it yields :class:`~dart_core.engine.loop.Step` s like the engine's loop
 does, each timed from the hand-over to the token (the prefill with the first token). A race therefore interleaves
 it with the other racers one step at a time, and closing the iterator stops ``generate`` at the next token.
 Under greedy decoding every token also carries the target's best logits (a logits processor reads them), so the
-tie-aware greedy check (:mod:`dart_core.greedy_check`) treats this lane like any other.
+tie-aware greedy check (:mod:`dart_core.engine.greedy_check`) treats this lane like any other.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from typing import Any
 
 import torch
 
-from dart_core.generate import Step, _stop_reason, checked_request
-from dart_core.greedy_check import top_logits_of
-from dart_core.target import TargetModel
-from dart_core.timing import sync
-from dart_core.verify import SamplingConfig
+from dart_core.engine.greedy_check import top_logits_of
+from dart_core.engine.loop import Step, _stop_reason, checked_request
+from dart_core.engine.target import TargetModel
+from dart_core.engine.timing import sync
+from dart_core.engine.verify import SamplingConfig
 
 KEY = "hf"
 
@@ -107,7 +107,7 @@ def stream_hf_generate(
     interrupt: Any = None,
 ) -> Iterator[Step]:
     """``model.generate`` on ``target``'s model, one :class:`Step` per token (the first is the prefill's), with
-    :func:`dart_core.generate.stream`'s arguments and stop rules (``drafter`` and ``settings`` are not used:
+    :func:`dart_core.engine.loop.stream`'s arguments and stop rules (``drafter`` and ``settings`` are not used:
     it drafts nothing; ``interrupt`` neither: ``generate`` prefills in one forward, which cannot be cut short).
     Sampling draws from the global RNG, seeded from ``generator``'s seed: ``generate`` takes
     no generator, so its samples differ from the engine's lanes but follow the same distribution."""

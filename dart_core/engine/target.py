@@ -31,71 +31,12 @@ import torch
 from transformers import DynamicCache, StaticCache
 from transformers.cache_utils import DynamicLayer, StaticLayer
 
-from .tree import DraftTree
+from dart_core.engine.hf_config import feature_layer_ids, text_config
+from dart_core.engine.tree import DraftTree
 
-__all__ = ["FAST_PATH_ROWS", "TargetModel", "TargetState", "feature_layer_ids"]
+__all__ = ["FAST_PATH_ROWS", "TargetModel", "TargetState"]
 
 FAST_PATH_ROWS = 4096  # the fast path's static KV cache when no size is given: prompt + reply + one draft tree
-
-
-def _text_config(config: Any) -> Any:
-    """Multimodal/composite configs keep the decoder settings in a sub-config; plain ones return themselves."""
-    get = getattr(config, "get_text_config", None)
-    if callable(get):
-        try:
-            return get(decoder=True)
-        except TypeError:
-            return get()
-    return config
-
-
-def _eagle_layer_ids(config: Any) -> Sequence[int] | None:
-    eagle = getattr(config, "eagle_config", None)
-    if eagle is None:
-        return None
-    if isinstance(eagle, dict):
-        return eagle.get("eagle_aux_hidden_state_layer_ids")
-    return getattr(eagle, "eagle_aux_hidden_state_layer_ids", None)
-
-
-def feature_layer_ids(config: Any, layer_ids: Sequence[int] | None = None) -> tuple[int, int, int]:
-    """Indices into HF's ``hidden_states`` tuple of the three drafter features, low to high.
-
-    Default (spec "Target features"): ``(2, L//2, L-3)`` with ``L = num_hidden_layers``, i.e. the inputs of
-    decoder layers 2, L//2 and L-3. ``layer_ids`` (or, failing that, ``config.eagle_config.
-    eagle_aux_hidden_state_layer_ids``) are decoder-layer OUTPUT ids, as EAGLE-3 configs give them: the output
-    of layer i is ``hs[i + 1]``. Raises ValueError when the three indices are not distinct or out of range —
-    tiny models (L < 6) collide under the default rule, and a drafter fed duplicated features is silently wrong.
-    """
-    text = _text_config(config)
-    n_layers = int(text.num_hidden_layers)
-    ids = layer_ids if layer_ids is not None else _eagle_layer_ids(text)
-    if ids is None and text is not config:
-        ids = _eagle_layer_ids(config)
-    if ids is not None:
-        ids = [int(i) for i in ids]
-        if len(ids) != 3:
-            raise ValueError(f"expected 3 auxiliary hidden-state layer ids, got {ids}")
-        bad = [i for i in ids if not 0 <= i < n_layers]
-        if bad:
-            raise ValueError(
-                f"auxiliary hidden-state layer ids {ids} out of range: decoder-layer outputs must lie in "
-                f"[0, {n_layers - 1}] for a target with num_hidden_layers={n_layers}"
-            )
-        hs_ids = tuple(sorted(i + 1 for i in ids))
-        source = f"layer-output ids {ids}"
-    else:
-        hs_ids = (2, n_layers // 2, n_layers - 3)
-        source = f"default rule (2, L//2, L-3) with L={n_layers}"
-        bad = [i for i in hs_ids if not 0 <= i <= n_layers]
-        if bad:
-            raise ValueError(f"feature layers {hs_ids} from the {source} fall outside hidden_states[0..{n_layers}]")
-    if len(set(hs_ids)) != 3:
-        raise ValueError(
-            f"feature layers {hs_ids} (hidden_states indices, from the {source}) are not distinct: "
-            "the target is too shallow for three distinct drafter features"
-        )
-    return hs_ids  # type: ignore[return-value]
 
 
 @dataclass
@@ -154,7 +95,7 @@ class TargetModel:
     ) -> None:
         self.model = model.eval()
         self.config = model.config
-        self.text_config = _text_config(model.config)
+        self.text_config = text_config(model.config)
         self.feature_layers: tuple[int, int, int] = feature_layer_ids(model.config, feature_layers)
         self.feature_device = torch.device(feature_device) if feature_device is not None else self.device
         try:

@@ -17,11 +17,12 @@ from typing import Any
 import numpy as np
 
 from dart_core import _native
-from dart_core.atomic import atomic_output
-from dart_core.errors import LoadError
-from dart_core.hub import cache_root
+from dart_core.loading.atomic import atomic_output
+from dart_core.loading.errors import LoadError, register_user_error
+from dart_core.loading.hub import cache_root
 
 NgramFormatError = _native.NgramFormatError
+register_user_error(NgramFormatError)  # its messages name the file and the problem
 
 
 class NgramFileError(LoadError, NgramFormatError):
@@ -275,14 +276,3 @@ def convert_trie_cached(
         convert_trie(trie_path, out, tmp_dir=tmp_dir, memory_budget=memory_budget, progress=progress)
     return out
 
-
-if __name__ == "__main__":
-    # `python -m dart_core.ngram`: the CLI is imported here only, never at module level (the CLI imports this
-    # library, not the other way round; tests/test_cli_imports.py), and it gets this very module, not a second
-    # copy executed under the library's name
-    import sys
-
-    sys.modules.setdefault("dart_core.ngram", sys.modules[__name__])
-    from dart_core.ngram_cli import main
-
-    raise SystemExit(main())

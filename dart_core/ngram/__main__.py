@@ -13,8 +13,8 @@ from typing import IO, Any
 
 import numpy as np
 
-from dart_core.errors import report_error
-from dart_core.ngram import DEFAULT_CONVERT_MEMORY, NgramFormatError, NgramStore, build_to_file, convert_trie
+from dart_core.loading.errors import report_error
+from dart_core.ngram.store import DEFAULT_CONVERT_MEMORY, NgramFormatError, NgramStore, build_to_file, convert_trie
 
 EXAMPLES = """examples:
   python -m dart_core.ngram build corpus.jsonl --tokenizer Qwen/Qwen3-1.7B --out corpus.ngram

@@ -3,7 +3,12 @@ the problem on one line (anything else raised while loading a part is turned int
 every front end (the app, ``python -m dart_core.generate``, the benchmarks) reports it the same way with
 :func:`report_error`: ``error: <file>: <problem>``, exit code 2, the traceback only when asked for. A server that
 runs for weeks meets truncated downloads and flipped bits; its operator needs the file's name, not a traceback
-into transformers or safetensors."""
+into transformers or safetensors.
+
+This module is the bottom of the package: it imports nothing of ``dart_core``. The errors written for a user
+(:class:`LoadError` here, ``HubFileError``, ``BundleError``, ...) subclass :class:`UserError`, so this module can
+tell them apart without knowing the layers above it; an error type that cannot subclass it (the native core's
+``NgramFormatError``) is registered by its module with :func:`register_user_error`."""
 
 from __future__ import annotations
 
@@ -18,7 +23,22 @@ from typing import IO, Any
 ONE_LINE_LIMIT = 400  # characters of a third party's message kept in a one-line error
 
 
-class LoadError(ValueError):
+class UserError(Exception):
+    """An error whose message is written for the user (a file named, a fix given): shown as it is, its type left
+    out. A base for the project's own errors, each of which also keeps its natural built-in base."""
+
+
+_REGISTERED: list[type[BaseException]] = []
+
+
+def register_user_error(cls: type[BaseException]) -> None:
+    """Count ``cls`` (an error type defined where it cannot subclass :class:`UserError`, such as a native
+    extension's) among the errors written for the user."""
+    if cls not in _REGISTERED:
+        _REGISTERED.append(cls)
+
+
+class LoadError(UserError, ValueError):
     """A file (or checkpoint directory / Hub id) that could not be loaded: ``path`` names it, ``problem`` says
     what is wrong with it, both on one line. A ValueError, as the loaders' own checks were before."""
 
@@ -39,13 +59,8 @@ def one_line(text: str, limit: int = ONE_LINE_LIMIT) -> str:
 
 
 def project_errors() -> tuple[type[BaseException], ...]:
-    """Errors whose message is written for the user (a file named, a fix given): shown as they are, the
-    exception's type left out. Imported here, not at module level, so this module stays import-light."""
-    from dart_core.bundle import BundleError
-    from dart_core.hub import HubFileError
-    from dart_core.ngram import NgramFormatError
-
-    return LoadError, HubFileError, NgramFormatError, BundleError
+    """Errors whose message is written for the user: :class:`UserError` and the registered ones."""
+    return (UserError, *_REGISTERED)
 
 
 def exception_text(exc: BaseException) -> str:

@@ -1,0 +1,88 @@
+"""The whole launch check: :func:`plan_launch` resolves and checks every piece, the device, the memory and the
+port, and :func:`download` fetches exactly the planned files."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from huggingface_hub import snapshot_download
+
+from dart_core.loading.hub import _offline as hub_offline
+from dart_core.loading.layouts import DTYPE_BYTES, DTYPE_NAMES
+from dart_core.preflight.checks import check_drafter, check_ngram, check_target
+from dart_core.preflight.plan import Plan, Problem
+from dart_core.preflight.resources import disk_problem, estimate_memory, memory_problem, port_problem, resolve_device
+
+
+# ----------------------------------------------------------------------------------------------- the whole check
+def plan_launch(
+    *,
+    base: str,
+    drafters: Mapping[str, str | None],
+    ngram: str | None = None,
+    small_ngram: bool = False,
+    device: str | None = None,
+    dtype: str | None = "auto",
+    max_length: int | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    chat_template: str | None = None,
+) -> Plan:
+    """Resolve and check every piece of a launch (the target, each drafter given, the N-gram store), the device,
+    the memory and the port, reading file listings and metadata only. Problems are collected, never raised."""
+    from dart_core.racers.registry import racer
+
+    t0 = time.perf_counter()
+    plan = Plan(offline=hub_offline())
+    shown, plan.device_map = resolve_device(device, plan)
+    plan.device = shown
+    cuda_like = shown.startswith(("cuda", "auto")) or plan.device_map == "auto"
+    name = (dtype or "auto").lower().removeprefix("torch.")
+    if name == "auto":
+        name = "bfloat16" if cuda_like or (device or "").startswith(("cuda", "auto")) else "float32"
+    if name not in DTYPE_BYTES:
+        plan.problems.append(Problem(f"--dtype {dtype} is not a dtype here.",
+                                     ["--dtype auto   (bfloat16 on CUDA, float32 on CPU), or float32 / float16 / "
+                                      "bfloat16"]))
+        name = "float32"
+    plan.dtype = DTYPE_NAMES[name]
+    dtype_bytes = DTYPE_BYTES[name]
+    if plan.device == "cpu" and plan.dtype != "float32":
+        plan.device_note = f"{plan.dtype} on a CPU is slow and inexact; float32 is the CPU default"
+    target = check_target(base, plan, dtype_bytes, chat_template=chat_template)
+    for key, ref in drafters.items():
+        if ref:
+            r = racer(key)
+            check_drafter(key, r.label, str(ref), plan, target, dtype_bytes, example=r.example)
+    if ngram:
+        check_ngram(str(ngram), small_ngram, plan)
+    plan.memory = estimate_memory(plan, max_length, dtype_bytes)  # even with other problems: all at once
+    problem = memory_problem(plan.memory, plan)
+    if problem is not None:
+        plan.problems.append(problem)
+    if not plan.offline:
+        problem = disk_problem(plan)
+        if problem is not None:
+            plan.problems.append(problem)
+    if host is not None and port is not None:
+        problem = port_problem(host, port)
+        plan.serving = f"http://{host}:{port}" + (" (port in use)" if problem else " (port free)")
+        if problem is not None:
+            plan.problems.append(problem)
+    plan.seconds = time.perf_counter() - t0
+    return plan
+
+
+def download(plan: Plan) -> list[Path]:
+    """Fetch exactly the planned files of every Hub piece (``snapshot_download`` with ``allow_patterns``: its
+    progress bars; files already cached are skipped, interrupted ones resume). Returns the snapshot folders."""
+    out = []
+    for repo, files in plan.downloads():
+        print(f"[dart-arena] fetching {repo}: {', '.join(files)}", file=sys.stderr, flush=True)
+        out.append(Path(snapshot_download(repo, allow_patterns=files)))
+    return out
+
+

@@ -1,0 +1,154 @@
+"""The house shows its layers (docs/architecture.md): over every module of ``dart_core`` and ``app``, from the
+source alone, every import statement (module level, inside functions, under ``TYPE_CHECKING`` or ``__main__``) is
+an arrow; there is no import loop, no module imports a layer above its own, ``dart_core`` never imports ``app`` or
+``gradio``, no file is longer than 600 lines, and no racer is named outside its drafter module, the registry, the
+training recipes and the benchmarks."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MAX_LINES = 600
+# dart_core's layers, bottom first; a module may import its own layer and those below it
+LAYERS = [
+    {"dart_core", "dart_core.loading"},
+    {"dart_core.engine"},
+    {"dart_core.ngram"},
+    {"dart_core.drafters"},
+    {"dart_core.racers"},
+    {"dart_core.arena", "dart_core.bundle", "dart_core.compat", "dart_core.preflight"},
+    {"dart_core.generate", "dart_core.bench", "dart_core.train"},
+]
+ALLOWED_TO_NAME_RACERS = ("drafters", "racers", "train", "bench")
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for base in ("dart_core", "app"):
+        for p in (ROOT / base).rglob("*.py"):
+            parts = list(p.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = p
+    return out
+
+
+MODULES = modules()
+
+
+def resolve(name: str) -> str | None:
+    while name:
+        if name in MODULES:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def imports(module: str) -> set[str]:
+    """Every module of the project (or a third party's top-level name, prefixed ``ext:``) that ``module`` imports."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                pkg = package
+                for _ in range(node.level - 1):
+                    pkg = pkg.rpartition(".")[0]
+                base = f"{pkg}.{node.module}" if node.module else pkg
+            names = [f"{base}.{a.name}" for a in node.names] + [base]
+        for name in names:
+            found = resolve(name)
+            if found is None:
+                out.add("ext:" + name.split(".")[0])
+            elif found != module and not module.startswith(found + ".") and not (
+                    path.name == "__init__.py" and found.startswith(module)):
+                out.add(found)
+    return out
+
+
+GRAPH = {m: imports(m) for m in MODULES}
+
+
+def layer(module: str) -> int | None:
+    for i, names in enumerate(LAYERS):
+        if any(module == n or module.startswith(n + ".") for n in names if n != "dart_core") or module == "dart_core":
+            return i
+    return None
+
+
+def test_every_dart_core_module_has_a_layer() -> None:
+    assert [m for m in MODULES if m.startswith("dart_core") and layer(m) is None] == []
+
+
+def test_no_import_loop() -> None:
+    # Tarjan's strongly connected components over the project's modules
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    loops: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in (w for w in GRAPH[v] if w in MODULES):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                loops.append(sorted(comp))
+
+    for v in MODULES:
+        if v not in index:
+            visit(v)
+    assert loops == []
+
+
+def test_imports_run_bottom_to_top() -> None:
+    upward = [f"{m} -> {t}" for m in MODULES if m.startswith("dart_core") for t in GRAPH[m]
+              if t in MODULES and t.startswith("dart_core") and layer(t) > layer(m)]  # type: ignore[operator]
+    assert upward == []
+
+
+def test_the_engine_never_imports_the_app_or_gradio() -> None:
+    bad = [f"{m} -> {t}" for m in MODULES if m.startswith("dart_core") for t in GRAPH[m]
+           if t == "app" or t.startswith("app.") or t == "ext:gradio"]  # (bench in_app drives the app over HTTP)
+    assert bad == []
+
+
+def test_no_file_over_the_limit() -> None:
+    sizes = {str(p.relative_to(ROOT)): sum(1 for _ in p.open(encoding="utf-8")) for p in MODULES.values()}
+    assert {f: n for f, n in sizes.items() if n > MAX_LINES} == {}
+
+
+@pytest.mark.parametrize("key", ["dart", "eagle3", "dflash", "dflash-tree", "hf"])
+def test_racers_are_named_only_where_they_may_be(key: str) -> None:
+    from dart_core.racers.registry import racer
+
+    racer(key)  # a registered key
+    named = []
+    for p in MODULES.values():
+        rel = p.relative_to(ROOT).parts
+        if any(part in ALLOWED_TO_NAME_RACERS for part in rel[:-1]):
+            continue
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and node.value == key:
+                named.append(f"{'/'.join(rel)}:{node.lineno}")
+    assert named == []
