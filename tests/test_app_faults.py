@@ -17,7 +17,7 @@ from helpers_app import BUNDLE, held_out_prompt
 from app.engine import LocalEngine
 from app.page import new_conversation
 from app.ui import AppConfig, ArenaUI
-from dart_core.bench.in_app import read_race_log
+from dart_core.bench.drive import read_race_log
 
 if not (BUNDLE / "target" / "config.json").is_file():
     pytest.skip("the embedded bundle assets/tiny is missing", allow_module_level=True)
