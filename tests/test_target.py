@@ -287,7 +287,7 @@ def test_an_interruptible_prefill_matches_the_one_forward_prefill(family: str, m
                                                                   ) -> None:
     """Chunked (small chunks here, to have several) and one-forward prefills agree to float32 rounding, logits and
     features; an interrupt between two chunks raises Interrupted and leaves the committed rows consistent."""
-    from dart_core import target as target_module
+    from dart_core.engine import target as target_module
     from dart_core.engine.target import Interrupted
 
     monkeypatch.setattr(target_module, "PREFILL_CHUNK", 16)
