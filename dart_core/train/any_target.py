@@ -2,7 +2,9 @@
 trains), and the recipe of the embedded SmolLM2 bundle built on it. Same code on a CPU (float32) and a CUDA GPU
 (bfloat16 target).
 
+    python -m dart_core.train prompts --out P.jsonl                                   # the seeded prompt set
     python -m dart_core.train distill --target T --prompts P.jsonl --out WORK/distill.jsonl
+    python -m dart_core.train vocab --target T --data WORK/distill.jsonl            # draft-vocabulary coverage
     python -m dart_core.train fit --target T --data WORK/distill.jsonl --out DIR      # DIR/{dart,eagle3,dflash}
     python -m dart_core.train smollm2 --out assets/smollm2 [--quick]                  # the whole default bundle
 
