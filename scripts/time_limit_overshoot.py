@@ -13,22 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
+from dart_core.bench.drive import app_process, free_port
+
 REPO = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def long_prompt(bundle: Path, tokens: int) -> tuple[str, int]:
@@ -65,23 +57,7 @@ def main() -> int:
     log = Path(tempfile.mkstemp(prefix="overshoot-", suffix=".log")[1])
     cmd = [sys.executable, "-m", "app", "--bundle", str(args.bundle), "--server-port", str(port),
            "--race-time-limit", str(args.limit), "--max-new-tokens", "256"]
-    with open(log, "wb") as f:
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=REPO,
-                                env={**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 600
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/healthz", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                print(log.read_text(errors="replace")[-3000:], file=sys.stderr)
-                return 1
-            time.sleep(1)
+    with app_process(cmd, port, log, ready="/healthz") as (url, _):
         def client() -> gradio_client.Client:  # a new session each time: a chat bundle's turns add up otherwise
             return gradio_client.Client(url, verbose=False, download_files=False)
 
@@ -114,9 +90,6 @@ def main() -> int:
         wall = float(line.split("race cancelled after ")[1].split(" s")[0])
         print(f"  cancelled {args.stop_after:g} s into a race (during the prefills): the race ended {wall:.1f} s "
               f"after it started, {wall - args.stop_after:.1f} s after the cancel (server log: {line.strip()!r})")
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
     return 0
 
 

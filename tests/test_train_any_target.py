@@ -193,6 +193,34 @@ def test_fit_cli_trains_loadable_lossless_heads(arch: str, tmp_path: Path) -> No
         assert not (tmp_path / "online/.work/features").exists()
 
 
+def test_fit_cli_evaluates_on_held_out_answers_and_stops_by_its_budget(llama: Path, tmp_path: Path) -> None:
+    """--eval-data: held-out prompts' answers get a feature store of their own and are the held-out set (all the
+    training data is trained on); --eval-every/--patience/--time-budget reach the loop and the recipe says how each
+    drafter's run ended."""
+    data, held = tmp_path / "d.jsonl", tmp_path / "h.jsonl"
+    for path, first in ((data, 0), (held, 40)):
+        recs = [{"id": f"q{first + i}", "prompt": " ".join(f"w{(5 * (first + i) + j) % 80 + 3}" for j in range(5))}
+                for i in range(6)]
+        (tmp_path / f"{path.stem}.prompts").write_text("".join(json.dumps(r) + "\n" for r in recs))
+        assert train_main(["distill", "--target", str(llama), "--prompts", str(tmp_path / f"{path.stem}.prompts"),
+                           "--out", str(path), "--max-new-tokens", "40", "--batch-size", "6", "--no-progress"]) == 0
+    out = tmp_path / "out"
+    assert train_main(["fit", "--target", str(llama), "--data", str(data), "--out", str(out), "--only", "dart",
+                       "--dart-steps", "6", "--draft-vocab", "40", "--window", "16", "--batch-windows", "2",
+                       "--eval-windows", "0", "--eval-data", str(held), "--eval-every", "2", "--patience", "50",
+                       "--time-budget", "30", "--no-progress"]) == 0
+    recipe = json.loads((out / "recipe.json").read_text())["stages"]
+    held_tokens = sum(len(s) for s in read_sequences(held))
+    assert recipe["features"]["eval_tokens"] == held_tokens and recipe["features"]["eval_sequences"] == 6
+    assert (out / ".work/eval_features").is_dir()
+    dart = recipe["dart"]
+    assert dart["stopped"] == "steps" and dart["steps_done"] == 6 and dart["time_budget_s"] == 1800
+    assert dart["eval_data"] == str(held) and 0 <= dart["best_step"] <= 6
+    assert dart["windows"] == sum(len(s) for s in read_sequences(data)) // 16  # every training window trained on
+    log = (out / "dart/train_log.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in log if '"eval"' in line] == [2, 4]
+
+
 def test_bad_input_fails_before_any_work(llama: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")

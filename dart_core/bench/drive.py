@@ -81,8 +81,10 @@ def running_app(cmd: list[str], port: int, log_path: Path) -> Iterator[str]:
 
 
 @contextmanager
-def app_process(cmd: list[str], port: int, log_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """:func:`running_app` that also gives the process (the soak benchmark reads its memory)."""
+def app_process(cmd: list[str], port: int, log_path: Path,
+                ready: str = "/gradio_api/info") -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """:func:`running_app` that also gives the process (the soak benchmark reads its memory); serving means
+    ``ready`` answers 200 (``/healthz``: the model is loaded too)."""
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -94,7 +96,7 @@ def app_process(cmd: list[str], port: int, log_path: Path) -> Iterator[tuple[str
                 raise BenchError(f"the app exited with code {proc.returncode} before serving ({log_path}):\n"
                                  f"{_tail(log_path)}")
             try:
-                with urllib.request.urlopen(url + "/gradio_api/info", timeout=5) as r:
+                with urllib.request.urlopen(url + ready, timeout=5) as r:
                     if r.status == 200:
                         break
             except OSError:

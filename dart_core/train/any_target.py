@@ -112,12 +112,14 @@ def run_distill(target_ref: str, records: list[dict[str, Any]], out: Path, *, de
 
 
 def run_fit(target_ref: str, data: Path, out: Path, *, work: Path, only: str | None, steps: dict[str, int],
-            draft_vocab: int, intermediate: int | None, window: int, batch_windows: int, eval_windows: int,
-            device: str | None, dtype: str, seed: int, threads: int | None, resume: bool, progress: bool,
-            online: bool = False, loaded: Any = None, command: str | None = None,
-            dflash_block: int = 16) -> dict[str, Any]:
+            draft_vocab: int, intermediate: int | None, budget: Any, device: str | None, dtype: str,
+            online: bool = False, loaded: Any = None, command: str | None = None, dflash_block: int = 16,
+            eval_data: Path | None = None) -> dict[str, Any]:
     """Features once (stored, resumable), then the DART drafter, the EAGLE-3 head and the DFlash drafter (block of
-    ``dflash_block``; it reads the same feature layers) on the same windows.
+    ``dflash_block``; it reads the same feature layers) on the same windows with the same ``budget``
+    (:class:`~dart_core.train.common.TrainConfig`: window, batch, wall clock, early stopping; ``steps`` per
+    method bound each run). ``eval_data``: distilled answers to held-out prompts, whose features are the held-out
+    set (else the last ``budget.eval_windows`` windows of the data).
     ``online``: no stored features, the target runs inside every step over per-conversation windows (for data too
     large to keep features of, on a GPU); the last ``eval_windows`` conversations are held out."""
     import torch
@@ -128,52 +130,63 @@ def run_fit(target_ref: str, data: Path, out: Path, *, work: Path, only: str | N
     from dart_core.train.eagle3 import train_eagle3
     from dart_core.train.features import build_features
 
-    if threads:
-        torch.set_num_threads(threads)
+    if budget.threads:
+        torch.set_num_threads(budget.threads)
     seqs = read_sequences(data)
+    eval_seqs = read_sequences(eval_data) if eval_data is not None else None
     target, _ = loaded or _load_target(target_ref, device, dtype)
     t0 = time.perf_counter()
+    eval_store = None
     if online:
         store = None
-        if eval_windows >= len(seqs):
-            raise ValueError(f"--eval-windows {eval_windows} holds out every one of the {len(seqs)} conversations")
+        if eval_seqs is None and budget.eval_windows >= len(seqs):
+            raise ValueError(f"--eval-windows {budget.eval_windows} holds out every one of the {len(seqs)} "
+                             "conversations")
         feat_rec: dict[str, Any] = {"online": True, "sequences": len(seqs),
                                     "feature_layers": list(target.feature_layers)}
     else:
-        store = build_features(target, seqs, work / "features", progress=progress)
+        store = build_features(target, seqs, work / "features", progress=budget.progress)
         feat_rec = {"tokens": store.n_tokens, "sequences": len(seqs), "seconds": round(time.perf_counter() - t0, 1),
                     "feature_layers": list(target.feature_layers), "bytes": sum(
                         p.stat().st_size for p in (work / "features").glob("*.bin"))}
+        if eval_seqs is not None:
+            eval_store = build_features(target, eval_seqs, work / "eval_features", progress=budget.progress)
+            feat_rec.update(eval_tokens=eval_store.n_tokens, eval_sequences=len(eval_seqs), eval_data=str(eval_data))
     _record(out, "features", feat_rec, command)
     overrides = {"intermediate_size": intermediate} if intermediate else None
     dev = str(target.device) if device in (None, "auto") else device
-    common = {"draft_vocab_size": draft_vocab, "batch_windows": batch_windows, "window": window, "seed": seed,
-              "threads": threads, "device": dev, "features": store, "resume": resume, "checkpoint_every": 100,
-              "config_overrides": overrides, "progress": progress}
-    if online:
-        train_seqs, common["eval_sequences"] = seqs[: len(seqs) - eval_windows], seqs[len(seqs) - eval_windows :]
+    budget = budget.with_(device=dev)
+    common = {"draft_vocab_size": draft_vocab, "features": store, "eval_features": eval_store,
+              "config_overrides": overrides}
+    if online and eval_seqs is not None:
+        train_seqs, common["eval_sequences"] = seqs, eval_seqs
+    elif online:
+        n_eval = budget.eval_windows
+        train_seqs, common["eval_sequences"] = seqs[: len(seqs) - n_eval], seqs[len(seqs) - n_eval :]
     else:
-        train_seqs, common["eval_windows"] = seqs, eval_windows
+        train_seqs = seqs
     results: dict[str, Any] = {"features": feat_rec}
 
-    def dflash(target: Any, seqs: Any, out_dir: Path, *, steps: int, draft_vocab_size: int,
+    def dflash(target: Any, seqs: Any, out_dir: Path, cfg: Any, *, draft_vocab_size: int,
                config_overrides: Any, **kw: Any) -> dict[str, Any]:  # full vocabulary: the target's lm_head
-        return train_dflash(target, seqs, out_dir, steps=steps, block_size=dflash_block,
-                            intermediate_size=intermediate, **kw)
+        return train_dflash(target, seqs, out_dir, cfg, block_size=dflash_block, intermediate_size=intermediate,
+                            **kw)
 
     for name, fn in (("dart", train_dart), ("eagle3", train_eagle3), ("dflash", dflash)):
         if (only and name != only) or not steps.get(name):
             continue
         t1 = time.perf_counter()
-        rec = fn(target, train_seqs, out / name, steps=steps[name], **common)
-        rec.update(stage_seconds=round(time.perf_counter() - t1, 1), steps=steps[name],
+        rec = fn(target, train_seqs, out / name, budget.with_(steps=steps[name]), **common)
+        rec.update(stage_seconds=round(time.perf_counter() - t1, 1), max_steps=steps[name],
                    draft_vocab=draft_vocab if name != "dflash" else "full (the target's lm_head)",
-                   intermediate_size=intermediate, window=window, batch_windows=batch_windows,
-                   eval_windows=eval_windows, data=str(data),
-                   bytes=sum(p.stat().st_size for p in (out / name).glob("*") if p.is_file()))
+                   intermediate_size=intermediate, window=budget.window, batch_windows=budget.batch_windows,
+                   eval_windows=budget.eval_windows, eval_data=str(eval_data) if eval_data else None,
+                   time_budget_s=budget.time_budget_s, eval_every=budget.eval_every, patience=budget.patience,
+                   data=str(data), bytes=sum(p.stat().st_size for p in (out / name).glob("*") if p.is_file()))
         _record(out, name, rec, command)
         results[name] = rec
-        print(f"[{name}] {steps[name]} steps in {rec['stage_seconds']:.0f} s; held-out top-1 per depth "
+        print(f"[{name}] {rec.get('steps_done', steps[name])} steps in {rec['stage_seconds']:.0f} s "
+              f"(ended by {rec.get('stopped', 'steps')}); held-out top-1 per depth "
               f"{[round(x, 3) for x in rec.get('eval_after', {}).get('top1', [])]} -> {out / name}")
     return results
 
@@ -196,6 +209,7 @@ def run_ngram(seqs: list[list[int]], path: Path, *, order: int, min_count: int, 
 def cmd_smollm2(args: argparse.Namespace, command: str) -> int:
     """The embedded default bundle: prompts, the target's answers, N-gram store, both drafters, model card."""
     from dart_core.loading.bundle_digests import record_digests
+    from dart_core.train.common import TrainConfig
     from dart_core.train.distill import read_sequences
     from dart_core.train.prompts import chat_prompts, write_jsonl
 
@@ -221,11 +235,12 @@ def cmd_smollm2(args: argparse.Namespace, command: str) -> int:
     ng = run_ngram(seqs, out / "ngram" / "small.ngram", order=hp["ngram_order"],
                    min_count=hp["ngram_min_count"], progress=not args.no_progress)
     _record(out, "ngram", ng, command)
+    budget = TrainConfig(window=hp["window"], batch_windows=hp["batch_windows"], eval_windows=hp["eval_windows"],
+                         seed=args.seed, threads=args.threads, resume=True, progress=not args.no_progress,
+                         checkpoint_every=100)
     run_fit(hp["target"], work / "distill.jsonl", out, work=work, only=None, steps=hp["steps"],
-            draft_vocab=hp["draft_vocab"], intermediate=hp["drafter_intermediate"], window=hp["window"],
-            batch_windows=hp["batch_windows"], eval_windows=hp["eval_windows"], device=args.device,
-            dtype=args.dtype, seed=args.seed, threads=args.threads, resume=True, progress=not args.no_progress,
-            loaded=loaded, command=command, dflash_block=hp["dflash_block"])
+            draft_vocab=hp["draft_vocab"], intermediate=hp["drafter_intermediate"], budget=budget,
+            device=args.device, dtype=args.dtype, loaded=loaded, command=command, dflash_block=hp["dflash_block"])
     data = _record(out, "bundle", {"hyperparameters": hp, "quick": bool(args.quick),
                                    "total_seconds": round(time.perf_counter() - t_all, 1)}, command)
     write_model_card(out, data)
@@ -404,7 +419,19 @@ def add_fit_parser(sub: Any) -> None:
                    help="MLP width of the drafter layer (default: the target's)")
     p.add_argument("--window", type=int, default=256, help="tokens per training window (default 256)")
     p.add_argument("--batch-windows", type=int, default=8, help="windows per step (default 8)")
-    p.add_argument("--eval-windows", type=int, default=32, help="windows held out for evaluation (default 32)")
+    p.add_argument("--eval-windows", type=int, default=32,
+                   help="windows held out for evaluation (default 32); with --eval-data, at most this many of its "
+                        "windows (0 = all)")
+    p.add_argument("--eval-data", type=Path, default=None,
+                   help="distillation JSONL of held-out prompts' answers (topics never trained on): the held-out "
+                        "set, in place of the data's last windows")
+    p.add_argument("--time-budget", type=float, default=None, metavar="MIN",
+                   help="wall-clock minutes per drafter, the same for each (the fair budget; the steps flags "
+                        "then only bound it, and the learning-rate schedule anneals to the budget's end)")
+    p.add_argument("--eval-every", type=int, default=0,
+                   help="held-out loss every N steps, the best weights kept (default 0: before and after only)")
+    p.add_argument("--patience", type=int, default=0,
+                   help="stop a drafter after this many held-out evaluations without a new best (default 0: never)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/<head>/train_state.pt")
     p.add_argument("--online", action="store_true",
                    help="no stored features: the target runs inside every training step over per-conversation "
@@ -469,13 +496,18 @@ def main(argv: list[str]) -> int:
         elif args.command == "vocab":
             cmd_vocab(args)
         elif args.command == "fit":
+            from dart_core.train.common import TrainConfig
+
+            budget = TrainConfig(
+                window=args.window, batch_windows=args.batch_windows, eval_windows=args.eval_windows,
+                seed=args.seed, threads=args.threads, resume=args.resume, progress=not args.no_progress,
+                checkpoint_every=100, time_budget_s=args.time_budget * 60 if args.time_budget else None,
+                eval_every=args.eval_every, patience=args.patience)
             run_fit(args.target, args.data, args.out, work=args.work or args.out / ".work", only=args.only,
                     steps={"dart": args.dart_steps, "eagle3": args.eagle3_steps, "dflash": args.dflash_steps},
                     dflash_block=args.dflash_block_size, draft_vocab=args.draft_vocab,
-                    intermediate=args.drafter_intermediate, window=args.window, batch_windows=args.batch_windows,
-                    eval_windows=args.eval_windows, device=args.device, dtype=args.dtype, seed=args.seed,
-                    threads=args.threads, resume=args.resume, progress=not args.no_progress, online=args.online,
-                    command=command)
+                    intermediate=args.drafter_intermediate, budget=budget, device=args.device, dtype=args.dtype,
+                    online=args.online, command=command, eval_data=args.eval_data)
         else:
             return cmd_smollm2(args, command)
     except (DistillError, ValueError, FileNotFoundError) as e:

@@ -1,12 +1,11 @@
-"""Shared training utilities of the DART and EAGLE-3 trainers: target loading, draft vocabulary, windows, target
-features and teacher distributions, the KL loss, the optimizer schedule, logging and saving in the published
-checkpoint format (the layer forwards are the drafter modules' own batched methods). Both trainers use the same
-knobs so a comparison between them is fair."""
+"""Shared set-up of the drafter trainers: target loading, draft vocabulary, windows, target features and teacher
+distributions, the KL loss, the warm start and saving in the published checkpoint format (the layer forwards are
+the drafter modules' own batched methods; the loop, its schedule, early stopping and checkpoints are ``loop.py``).
+Every trainer takes the same :class:`TrainConfig`, so a comparison between them is fair."""
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 from collections import Counter
@@ -17,11 +16,10 @@ from typing import Any
 
 import torch
 from safetensors.torch import save_file
-from torch import nn
 
 from dart_core.drafters.base import DrafterLayer
 from dart_core.engine.target import TargetModel
-from dart_core.loading.atomic import atomic_output
+from dart_core.train.loop import train_and_save
 
 
 @dataclass(frozen=True)
@@ -46,6 +44,13 @@ class TrainConfig:
     eval_windows: int = 0  # of stored features: the last ones held out
     resume: bool = False
     checkpoint_every: int = 0
+    # the fair budget: the same wall clock for every method (None: ``steps`` alone bounds it; with a budget the
+    # schedule's cosine runs to whichever of the two ends first), and early stopping on the held-out loss, measured
+    # every ``eval_every`` steps (0: before and after only); ``patience`` evaluations without a new best stop it
+    # (0: never), and the best evaluated weights are the ones saved
+    time_budget_s: float | None = None
+    eval_every: int = 0
+    patience: int = 0
 
     def with_(self, **changes: Any) -> TrainConfig:
         """This config with ``changes`` (field names; an unknown one is a TypeError naming it)."""
@@ -59,7 +64,8 @@ class TrainConfig:
         return {"steps": self.steps, "lr": self.lr, "warmup": self.warmup, "weight_decay": self.weight_decay,
                 "clip": self.clip, "seed": self.seed, "log_every": self.log_every, "progress": self.progress,
                 "batch_windows": self.batch_windows, "resume": self.resume,
-                "checkpoint_every": self.checkpoint_every}
+                "checkpoint_every": self.checkpoint_every, "time_budget_s": self.time_budget_s,
+                "eval_every": self.eval_every, "patience": self.patience}
 
 
 def seed_everything(seed: int) -> None:
@@ -215,21 +221,6 @@ def init_from_target(model: DrafterLayer, target: TargetModel, draft_ids: torch.
             model.midlayer.mask_rep.copy_(torch.randn(model.midlayer.mask_rep.shape, generator=g) * mask_std)
 
 
-def make_optimizer(model: nn.Module, lr: float, steps: int, warmup: int,
-                   weight_decay: float) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW with linear warmup then cosine decay to 10% of ``lr``."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
-
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        frac = (step - warmup) / max(1, steps - warmup)
-        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
-
-    return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
-
-
 def save_checkpoint(model: DrafterLayer, cfg: dict[str, Any], t2d: torch.Tensor, out_dir: str | os.PathLike[str],
                     *, dtype: torch.dtype = torch.float16) -> Path:
     """``config.json`` + ``model.safetensors`` with exactly the published keys (float weights in ``dtype``,
@@ -242,113 +233,6 @@ def save_checkpoint(model: DrafterLayer, cfg: dict[str, Any], t2d: torch.Tensor,
     save_file(state, str(out / "model.safetensors"))
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
     return out
-
-
-class JsonlLog:
-    """Append-only JSON-lines log (one object per logged step) in the output directory."""
-
-    def __init__(self, path: Path, append: bool = False) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.f = path.open("a" if append else "w")
-
-    def write(self, record: dict[str, Any]) -> None:
-        self.f.write(json.dumps(record) + "\n")
-        self.f.flush()
-
-    def close(self) -> None:
-        self.f.close()
-
-
-def _autocast(device: torch.device) -> Any:
-    """bfloat16 autocast for the drafter on CUDA (fp32 master weights); plain fp32 elsewhere."""
-    import contextlib
-
-    if device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
-def train_loop(kind: str, model: DrafterLayer, source: Any, loss_fn: Any, *, steps: int, batch_windows: int,
-               lr: float, warmup: int | None, weight_decay: float, clip: float, seed: int, out_dir: Path,
-               log_every: int, eval_source: Any | None, eval_fn: Any, progress: bool,
-               checkpoint: Any | None = None, checkpoint_every: int = 0) -> dict[str, Any]:
-    """The loop both trainers share: sample windows (seeded) from ``source`` (``len`` + ``get(idx)`` → ids,
-    features, teacher), the drafter loss, AdamW + warmup/cosine, grad clipping, tqdm postfix and a JSONL log.
-    ``loss_fn(model, feats, teach, windows, generator) -> (loss, kl per depth, top1 per depth)``.
-    ``checkpoint(step, model, opt, sched, generator)`` is called every ``checkpoint_every`` steps (resumable runs);
-    a ``resume`` dict from an earlier checkpoint restarts the loop where it stopped."""
-    import time
-
-    from tqdm.auto import tqdm
-
-    g = torch.Generator().manual_seed(seed)
-    opt, sched = make_optimizer(model, lr, steps, warmup if warmup is not None else max(1, steps // 20),
-                                weight_decay)
-    first = 0
-    resume = getattr(checkpoint, "resume_state", None)
-    if resume is not None:
-        opt.load_state_dict(resume["optimizer"])
-        sched.load_state_dict(resume["scheduler"])
-        g.set_state(resume["generator"])
-        first = int(resume["step"])
-    log = JsonlLog(out_dir / "train_log.jsonl", append=first > 0)
-    stats: dict[str, Any] = {"kind": kind, "windows": len(source), "steps": steps}
-    if eval_source is not None and first == 0:
-        stats["eval_before"] = eval_fn(model, eval_source)
-    model.train()
-    t_target = t_train = 0.0
-    bar = tqdm(range(first, steps), desc=f"train {kind}", disable=not progress, initial=first, total=steps)
-    last: dict[str, Any] = {}
-    for step in bar:
-        idx = torch.randint(0, len(source), (batch_windows,), generator=g)
-        t0 = time.perf_counter()
-        batch, feats, teach = source.get(idx)
-        t1 = time.perf_counter()
-        with _autocast(feats.device):
-            loss, kl, top1 = loss_fn(model, feats, teach, batch, g)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        gnorm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip))
-        opt.step()
-        sched.step()
-        t2 = time.perf_counter()
-        t_target, t_train = t_target + (t1 - t0), t_train + (t2 - t1)
-        last = {"step": step + 1, "loss": float(loss.detach()), "lr": sched.get_last_lr()[0], "grad_norm": gnorm,
-                "kl": [round(float(x), 5) for x in kl], "top1": [round(float(x), 4) for x in top1]}
-        if (step + 1) % max(1, log_every) == 0 or step + 1 == steps:
-            log.write(last)
-        bar.set_postfix(loss=f"{float(loss.detach()):.3f}", top1="/".join(f"{float(x):.2f}" for x in top1[:4]))
-        if checkpoint is not None and checkpoint_every and (step + 1) % checkpoint_every == 0 and step + 1 < steps:
-            checkpoint(step + 1, model, opt, sched, g)
-    log.close()
-    model.eval()
-    n_seen = (steps - first) * batch_windows
-    stats.update(last=last, target_s=t_target, train_s=t_train, resumed_from=first,
-                 windows_per_s=n_seen / max(1e-9, t_target + t_train),
-                 train_windows_per_s=n_seen / max(1e-9, t_train))
-    if eval_source is not None:
-        stats["eval_after"] = eval_fn(model, eval_source)
-    return stats
-
-
-@torch.no_grad()
-def evaluate(model: DrafterLayer, source: Any, loss_fn: Any, batch_windows: int, seed: int = 1234) -> dict[str, Any]:
-    """Held-out loss / per-depth KL / per-depth top-1 agreement over every window of ``source``, with fixed
-    sampling (same anchors every call)."""
-    was = model.training
-    model.eval()
-    g = torch.Generator().manual_seed(seed)
-    losses, kls, tops = [], [], []
-    for i in range(0, len(source), batch_windows):
-        batch, feats, teach = source.get(torch.arange(i, min(i + batch_windows, len(source))))
-        with _autocast(feats.device):
-            loss, kl, top1 = loss_fn(model, feats, teach, batch, g)
-        losses.append(float(loss))
-        kls.append(kl.float())
-        tops.append(top1.float())
-    model.train(was)
-    return {"loss": sum(losses) / len(losses), "kl": torch.stack(kls).mean(0).tolist(),
-            "top1": torch.stack(tops).mean(0).tolist()}
 
 
 def eos_id(target: TargetModel) -> int | None:
@@ -381,33 +265,13 @@ def prepare_drafter(cls: type, kind: str, target: str | os.PathLike[str] | Targe
     return target, model.to(device), cfg_dict, draft_ids, t2d
 
 
-class Checkpointer:
-    """Resumable training: ``train_state.pt`` (drafter weights, optimizer, schedule, sampler state, step) in the
-    output directory, written atomically, read back with ``weights_only=True``, removed when training ends."""
-
-    def __init__(self, out_dir: Path, model: nn.Module, resume: bool) -> None:
-        self.path = out_dir / "train_state.pt"
-        self.resume_state: dict[str, Any] | None = None
-        if resume and self.path.is_file():
-            state = torch.load(self.path, map_location="cpu", weights_only=True)
-            model.load_state_dict(state["model"])
-            self.resume_state = state
-
-    def __call__(self, step: int, model: nn.Module, opt: Any, sched: Any, g: torch.Generator) -> None:
-        with atomic_output(self.path) as tmp:  # a unique name: no other writer's file is ever renamed
-            torch.save({"step": step, "model": model.state_dict(), "optimizer": opt.state_dict(),
-                        "scheduler": sched.state_dict(), "generator": g.get_state()}, tmp)
-
-    def finish(self) -> None:
-        self.path.unlink(missing_ok=True)
-
-
 def fit_drafter(kind: str, prepared: tuple[Any, ...], loss_fn: Any, sequences: Sequence[Sequence[int]] | None,
                 eval_sequences: Sequence[Sequence[int]] | None, cfg: TrainConfig, *, min_len: int,
-                out_dir: str | os.PathLike[str], features: Any = None) -> dict[str, Any]:
+                out_dir: str | os.PathLike[str], features: Any = None, eval_features: Any = None) -> dict[str, Any]:
     """The rest both trainers share: the window source (stored ``features`` of a real target — the last
     ``cfg.eval_windows`` windows held out —, or windows of ``sequences`` run through the target online), the
-    training loop with held-out eval and checkpoints, the published-format save."""
+    training loop with held-out eval and checkpoints, the published-format save. ``eval_features``: a store of
+    held-out answers evaluated in place of the last windows."""
     target, model, cfg_dict, draft_ids, t2d = prepared
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -417,7 +281,8 @@ def fit_drafter(kind: str, prepared: tuple[Any, ...], loss_fn: Any, sequences: S
     if features is not None:
         head = target.model.get_output_embeddings()
         softcap = getattr(target.text_config, "final_logit_softcapping", None)
-        source, eval_source = stored_sources(features, window, cfg.eval_windows, head_weight=head.weight,
+        source, eval_source = stored_sources(features, window, cfg.eval_windows, eval_features,
+                                             head_weight=head.weight,
                                              draft_ids=draft_ids, head_bias=head.bias, softcap=softcap,
                                              device=next(model.parameters()).device)
     else:
@@ -432,31 +297,19 @@ def fit_drafter(kind: str, prepared: tuple[Any, ...], loss_fn: Any, sequences: S
     return stats
 
 
-def stored_sources(features: Any, window: int, eval_windows: int, **kw: Any) -> tuple[Any, Any]:
-    """The training windows of a feature store and its last ``eval_windows`` windows held out (None without),
-    as ``features.StoredWindows`` with ``kw``."""
+def stored_sources(features: Any, window: int, eval_windows: int, eval_features: Any = None,
+                   **kw: Any) -> tuple[Any, Any]:
+    """The training windows of a feature store and the held-out ones, as ``features.StoredWindows`` with ``kw``:
+    the windows of ``eval_features`` (a store of held-out prompts' answers: topics never trained on; at most
+    ``eval_windows`` of them when that is set), or else the store's own last ``eval_windows`` windows (None
+    without)."""
     from dart_core.train.features import StoredWindows
 
+    if eval_features is not None:
+        held = StoredWindows(eval_features, window, count=eval_windows or None, **kw)
+        return StoredWindows(features, window, **kw), held
     total = features.n_tokens // window
     if eval_windows >= total:
         raise ValueError(f"eval_windows={eval_windows} leaves no training window (the store holds {total})")
     source = StoredWindows(features, window, count=total - eval_windows, **kw)
     return source, (StoredWindows(features, window, first=total - eval_windows, **kw) if eval_windows else None)
-
-
-def train_and_save(kind: str, model: nn.Module, source: Any, eval_source: Any, loss_fn: Any, out: Path,
-                   save: Any, *, batch_windows: int, resume: bool, checkpoint_every: int,
-                   **loop: Any) -> dict[str, Any]:
-    """The training loop with held-out eval and resumable checkpoints in ``out``, then ``save()`` (the published
-    format) and the checkpoint removed: what every trainer runs once its model and windows are ready."""
-
-    def eval_fn(m: Any, src: Any) -> dict[str, Any]:
-        return evaluate(m, src, loss_fn, batch_windows)
-
-    ckpt = Checkpointer(out, model, resume)
-    stats = train_loop(kind, model, source, loss_fn, batch_windows=batch_windows, out_dir=out,
-                       eval_source=eval_source, eval_fn=eval_fn, checkpoint=ckpt, checkpoint_every=checkpoint_every,
-                       **loop)
-    save()
-    ckpt.finish()
-    return stats

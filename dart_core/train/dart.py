@@ -101,12 +101,14 @@ def train_dart(
     eos_token_id: int | None = None,
     config_overrides: dict[str, Any] | None = None,
     features: Any = None,
+    eval_features: Any = None,
     **train: Any,
 ) -> dict[str, Any]:
     """Train a DART drafter (the inference ``DartDrafter`` module itself, embedding shared and frozen) on the frozen
     ``target`` (a loaded one, a dir, Hub id or packaged model) over token ``sequences``, run through the target
     online, or read from a stored ``features.FeatureStore`` given as ``features`` (then ``sequences`` only rank the
-    draft vocab and the last ``eval_windows`` windows are held out). Saves ``config.json`` + fp16
+    draft vocab and the last ``eval_windows`` windows are held out, or the windows of ``eval_features``, a store of
+    held-out prompts' answers). Saves ``config.json`` + fp16
     ``model.safetensors`` and ``train_log.jsonl`` in ``out_dir``; returns stats (throughput, last losses,
     held-out eval before/after). ``config`` / ``train``: the budget shared with the other methods (:class:`TrainConfig`
     and its fields by name)."""
@@ -120,5 +122,5 @@ def train_dart(
         return dart_loss(m, f, t, w, g, anchors_per_window=anchors_per_window, gamma=gamma)
 
     return fit_drafter("dart", prepared, loss_fn, sequences, eval_sequences, budget, min_len=draft_length + 3,
-                       out_dir=out_dir, features=features)
+                       out_dir=out_dir, features=features, eval_features=eval_features)
 

@@ -30,8 +30,8 @@ from dart_core.train.common import (
     make_windows,
     seed_everything,
     stored_sources,
-    train_and_save,
 )
+from dart_core.train.loop import train_and_save
 
 
 def unused_token_id(sequences: Sequence[Sequence[int]], vocab_size: int) -> int:
@@ -201,15 +201,17 @@ def train_dflash(
     gamma: float = 0.8,
     eval_sequences: Sequence[Sequence[int]] | None = None,
     features: Any = None,
+    eval_features: Any = None,
     head_dtype: torch.dtype = torch.bfloat16,
     **train: Any,
 ) -> dict[str, Any]:
     """Train a DFlash drafter (the inference ``DFlashDrafter`` module itself, embedding and lm_head the target's,
     frozen) on the frozen ``target`` over token ``sequences`` (run through the target online), or over a stored
     ``features.FeatureStore`` (its feature layers become ``target_layer_ids``; the last ``eval_windows`` windows
-    are held out). The target layers are the target's own feature layers (DART's), so one target forward serves
-    both in a race. The full-vocabulary head (teacher and drafter) runs its matmuls in ``head_dtype`` (bf16: the
-    step's largest cost, 4x cheaper on a CPU with AVX512-BF16; softmax and loss in float32). Saves the published
+    are held out, or ``eval_features``' windows). The target layers are the target's own feature layers (DART's),
+    so one target forward serves both in a race. The full-vocabulary head (teacher and drafter) runs its matmuls
+    in ``head_dtype`` (bf16: the step's largest cost, 4x cheaper on a CPU with AVX512-BF16; softmax and loss in
+    float32). Saves the published
     format and ``train_log.jsonl`` in ``out_dir``; returns stats. ``config`` / ``train``: the shared budget
     (:class:`TrainConfig`; DFlash's windows default to 128 tokens)."""
     budget = (config or TrainConfig(window=128)).with_(**train)
@@ -238,7 +240,7 @@ def train_dflash(
     if window < block_size + 1:
         raise ValueError(f"training window of {window} tokens is too short for block size {block_size}")
     if features is not None:  # the head inputs, not a draft-vocab teacher: the loss scores the full vocabulary
-        source, eval_source = stored_sources(features, window, budget.eval_windows, device=device)
+        source, eval_source = stored_sources(features, window, budget.eval_windows, eval_features, device=device)
     else:
         if not sequences:
             raise ValueError("no training sequences")

@@ -83,6 +83,7 @@ def train_eagle3(
     eos_token_id: int | None = None,
     config_overrides: dict[str, Any] | None = None,
     features: Any = None,
+    eval_features: Any = None,
     **train: Any,
 ) -> dict[str, Any]:
     """Train an EAGLE-3 head (the inference ``Eagle3Drafter`` module, target embedding shared and frozen) with
@@ -100,4 +101,4 @@ def train_eagle3(
         return eagle3_loss(m, f, t, w, g, ttt_steps=ttt_steps)
 
     return fit_drafter("eagle3", prepared, loss_fn, sequences, eval_sequences, budget, min_len=ttt_steps + 3,
-                       out_dir=out_dir, features=features)
+                       out_dir=out_dir, features=features, eval_features=eval_features)
