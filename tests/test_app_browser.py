@@ -92,7 +92,7 @@ def check_finished_page(page: Any, prompt: str) -> None:
     lines = page.locator("#plot-acceptance .js-plotly-plot .scatterlayer .trace")
     assert lines.count() == len(METHODS) - 1, "the per-position acceptance plot needs one line per drafting racer"
     assert page.locator("#plot-acceptance .scatterlayer .point").count() >= 2, "no per-position points"
-    legend = page.locator("#plot-acceptance .legendtext").all_inner_texts()
+    legend = page.locator("#plot-acceptance .legendtext").all_text_contents()  # SVG text
     assert {"DART", "EAGLE-3"} <= set(legend), legend
 
 
