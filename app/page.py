@@ -64,7 +64,7 @@ def prompt_text(tok: Any, turns: list[dict[str, Any]], method: str, *, chat: boo
 # limit (``ArenaUI.token_cap``), and more is cut to it with a notice.
 SAMPLING_LABELS = ("Temperature", "Top-p", "Top-k", "Max new tokens")
 SAMPLING_RANGES = ((0.0, 2.0), (0.05, 1.0), (0, 200))
-PLOTS = ("tau", "latency", "speed", "tree")
+PLOTS = ("tau", "latency", "speed", "acceptance", "tree")
 RACERS_LABEL = "Racers"  # the picker of the drafting racers that race (the baseline always does), the last input
 
 

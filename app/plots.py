@@ -1,5 +1,5 @@
 """The race's live plotly figures: τ per step, drafting latency per step, tokens/s over each method's own clock,
-and the last draft tree with its accepted path.
+the per-position acceptance rate, and the last draft tree with its accepted path.
 
 Figures have transparent backgrounds, mid-grey grid lines and method colours that read on white and on near-black;
 ``app/style.css`` recolours the axis text in the dark theme, so the plots follow the page's theme.
@@ -134,6 +134,27 @@ def speed_figure(lanes: Iterable[Lane]) -> go.Figure:
                        "hovertemplate": f"{lane.label} at %{{x:.3f}} s: %{{y:.1f}} tok/s<extra></extra>"})
     return _figure(traces, "Tokens/s over time (each method's own clock)", "own time (s)", "tokens/s",
                    empty=None if traces else "waiting for a prompt")
+
+
+def acceptance_figure(lanes: Iterable[Lane]) -> go.Figure:
+    """Per drafting method, the share of its drafting steps that accepted at least k draft tokens, by position k
+    (vLLM's per-position acceptance rate, ``RunStats.per_position_acceptance_rate``): how fast its drafts decay
+    with depth."""
+    traces: list[dict[str, Any]] = []
+    for lane in lanes:
+        st = lane.stats()
+        if st is None or not st.num_drafts:
+            continue
+        rates = list(st.per_position_acceptance_rate)
+        c = color(lane.method)
+        traces.append({"type": "scatter", "x": list(range(1, len(rates) + 1)), "y": rates, "mode": "lines+markers",
+                       "name": lane.label, "line": {"color": c, "width": 2.5}, "marker": {"color": c, "size": 6},
+                       "customdata": list(st.num_accepted_tokens_per_pos),
+                       "hovertemplate": (f"{lane.label} position %{{x}}: %{{y:.1%}} of {st.num_drafts} drafting "
+                                         "steps (%{customdata}) accepted it<extra></extra>")})
+    return _figure(traces, "Per-position acceptance rate", "draft position (depth)", "steps accepting ≥ k drafts",
+                   empty=None if traces else "no drafts verified yet",
+                   xaxis={"dtick": 1}, yaxis={"range": [0, 1.02], "tickformat": ".0%", "rangemode": "normal"})
 
 
 def _tree_layout(parents: list[int]) -> tuple[list[float], list[int]]:

@@ -25,6 +25,7 @@ from dart_core.engine.verify import SamplingConfig
 from dart_core.racers.registry import BASELINE, label
 
 log = logging.getLogger("dart_arena.app")
+NO_STEPS = RunStats("", 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)  # a lane before its first step: zero counts, no rates
 
 class PromptError(ValueError):
     """A problem with the user's input (empty, or longer than the context): shown to the user as is."""
@@ -149,7 +150,8 @@ class Scoreboard:
         return None if verdicts is None else {m: v.ok for m, v in verdicts.items()}
 
     def summary(self) -> dict[str, dict[str, Any]]:
-        """Per method: tokens, verify steps, τ, tokens/s, speedup vs AR, ms per step, status — plain numbers."""
+        """Per method: tokens, τ, tokens/s, speedup vs AR, ms per step, status and the acceptance metrics
+        (``RunStats.acceptance``: verify steps, draft tokens verified and accepted, …) — plain numbers."""
         out: dict[str, dict[str, Any]] = {}
         stats = {m: lane.stats() for m, lane in self.lanes.items()}  # each lane summarized once per call
         for m, lane in self.lanes.items():
@@ -161,7 +163,6 @@ class Scoreboard:
                 "error": lane.error,
                 "prompt_tokens": len(self.prompts[m]),
                 "tokens": len(lane.tokens),
-                "verify_steps": st.forwards if st else 0,
                 "tau": st.tau if st else None,
                 "tokens_per_s": st.tokens_per_s if st else None,
                 "speedup_vs_ar": st.speedup_over(stats.get(BASELINE)) if st else None,
@@ -170,6 +171,7 @@ class Scoreboard:
                 "draft_ms_per_step": st.draft_ms_per_step if st else None,
                 "search_ms_per_step": st.search_ms_per_step if st else None,
                 "verify_ms_per_step": st.verify_ms_per_step if st else None,
+                **(st or NO_STEPS).acceptance(),
             }
         return out
 

@@ -160,8 +160,9 @@ def lane_html(method: str, turns: Sequence[dict[str, Any]], *, chat: bool, figur
 
 def summary_html(summary: dict[str, dict[str, Any]], verdicts: dict[str, Verdict] | None = None,
                  dtype: str = "float32") -> str:
-    """The summary row: one card per method with τ, tokens/s and speedup vs AR, plus the greedy check (a flip
-    between the target's best tokens within ``dtype``'s rounding is shown neutrally, as a tie)."""
+    """The summary row: one card per method with τ, tokens/s, speedup vs AR and the draft tokens verified and
+    accepted with their rate (docs/metrics.md), plus the greedy check (a flip between the target's best tokens
+    within ``dtype``'s rounding is shown neutrally, as a tie)."""
     cards = []
     for m, f in summary.items():
         speed = _fmt(f.get("speedup_vs_ar"), ".2f", "×") if m != BASELINE else "1.00×"
@@ -171,6 +172,9 @@ def summary_html(summary: dict[str, dict[str, Any]], verdicts: dict[str, Verdict
             f'<div class="card-row"><span>τ <b>{_fmt(f.get("tau"), ".2f")}</b></span>'
             f'<span><b>{_fmt(f.get("tokens_per_s"), ".1f")}</b> tok/s</span>'
             f'<span><b>{f.get("tokens", 0)}</b> tok / {f.get("verify_steps", 0)} steps</span></div>'
+            f'<div class="card-row card-acceptance"><span>drafted <b>{f.get("num_draft_tokens", 0)}</b></span>'
+            f'<span>accepted <b>{f.get("num_accepted_tokens", 0)}</b></span>'
+            f'<span>rate <b>{_fmt(f.get("draft_acceptance_rate"), ".1%")}</b></span></div>'
             f'<div class="card-row small"><span>draft {_fmt(f.get("draft_ms_per_step"), ".2f")}</span>'
             f'<span>search {_fmt(f.get("search_ms_per_step"), ".2f")}</span>'
             f'<span>verify {_fmt(f.get("verify_ms_per_step"), ".2f")} ms/step</span></div></div>')

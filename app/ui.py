@@ -151,7 +151,7 @@ class ArenaUI:
 
     def empty_plots(self) -> dict[str, Any]:
         return dict(zip(PLOTS, (plots.tau_figure([]), plots.latency_figure([]), plots.speed_figure([]),
-                                plots.tree_figure(None, self.token_label)), strict=True))
+                                plots.acceptance_figure([]), plots.tree_figure(None, self.token_label)), strict=True))
 
     def race_plots(self, race: Scoreboard) -> dict[str, Any]:
         """The figures of a race; the tree view shows the first drafting racer (registry order) with a tree."""
@@ -160,9 +160,9 @@ class ArenaUI:
         tree_lane = next((lane for lane in drafting if lane.last_tree_step is not None),
                          drafting[0] if drafting else None)
         step = tree_lane.last_tree_step if tree_lane is not None else None
+        tree = plots.tree_figure(step, self.token_label, method=tree_lane.method if tree_lane else None)
         return dict(zip(PLOTS, (plots.tau_figure(lanes), plots.latency_figure(lanes), plots.speed_figure(lanes),
-                                plots.tree_figure(step, self.token_label,
-                                                  method=tree_lane.method if tree_lane else None)), strict=True))
+                                plots.acceptance_figure(lanes), tree), strict=True))
 
     # ------------------------------------------------------------------------------------------- events
     def settings(self, *values: Any) -> RaceSettings:
@@ -400,11 +400,11 @@ class ArenaUI:
         return sampling + trees
 
     def _results(self) -> tuple[Any, dict[str, Any], Any]:
-        """The summary cards, the four live plots and the last race's JSON."""
+        """The summary cards, the five live plots (two rows of two, the tree below) and the last race's JSON."""
         cards = gr.HTML(render.summary_html({}), elem_id="summary")
         figs = self.empty_plots()
         figures: dict[str, Any] = {}
-        for row in (PLOTS[:2], PLOTS[2:]):
+        for row in (PLOTS[:2], PLOTS[2:4], PLOTS[4:]):
             with gr.Row(equal_height=True):
                 for name in row:
                     figures[name] = gr.Plot(figs[name], show_label=False, elem_id=f"plot-{name}",

@@ -24,7 +24,7 @@ else:
     import playwright.sync_api as sync_api
 
 METHODS = ("dart", "eagle3", "ar")
-PLOTS = ("plot-tau", "plot-latency", "plot-speed", "plot-tree")
+PLOTS = ("plot-tau", "plot-latency", "plot-speed", "plot-acceptance", "plot-tree")
 RACE_TIMEOUT_MS = 120_000
 
 
@@ -70,7 +70,8 @@ def race_to_completion(page: Any, prompt: str) -> None:
 
 
 def check_finished_page(page: Any, prompt: str) -> None:
-    """Every column has text beyond the prompt, drafts highlighted; summary cards and all four plots drawn."""
+    """Every column has text beyond the prompt, drafts highlighted; summary cards (with the draft tokens verified
+    and accepted) and all five plots drawn, the per-position acceptance plot with one line per drafting racer."""
     for m in METHODS:
         body = page.locator(f"#lane-{m} .lane-body").inner_text()
         generated = page.locator(f"#lane-{m} .lane-body .completion").inner_text()
@@ -82,11 +83,17 @@ def check_finished_page(page: Any, prompt: str) -> None:
     assert page.locator("#lane-ar .tok-draft").count() == 0, "AR drafts nothing"
     cards = page.locator("#summary").inner_text()
     assert "vs AR" in cards and "tok/s" in cards and "identical to AR" in cards
+    assert "drafted" in cards and "accepted" in cards
     for plot in PLOTS:
         traces = page.locator(f"#{plot} .js-plotly-plot .scatterlayer .trace")
         assert traces.count() >= 1, f"{plot} drew nothing"
     assert page.locator("#plot-tree .scatterlayer .point").count() > 2, "the draft tree has no nodes"
     assert "accepted" in page.locator("#plot-tree .gtitle").text_content()
+    lines = page.locator("#plot-acceptance .js-plotly-plot .scatterlayer .trace")
+    assert lines.count() == len(METHODS) - 1, "the per-position acceptance plot needs one line per drafting racer"
+    assert page.locator("#plot-acceptance .scatterlayer .point").count() >= 2, "no per-position points"
+    legend = page.locator("#plot-acceptance .legendtext").all_text_contents()  # SVG text
+    assert {"DART", "EAGLE-3"} <= set(legend), legend
 
 
 def test_race_in_a_real_browser(app_server: Server) -> None:

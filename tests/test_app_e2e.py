@@ -50,6 +50,13 @@ def test_every_method_streams_to_completion_and_greedy_equals_ar(app_server: Ser
         assert methods[m]["text"] == methods["ar"]["text"]
         assert methods[m]["tau"] > 1.0, f"{m} accepted no drafts at all"
         assert methods[m]["speedup_vs_ar"] is not None
+        f = methods[m]  # the acceptance metrics (docs/metrics.md) add up in the API's answer
+        assert 0 < f["num_accepted_tokens"] <= f["num_draft_tokens"]
+        assert sum(f["acceptance_histogram"]) == f["num_drafts"] <= f["verify_steps"]
+        assert sum(f["per_position_acceptance_rate"]) == pytest.approx(f["num_accepted_tokens"] / f["num_drafts"])
+        if f["stop_reason"] == "max_new_tokens":  # every verify step emitted its accepted drafts + one token
+            assert f["tokens"] == 1 + f["verify_steps"] + f["num_accepted_tokens"], f
+    assert methods["ar"]["num_drafts"] == 0 and methods["ar"]["draft_acceptance_rate"] is None
     assert result["greedy_matches_ar"] == {"dart": True, "eagle3": True}
     status_html = job.result()[STATUS]
     assert "Done" in status_html and "identical to AR" in status_html

@@ -129,7 +129,7 @@ def test_a_closed_event_closes_the_race(arena: Any) -> None:
     assert live.closed.is_set() and live.race.stopped and not live.race._gens
     cleared = ui.clear("v")
     assert "v" not in ui.active and cleared.conv == new_conversation()
-    assert set(cleared.plots) == {"tau", "latency", "speed", "tree"} and cleared.result is None
+    assert set(cleared.plots) == {"tau", "latency", "speed", "acceptance", "tree"} and cleared.result is None
 
 
 @pytest.mark.parametrize(("prompt", "index", "value", "message"), [

@@ -83,7 +83,9 @@ def test_e2e_on_tiny_bundle(bundle: Path, tmp_path: Path, capsys: pytest.Capture
             assert all(len(s["tokens"]) == s["accepted"] + 1 for s in steps[1:])
             assert [t for s in steps for t in s["tokens"]] == ar_tokens, m
     for m, s in summary.items():
-        assert sum(s["accept_hist"].values()) == s["verify_steps"], m
+        assert sum(s["acceptance_histogram"]) == s["num_drafts"] <= s["verify_steps"], m
+        assert s["num_accepted_tokens"] == sum(k * n for k, n in enumerate(s["acceptance_histogram"])), m
+        assert s["num_drafts"] == sum(e["methods"][m]["num_drafts"] for e in report["prompts"]), m
         assert s["tokens"] == sum(e["methods"][m]["tokens"] for e in report["prompts"])
         assert f"{m:<8} {s['tokens']:>7}" in printed
         assert s["wall_ms"] == pytest.approx(sum(e["methods"][m]["wall_ms"] for e in report["prompts"]))

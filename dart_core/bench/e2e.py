@@ -5,13 +5,15 @@ DART drafter, EAGLE-3 head, N-gram store and held-out chat ``prompts.jsonl``, in
 the stdlib toy, completion mode), greedy, 128 new tokens, one warm-up prompt per method not counted, fixed seeds. For
 each prompt the methods run one after another on the same loaded target with the same seed; each method's clock
 counts only its own steps.
-Prints one row per method (τ, tokens/s by the engine's stopwatches and by wall clock, speedup vs AR by wall clock,
-mean draft / tree-search / verify ms per step), checks on the fly that every method's greedy output equals AR's, and
-writes ``e2e.json`` + a self-contained ``e2e.html``. ``--dataset mt-bench`` runs a named chat prompt set instead of a
-prompt file; ``--turns 2`` continues each method's own conversation with the set's follow-up question. The ``hf`` row
-is Hugging Face ``generate`` on the same weights, dtype and device (``--no-hf-generate`` drops it): the baseline a
-user would otherwise run. A greedy output that parts from AR's where the target's best logits lie within the
-dtype's rounding in both runs counts as a tie, not a mismatch (``dart_core.engine.greedy_check``).
+Prints one row per method (τ, draft tokens verified and accepted, the acceptance rate and mean acceptance length,
+tokens/s by the engine's stopwatches and by wall clock, speedup vs AR by wall clock, mean draft / tree-search / verify
+ms per step) and each drafting method's per-position acceptance rates (vLLM's metrics, docs/metrics.md), checks on
+the fly that every method's greedy output equals AR's, and writes ``e2e.json`` + a self-contained ``e2e.html``.
+``--dataset mt-bench`` runs a named chat prompt set instead of a prompt file; ``--turns 2`` continues each method's
+own conversation with the set's follow-up question. The ``hf`` row is Hugging Face ``generate`` on the same weights,
+dtype and device (``--no-hf-generate`` drops it): the baseline a user would otherwise run. A greedy output that
+parts from AR's where the target's best logits lie within the dtype's rounding in both runs counts as a tie, not a
+mismatch (``dart_core.engine.greedy_check``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import json
 import platform
 import sys
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +38,14 @@ from dart_core.engine.greedy_check import TopLogits, compare
 from dart_core.engine.loop import Step, summarize
 from dart_core.engine.target import FAST_PATH_ROWS
 from dart_core.engine.verify import SamplingConfig
-from dart_core.generate.__main__ import add_tree_arguments, encode_prompt, tree_settings
+from dart_core.generate.__main__ import (
+    ACCEPTANCE_HEADER,
+    acceptance_cells,
+    add_tree_arguments,
+    encode_prompt,
+    per_position_lines,
+    tree_settings,
+)
 from dart_core.loading.errors import report_error
 from dart_core.loading.hub import HubFileError
 from dart_core.ngram.store import NgramFormatError
@@ -210,12 +218,11 @@ def step_record(s: Step) -> dict[str, Any]:
 
 def method_figures(steps: Sequence[Step], wall_ms: float) -> dict[str, Any]:
     """τ, tokens/s (prefill included) by the engine's stopwatches and by the wall clock around the generation(s)
-    (``wall_ms``: glue between steps counts too), the per-step split (``summarize``), the accepted-length histogram."""
+    (``wall_ms``: glue between steps counts too), the per-step split and the acceptance metrics (``summarize``:
+    over pooled steps, counts summed before any division)."""
     st = summarize(steps)
-    hist = Counter(len(s.tokens) for s in steps if not s.prefill)
     return {
         "tokens": st.new_tokens,
-        "verify_steps": st.forwards,
         "tau": st.tau,
         "tokens_per_s": st.tokens_per_s,
         "tokens_per_s_wall": st.new_tokens / (wall_ms / 1e3) if wall_ms > 0 else 0.0,
@@ -225,7 +232,7 @@ def method_figures(steps: Sequence[Step], wall_ms: float) -> dict[str, Any]:
         "draft_ms_per_step": st.draft_ms_per_step,
         "search_ms_per_step": st.search_ms_per_step,
         "verify_ms_per_step": st.verify_ms_per_step,
-        "accept_hist": {str(k): hist[k] for k in sorted(hist)},
+        **st.acceptance(),
     }
 
 
@@ -402,7 +409,6 @@ def _race(args: argparse.Namespace, src: Sources, prompts: list[dict[str, Any]],
                 outputs[m].append([t for s in run for t in s.tokens])
                 tops[m].append([t for s in run for t in s.top_logits])
                 figures = method_figures(run, wall_ms)
-                figures.pop("accept_hist")
                 entry = entries[k]
                 if k:  # a follow-up's input holds the method's own first answer
                     figures["prompt_tokens"] = len(turn_ids)
@@ -460,7 +466,12 @@ def _report(args: argparse.Namespace, src: Sources, arena: Any, prompts: list[di
                   "speedup_vs_ar": "tokens_per_s_wall / AR's tokens_per_s_wall (speedup_vs_ar_engine: the same "
                                    "with the engine stopwatches)",
                   "tau": "tokens of verify steps / verify steps (bonus token included; 1 for AR)",
-                  "accept_hist": "tokens emitted per verify step (accepted drafts + bonus)",
+                  "acceptance": "vLLM's spec-decode metrics over the drafting steps (verify steps with at least "
+                                "one draft token): num_drafts, num_draft_tokens (tree nodes below the root), "
+                                "num_accepted_tokens, mean_acceptance_length (tokens per drafting step), "
+                                "draft_acceptance_rate, per_position_acceptance_rate[k-1] (share of drafting steps "
+                                "that accepted at least k drafts), acceptance_histogram[k] (drafting steps that "
+                                "accepted exactly k); docs/metrics.md",
                   **({"summary_per_turn": "the same figures over turn 1 / turn 2 only; `summary` pools both; "
                                           "prompts holds one entry per prompt and turn"} if per_turn else {})},
         "summary": summary,
@@ -514,20 +525,22 @@ def print_table(summary: dict[str, dict[str, Any]], methods: list[str], n: int, 
     print(f"\n{n} prompts{turns}, {mode}; tok/s include the prefill (eng: sum of the engine's step stopwatches, "
           "wall: clock around each generation)\nvs AR by wall tok/s; ms are means per verify step")
     turn = f" {'turn':>4}" if per_turn else ""
-    print(f"{'method':<8}{turn} {'tokens':>7} {'steps':>6} {'tau':>6} {'tok/s eng':>9} {'tok/s wall':>10} "
-          f"{'vs AR wall':>10} {'draft ms':>9} {'search ms':>10} {'verify ms':>10}")
+    print(f"{'method':<8}{turn} {'tokens':>7} {'steps':>6} {'tau':>6} {ACCEPTANCE_HEADER} {'tok/s eng':>9} "
+          f"{'tok/s wall':>10} {'vs AR wall':>10} {'draft ms':>9} {'search ms':>10} {'verify ms':>10}")
 
     def row(m: str, t: str, s: dict[str, Any]) -> None:
         speed = f"{s['speedup_vs_ar']:.2f}x" if s["speedup_vs_ar"] else "-"
         col = f" {t:>4}" if per_turn else ""
-        print(f"{m:<8}{col} {s['tokens']:>7} {s['verify_steps']:>6} {s['tau']:>6.2f} {s['tokens_per_s']:>9.1f} "
-              f"{s['tokens_per_s_wall']:>10.1f} {speed:>10} {s['draft_ms_per_step']:>9.2f} "
+        print(f"{m:<8}{col} {s['tokens']:>7} {s['verify_steps']:>6} {s['tau']:>6.2f} {acceptance_cells(s)} "
+              f"{s['tokens_per_s']:>9.1f} {s['tokens_per_s_wall']:>10.1f} {speed:>10} {s['draft_ms_per_step']:>9.2f} "
               f"{s['search_ms_per_step']:>10.2f} {s['verify_ms_per_step']:>10.2f}")
 
     for m in methods:
         row(m, "all", summary[m])
         for t, figures in (per_turn or {}).items():
             row(m, t, figures[m])
+    for line in per_position_lines({m: summary[m] for m in methods}):
+        print(line)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,7 @@
-"""The end-to-end benchmark's report for people: four plotly figures (τ per step with its running mean, the
-latency split, tokens/s per prompt, the accepted-length histogram) in a self-contained ``e2e.html`` that works
-offline, from the ``e2e.json`` report that ``dart_core.bench.e2e`` writes."""
+"""The end-to-end benchmark's report for people: five plotly figures (τ per step with its running mean, the
+latency split, tokens/s per prompt, the per-position acceptance rate, the acceptance histogram) and the summary
+table with the acceptance metrics (docs/metrics.md) in a self-contained ``e2e.html`` that works offline, from the
+``e2e.json`` report that ``dart_core.bench.e2e`` writes."""
 
 from __future__ import annotations
 
@@ -13,13 +14,14 @@ FIGURE_TITLES = (
     "τ per verify step (tokens per step, running mean)",
     "Latency split per step (mean ms)",
     "Tokens/s per prompt",
-    "Accepted length per verify step (histogram)",
+    "Per-position acceptance rate",
+    "Accepted draft tokens per drafting step (histogram)",
 )
 SPLIT_COLORS = {"draft": "#ff7f0e", "search": "#2ca02c", "verify": "#9467bd"}
 
 
 def build_figures(report: dict[str, Any]) -> list[Any]:
-    """The four plotly figures of the report, with an explicit light template so they read on any page."""
+    """The five plotly figures of the report, with an explicit light template so they read on any page."""
     import plotly.graph_objects as go
 
     methods = report["config"]["methods"]
@@ -62,17 +64,36 @@ def build_figures(report: dict[str, Any]) -> list[Any]:
     f3.update_layout(title=FIGURE_TITLES[2], barmode="group", xaxis_title="prompt id" + (" and turn" if multi else ""),
                      xaxis_type="category", yaxis_title="tokens/s (wall clock, prefill included)", **layout)
 
+    drafting = [m for m in methods if summary[m]["num_drafts"]]
     f4 = go.Figure()
-    for m in methods:
-        hist = summary[m]["accept_hist"]
-        total = max(sum(hist.values()), 1)
-        f4.add_bar(x=[int(k) for k in hist], y=[v / total for v in hist.values()], name=m, marker_color=color(m))
-    f4.update_layout(title=FIGURE_TITLES[3], barmode="group", xaxis_title="tokens per verify step (accepted + bonus)",
-                     yaxis_title="fraction of steps", **layout)
-    for f in (f1, f2, f3, f4):
+    for m in drafting:
+        rates = summary[m]["per_position_acceptance_rate"]
+        f4.add_scatter(x=list(range(1, len(rates) + 1)), y=rates, mode="lines+markers", name=m,
+                       line={"color": color(m), "width": 2.5}, marker={"color": color(m), "size": 7},
+                       hovertemplate=f"{m} position %{{x}}: %{{y:.3f}}<extra></extra>")
+    f4.update_layout(title=FIGURE_TITLES[3], xaxis_title="draft position k (depth in the tree)",
+                     yaxis_title="drafting steps that accepted ≥ k drafts", yaxis_range=[0, 1.02],
+                     xaxis_dtick=1, **layout)
+
+    f5 = go.Figure()
+    for m in drafting:
+        hist = summary[m]["acceptance_histogram"]
+        f5.add_bar(x=list(range(len(hist))), y=[v / summary[m]["num_drafts"] for v in hist], name=m,
+                   marker_color=color(m))
+    f5.update_layout(title=FIGURE_TITLES[4], barmode="group", xaxis_title="draft tokens accepted in the step",
+                     yaxis_title="fraction of drafting steps", xaxis_dtick=1, **layout)
+    for f in (f1, f2, f3, f4, f5):
         f.update_xaxes(**axis)
         f.update_yaxes(**axis)
-    return [f1, f2, f3, f4]
+    return [f1, f2, f3, f4, f5]
+
+
+def _acceptance_cells(s: dict[str, Any]) -> str:
+    """The table's acceptance columns: draft tokens verified and accepted, rate, mean acceptance length."""
+    if not s["num_drafts"]:
+        return "<td>–</td>" * 4
+    return (f"<td>{s['num_draft_tokens']}</td><td>{s['num_accepted_tokens']}</td>"
+            f"<td>{s['draft_acceptance_rate']:.1%}</td><td>{s['mean_acceptance_length']:.2f}</td>")
 
 
 def _speed(x: float | None) -> str:
@@ -80,7 +101,7 @@ def _speed(x: float | None) -> str:
 
 
 def write_html(report: dict[str, Any], path: Path) -> None:
-    """One self-contained page (plotly.js inlined, works offline): summary table + the four figures."""
+    """One self-contained page (plotly.js inlined, works offline): summary table + the five figures."""
     import html
 
     figs = build_figures(report)
@@ -89,7 +110,7 @@ def write_html(report: dict[str, Any], path: Path) -> None:
     multi = len(tables) > 1
     rows = "".join(
         f"<tr><td>{html.escape(m)}</td>" + (f"<td>{t}</td>" if multi else "") +
-        f"<td>{s['tokens']}</td><td>{s['verify_steps']}</td><td>{s['tau']:.2f}</td>"
+        f"<td>{s['tokens']}</td><td>{s['verify_steps']}</td><td>{s['tau']:.2f}</td>{_acceptance_cells(s)}"
         f"<td>{s['tokens_per_s']:.1f}</td><td>{s['tokens_per_s_wall']:.1f}</td><td>{_speed(s['speedup_vs_ar'])}</td>"
         f"<td>{s['draft_ms_per_step']:.2f}</td><td>{s['search_ms_per_step']:.2f}</td>"
         f"<td>{s['verify_ms_per_step']:.2f}</td></tr>"
@@ -118,10 +139,14 @@ table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #999999; padd
 <p>{report['config']['n_prompts']} {source}, max {report['config']['max_new_tokens']} new tokens,
 temperature {report['config']['temperature']}; torch {html.escape(env['torch'])} on {html.escape(env['device'])}
 ({env['torch_threads']} threads). Tokens/s include the prefill (engine: sum of the step stopwatches; wall: clock
-around each generation); vs AR by wall tokens/s; ms are means per verify step.</p>
+around each generation); vs AR by wall tokens/s; ms are means per verify step. Drafted and accepted count draft
+tokens over the drafting steps (verify steps with at least one draft token), pooled over the prompts; the acceptance
+rate is accepted / drafted and the mean acceptance length the tokens per drafting step, bonus included (vLLM's
+metrics: docs/metrics.md).</p>
 <div class="card"><table><tr><th>method</th>{'<th>turn</th>' if multi else ''}<th>tokens</th><th>steps</th><th>τ</th>
-<th>tok/s eng</th><th>tok/s wall</th><th>vs AR wall</th>
-<th>draft ms</th><th>search ms</th><th>verify ms</th></tr>{rows}</table>
+<th>drafted</th><th>accepted</th><th>acceptance rate</th><th>mean acceptance length</th>
+<th>tok/s eng</th><th>tok/s wall</th><th>vs AR wall</th><th>draft ms</th><th>search ms</th><th>verify ms</th></tr>
+{rows}</table>
 <p>mismatches vs AR: {mm_text}</p><p>rounding ties vs AR (greedy_check): {tie_text}</p></div>
 {''.join(f'<div class="card"><h2>{html.escape(t)}</h2>{p}</div>' for t, p in zip(FIGURE_TITLES, parts, strict=True))}
 </body></html>

@@ -1,5 +1,7 @@
 """``python -m dart_core.generate``: stream one prompt through DART, EAGLE-3 and plain decoding on one shared
-target, then print τ, tokens/s and the latency split per method."""
+target, then print per method τ, the draft tokens verified and accepted, the acceptance rate and mean acceptance
+length (vLLM's metrics, docs/metrics.md), tokens/s and the latency split, and each drafting method's per-position
+acceptance rates."""
 
 from __future__ import annotations
 
@@ -134,7 +136,31 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+ACCEPTANCE_HEADER = f"{'drafted':>8} {'accepted':>8} {'rate':>6} {'acc len':>7}"
+
+
+def acceptance_cells(figures: dict[str, Any]) -> str:
+    """A row's acceptance columns (under ``ACCEPTANCE_HEADER``): draft tokens verified and accepted, the draft
+    acceptance rate and the mean acceptance length; dashes for a racer without drafting steps."""
+    if not figures["num_drafts"]:
+        return f"{'-':>8} {'-':>8} {'-':>6} {'-':>7}"
+    return (f"{figures['num_draft_tokens']:>8} {figures['num_accepted_tokens']:>8} "
+            f"{figures['draft_acceptance_rate']:>6.1%} {figures['mean_acceptance_length']:>7.2f}")
+
+
+def per_position_lines(rows: dict[str, dict[str, Any]]) -> list[str]:
+    """vLLM's "Per-position acceptance rate" line for each drafting racer in ``rows`` (name -> figures)."""
+    shown = {name: f for name, f in rows.items() if f["num_drafts"]}
+    if not shown:
+        return []
+    return ["per-position acceptance rate (share of drafting steps that accepted at least k draft tokens, k = 1, 2, "
+            "...):", *(f"  {name:<12} " + ", ".join(f"{r:.3f}" for r in f["per_position_acceptance_rate"])
+                       for name, f in shown.items())]
+
+
 def print_summary(results: dict[str, tuple[list[int], list[Step]]], *, greedy: bool, as_json: bool) -> None:
+    """One row per method: τ, speed, the acceptance metrics (``RunStats.acceptance``, unrounded in ``--json``)
+    and the per-step split; then each drafting method's per-position acceptance rates."""
     stats = {m: summarize(steps) for m, (_, steps) in results.items()}
     ar = stats.get(BASELINE)
     rows = []
@@ -145,21 +171,24 @@ def print_summary(results: dict[str, tuple[list[int], list[Step]]], *, greedy: b
                "speedup_vs_ar": round(speedup, 3) if speedup is not None else None,
                "draft_ms_per_step": round(s.draft_ms_per_step, 3),
                "search_ms_per_step": round(s.search_ms_per_step, 3),
-               "verify_ms_per_step": round(s.verify_ms_per_step, 3), "prefill_ms": round(s.prefill_ms, 2)}
+               "verify_ms_per_step": round(s.verify_ms_per_step, 3), "prefill_ms": round(s.prefill_ms, 2),
+               **s.acceptance()}
         if greedy and BASELINE in results and m != BASELINE:
             row["matches_ar"] = results[m][0] == results[BASELINE][0]
         rows.append(row)
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    print(f"\n{'method':<8} {'tokens':>6} {'fwds':>5} {'tau':>6} {'tok/s':>8} {'vs AR':>6} "
+    print(f"\n{'method':<8} {'tokens':>6} {'fwds':>5} {'tau':>6} {ACCEPTANCE_HEADER} {'tok/s':>8} {'vs AR':>6} "
           f"{'draft ms':>9} {'search ms':>10} {'verify ms':>10}  (per step)")
     for r in rows:
         speed = f"{r['speedup_vs_ar']:.2f}x" if r["speedup_vs_ar"] else "-"
         note = "" if r.get("matches_ar", True) else "   OUTPUT DIFFERS FROM AR (greedy): please report"
-        print(f"{r['method']:<8} {r['tokens']:>6} {r['forwards']:>5} {r['tau']:>6.2f} {r['tokens_per_s']:>8.1f} "
-              f"{speed:>6} {r['draft_ms_per_step']:>9.2f} {r['search_ms_per_step']:>10.2f} "
+        print(f"{r['method']:<8} {r['tokens']:>6} {r['forwards']:>5} {r['tau']:>6.2f} {acceptance_cells(r)} "
+              f"{r['tokens_per_s']:>8.1f} {speed:>6} {r['draft_ms_per_step']:>9.2f} {r['search_ms_per_step']:>10.2f} "
               f"{r['verify_ms_per_step']:>10.2f}{note}")
+    for line in per_position_lines({r["method"]: r for r in rows}):
+        print(line)
 
 
 def main(argv: list[str] | None = None) -> int:
