@@ -46,6 +46,14 @@ class StandingsPanel:
                               self.command, self.root, loaded=(self.device, self.dtype))
 
 
+def shown_path(path: Path) -> str:
+    """A path as the page shows it: the home directory as ``~`` (a visitor needs no user name)."""
+    home = str(Path.home())
+    text = str(path)
+    return "~" + text[len(home):] if home not in ("", "/") and (text == home or text.startswith(home + "/")) \
+        else text
+
+
 def _cell(value: Any, spec: str, key: str, field: str) -> str:
     if field == "speedup_vs_ar":
         return "1.00×" if key == BASELINE else ("–" if value is None else f"{value:{spec}}×")
@@ -62,7 +70,7 @@ def standings_html(found: Standings | None, command: str, root: Path,
     """The panel: the run's table with what it measured and how, or the hint with ``command``."""
     if found is None:
         return (f'<div class="standings-hint">No <code>bench e2e</code> run for these models in '
-                f'<code>{html.escape(str(root))}</code> yet: measure them on this host with '
+                f'<code>{html.escape(shown_path(root))}</code> yet: measure them on this host with '
                 f'<code>{html.escape(command)}</code></div>')
     columns = [c for c in COLUMNS if any(row.get(c[0]) is not None for row in found.rows)]
     head = "".join(f"<th>{html.escape(h)}</th>" for _, h, _ in columns)
@@ -86,6 +94,6 @@ def standings_html(found: Standings | None, command: str, root: Path,
     return (f'<div class="standings"><div class="standings-facts">{facts}</div>'
             f'<table class="standings-table"><thead><tr><th>racer</th>{head}</tr></thead><tbody>{body}</tbody>'
             f'</table>{note_html}<div class="standings-command">by <code>{html.escape(found.command)}</code> '
-            f'(<code>{html.escape(str(found.path))}</code>); tok/s include the prefill, vs AR by wall clock</div>'
-            "</div>")
+            f'(<code>{html.escape(shown_path(found.path))}</code>); tok/s include the prefill, vs AR by wall '
+            "clock</div></div>")
 

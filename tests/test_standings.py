@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from app.__main__ import build_parser, resolve, standings_panel
-from app.standings import standings_html
+from app.standings import shown_path, standings_html
 from dart_core.bench.__main__ import main as bench_main
 from dart_core.bench.standings import find_standings, models_identity, suggest_command
 from dart_core.bundle import open_bundle
@@ -108,6 +108,8 @@ def test_unreadable_or_missing_runs_give_the_hint(results: Path, tmp_path: Path)
     assert shown.startswith('<div class="standings-hint">No <code>bench e2e</code> run for these models')
     assert "python -m dart_core.bench e2e --bundle" in shown and "--threads 1" in shown
     assert "No <code>bench e2e</code>" in app_panel(tmp_path / "missing")()
+    assert shown_path(Path.home() / ".cache" / "x") == "~/.cache/x"  # the page names no user
+    assert shown_path(Path("/srv/results")) == "/srv/results"
 
 
 def test_the_latest_run_wins_the_loaded_setup_first(results: Path, tmp_path: Path) -> None:

@@ -178,7 +178,7 @@ CHECKPOINT = CheckpointFormat(
 
 # ------------------------------------------------------------------------------------------------ settings
 EXACT_HELP = ("score proposals with the target's own lm_head in its dtype, as upstream does (default off: a float32 "
-              "head on a CPU with native bf16, AVX512-BF16 or AMX, scores them with a bf16 copy, about 10x faster "
+              "head on a CPU with native bf16, AVX512-BF16 or AMX, scores them with a bf16 copy, several times faster "
               "there, which can flip a near-tie)")
 
 
