@@ -533,3 +533,22 @@ def test_exact_proposals_is_a_switch_on_every_command_line() -> None:
     assert switched(args, "dflash", DFlashSettings()) == DFlashSettings()
     with pytest.raises(ValueError, match="exact proposals: expected true or false, got 1"):
         check_settings(DFlashSettings(exact_proposals=1), "DFlash")  # type: ignore[arg-type]
+
+
+def test_the_app_benchmark_passes_the_switch_to_both_runs(tmp_path: Path) -> None:
+    """``bench app --dflash-exact-proposals``: the app gets the switch as its flag (it has no control for it) and the
+    e2e run as its own; the page's sliders are set only for numeric settings."""
+    import argparse
+
+    from app.__main__ import build_parser
+    from dart_core.bench import e2e, in_app
+
+    p = argparse.ArgumentParser()
+    in_app.add_arguments(p)
+    args = p.parse_args(["--dflash-exact-proposals", "--dflash-tree-nodes", "8"])
+    assert in_app.tree_flags(args) == ["--dflash-exact-proposals", "--dflash-tree-nodes", "8"]
+    src = e2e.Sources(base="b", drafters={}, ngram=None, small_ngram=False, prompts=None, chat=False,
+                      bundle=tmp_path)
+    cmd = in_app.app_command(args, src, 7860, tmp_path / "log.jsonl")
+    assert "--dflash-exact-proposals" in cmd and "--dflash-tree-nodes" not in cmd
+    assert build_parser().parse_args(cmd[3:]).dflash__exact_proposals is True  # the app accepts what it is given
