@@ -52,8 +52,10 @@ def models_identity(base: str, drafters: Mapping[str, str | None], ngram: str | 
 
 
 def run_record(command: str, models: dict[str, Any]) -> dict[str, Any]:
-    """The ``"run"`` block of an ``e2e.json``: the command line, the date (UTC, ISO 8601) and the models."""
-    return {"command": command, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "models": models}
+    """The ``"run"`` block of an ``e2e.json``: the command line, the directory it ran in (its relative paths'
+    base), the date (UTC, ISO 8601) and the models."""
+    return {"command": command, "cwd": os.getcwd(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "models": models}
 
 
 def command_line(argv: list[str], prog: tuple[str, ...] = COMMAND) -> str:
