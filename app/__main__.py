@@ -16,10 +16,12 @@ import os
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from app import setup_logging
+from dart_core.bench.standings import models_identity, results_dir, suggest_command
 from dart_core.bundle import Bundle, BundleError, default_bundle_dir, open_bundle
 from dart_core.engine.target import FAST_PATH_ROWS
 from dart_core.racers.registry import BASELINE, drafting_racers, label, racer, runner_racers
@@ -93,6 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("generation")
     g.add_argument("--max-new-tokens", type=int, default=256,
                    help="default of the 'Max new tokens' control (default: %(default)s)")
+    for r in drafting_racers():  # the racers' switches (bool settings), as in python -m dart_core.generate
+        for k in r.knobs():
+            if k.kind is bool:
+                g.add_argument(f"--{r.key}-{k.flag}", dest=f"{r.dest}__{k.name}", default=None,
+                               action=argparse.BooleanOptionalAction,
+                               help=f"{r.label}: {k.help} (default {'on' if k.default else 'off'})")
     h = p.add_argument_group("limits (for a public host)")
     h.add_argument("--max-new-tokens-limit", type=int, default=None, metavar="N",
                    help="most new tokens a race may ask for: the control's maximum; an API request for more is cut "
@@ -126,6 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--listen", action=argparse.BooleanOptionalAction, default=False,
                    help="listen on all interfaces (0.0.0.0) instead of 127.0.0.1 only")
     s.add_argument("--server-port", type=int, default=7860, help="port (default: %(default)s)")
+    s.add_argument("--bench-results", type=Path, default=None, metavar="DIR",
+                   help="where the 'Measured on this host' panel looks for `python -m dart_core.bench e2e` runs "
+                        f"(each DIR/*/e2e.json; default: {short(str(results_dir()))}, where the benchmark writes "
+                        "them: $DART_ARENA_RESULTS, else $DART_ARENA_CACHE/bench)")
     s.add_argument("--share", action=argparse.BooleanOptionalAction, default=False,
                    help="also open a public *.gradio.live link (off unless asked; needs internet)")
     s.add_argument("--debug", action=argparse.BooleanOptionalAction, default=False,
@@ -329,6 +341,26 @@ def chat_mode(args: argparse.Namespace, src: dict[str, Any], engine: Any) -> boo
     return True
 
 
+def switched(args: argparse.Namespace, key: str, settings: Any) -> Any:
+    """A racer's settings with the switches given on the command line (``--<racer>-<flag>``) applied."""
+    r = racer(key)
+    given = {k.name: v for k in r.knobs() if k.kind is bool and (v := getattr(args, f"{r.dest}__{k.name}", None))
+             is not None}
+    return replace(settings, **given) if given else settings
+
+
+def standings_panel(args: argparse.Namespace, src: dict[str, Any], info: Any) -> Any:
+    """The "Measured on this host" panel for the loaded models (read again at each page load)."""
+    from app.standings import StandingsPanel
+
+    drafters = {k: v for k, v in src["drafters"].items() if k in info.drafters}
+    command = suggest_command(src["base"], drafters, src["ngram"] if info.has_store else None,
+                              small_ngram=args.use_small_ngram, bundle=src["bundle"], device=args.device,
+                              dtype=args.dtype, threads=info.threads if info.device == "cpu" else None)
+    models = models_identity(src["base"], drafters, src["ngram"] if info.has_store else None, args.use_small_ngram)
+    return StandingsPanel(models, args.bench_results or results_dir(), info.device, info.dtype, command)
+
+
 def serve(args: argparse.Namespace, src: dict[str, Any], loaded: dict[str, str], engine: Any, chat: bool,
           log: logging.Logger) -> int:
     """The page's config, a warm-up race (not shown), then the page served until the server stops."""
@@ -339,7 +371,7 @@ def serve(args: argparse.Namespace, src: dict[str, Any], loaded: dict[str, str],
     from app.ui import AppConfig, ArenaUI
 
     info, bundle = engine.info, src["bundle"]
-    trees = {k: racer(k).default_settings(info.device) for k in info.drafters}
+    trees = {k: switched(args, k, racer(k).default_settings(info.device)) for k in info.drafters}
     examples = bundle_examples(bundle) if bundle is not None else (CHAT_EXAMPLES if chat else [])
     parts = [f"target {short(src['base'])}{origin(src['base'])}"]
     parts += [f"{label(k)} {short(loaded[k])}" for k in info.drafters]
@@ -348,7 +380,7 @@ def serve(args: argparse.Namespace, src: dict[str, Any], loaded: dict[str, str],
     config = AppConfig(chat=chat, max_new_tokens=args.max_new_tokens, max_length=args.max_length, trees=trees,
                        examples=examples, subtitle=" · ".join(parts), max_new_tokens_limit=args.max_new_tokens_limit,
                        time_limit_s=args.race_time_limit, race_log=args.race_log, max_sessions=args.max_sessions,
-                       session_ttl_s=args.session_ttl)
+                       session_ttl_s=args.session_ttl, standings=standings_panel(args, src, info))
 
     ui = ArenaUI(engine, config)
     log.info("warming up (a short race, not shown)")

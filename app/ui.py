@@ -86,6 +86,8 @@ class AppConfig:
     # what the server keeps per visitor: sessions remembered, seconds a conversation outlives its last update
     max_sessions: int = MAX_SESSIONS
     session_ttl_s: float | None = SESSION_TTL_S
+    # the "Measured on this host" panel's HTML, made again at each page load (app.standings.StandingsPanel)
+    standings: Callable[[], str] | None = None
 
 
 class ArenaUI:
@@ -343,6 +345,10 @@ class ArenaUI:
                 gr.Examples([[p] for _, p in self.config.examples], inputs=[prompt], label="Examples",
                             example_labels=[label for label, _ in self.config.examples])
             cards, figures, result = self._results()
+            if self.config.standings is not None:  # the benchmark's pooled table, below the live race
+                with gr.Accordion("Measured on this host", open=False, elem_id="standings"):
+                    panel = gr.HTML(elem_id="standings-table")
+                demo.load(self.config.standings, None, panel, queue=False, api_visibility="private")
             page = Page(prompt=prompt, conv=conv, status=status, lanes=lanes, cards=cards, plots=figures,
                         result=result)
             self._wire(page, picker, buttons, [prompt, conv, *controls, picker])

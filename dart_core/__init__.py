@@ -5,7 +5,9 @@ and the launch check start fast):
 - :class:`DartModel` (``dart_core.compat``): the reference implementation's facade;
 - the racer registry (``dart_core.racers.registry``): :data:`RACERS`, :class:`Racer`, :func:`racer`,
   :func:`register`, :func:`unregister`;
-- :func:`stream` / :class:`Step` (``dart_core.engine.loop``): one step per target forward.
+- :func:`stream` / :class:`Step` (``dart_core.engine.loop``): one step per target forward;
+- :func:`find_standings` / :class:`Standings` / :func:`models_identity` (``dart_core.bench.standings``): the last
+  ``bench e2e`` run measured on this host for a set of models.
 
 The layers below them, bottom first: ``loading`` → ``engine`` → ``ngram`` → ``drafters`` → ``racers`` → ``arena``,
 ``bundle``, ``compat``, ``preflight`` → the front ends (``generate``, ``bench``, ``train``; docs/architecture.md).
@@ -26,8 +28,11 @@ _PUBLIC = {
     "RACERS": "dart_core.racers.registry", "Racer": "dart_core.racers.registry", "racer": "dart_core.racers.registry",
     "register": "dart_core.racers.registry", "unregister": "dart_core.racers.registry",
     "stream": "dart_core.engine.loop", "Step": "dart_core.engine.loop",
+    "find_standings": "dart_core.bench.standings", "Standings": "dart_core.bench.standings",
+    "models_identity": "dart_core.bench.standings",
 }
-__all__ = ["RACERS", "Arena", "DartModel", "Racer", "Step", "load_arena", "racer", "register", "stream", "unregister"]
+__all__ = ["RACERS", "Arena", "DartModel", "Racer", "Standings", "Step", "find_standings", "load_arena",
+           "models_identity", "racer", "register", "stream", "unregister"]
 
 
 def _has_native(pkg_dir: Path) -> bool:

@@ -277,26 +277,35 @@ def test_upstream_chain_rule_step_by_step(tmp_path: Path, qwen: torch.nn.Module)
         else:
             ref_drafter = drafter
         steps = [s for s in stream(target, prompt, drafter, max_new_tokens=30) if not s.prefill]
-        # the literal loop
-        seq = [*prompt, truth[0]]
-        expected = []
-        while len(seq) - len(prompt) < 30:
-            x = seq[-1]
-            ctx = target_ctx(qwen, seq[:-1], drafter.target_layer_ids)
-            if rig:
-                ref_drafter._done = len(seq) - len(prompt)
-            chain = ref_drafter.draft_logits(ctx, [x] + [drafter.mask_token_id] * 4).argmax(-1).tolist()
-            with torch.no_grad():
-                top = qwen(torch.tensor([seq + chain])).logits[0, len(seq) - 1 :].argmax(-1).tolist()
-            acc = 0
-            while acc < len(chain) and chain[acc] == top[acc]:
-                acc += 1
-            emitted = [*chain[:acc], top[acc]]
-            room = 30 - (len(seq) - len(prompt))
-            expected.append((emitted[:room], min(acc, room - 1)))  # the engine drafts room - 1 at most
-            seq += emitted[:room]
+        expected = upstream_chain(qwen, ref_drafter, prompt, truth[0], 30, rigged=rig)
         assert [(s.tokens, s.accepted) for s in steps] == expected
         assert all(s.tree_size <= 5 for s in steps) and steps[0].tree_size == 5
+
+
+def upstream_chain(qwen: torch.nn.Module, drafter: DFlashDrafter, prompt: list[int], first: int, new: int, *,
+                   rigged: bool = False) -> list[tuple[list[int], int]]:
+    """The literal upstream loop's (emitted tokens, accepted drafts) per step: the cache-free draft scored with
+    the target's own float32 head, its argmax chain, a full recompute of the target, longest matching prefix +
+    bonus."""
+    seq = [*prompt, first]
+    expected = []
+    while len(seq) - len(prompt) < new:
+        x = seq[-1]
+        ctx = target_ctx(qwen, seq[:-1], drafter.target_layer_ids)
+        if rigged:
+            drafter._done = len(seq) - len(prompt)  # type: ignore[attr-defined]
+        block = [x] + [drafter.mask_token_id] * (drafter.block_size - 1)
+        chain = drafter.draft_logits(ctx, block).argmax(-1).tolist()
+        with torch.no_grad():
+            top = qwen(torch.tensor([seq + chain])).logits[0, len(seq) - 1 :].argmax(-1).tolist()
+        acc = 0
+        while acc < len(chain) and chain[acc] == top[acc]:
+            acc += 1
+        emitted = [*chain[:acc], top[acc]]
+        room = new - (len(seq) - len(prompt))
+        expected.append((emitted[:room], min(acc, room - 1)))  # the engine drafts room - 1 at most
+        seq += emitted[:room]
+    return expected
 
 
 def test_sampling_keeps_target_distribution(tmp_path: Path) -> None:
@@ -391,12 +400,12 @@ def test_proposal_head_is_bf16_on_a_cpu_with_native_bf16(tmp_path: Path, qwen: t
     """The racers score proposals with a bf16 copy of a float32 lm_head where the CPU multiplies bf16 natively
     (the full-vocabulary matmul of a few rows is ~10x faster there); draft_logits stays exact by default, and the
     proposals are those of the bf16 head."""
-    from dart_core.drafters.dflash import _cpu_has_fast_bf16
+    from dart_core.drafters.dflash import cpu_has_native_bf16
 
     cfg = dflash_config()
     path = write(tmp_path / "d", cfg, dflash_state(cfg))
     drafter = DFlashDrafter.from_pretrained(path, target=qwen)
-    fast = _cpu_has_fast_bf16()
+    fast = cpu_has_native_bf16()
     assert drafter.proposal_head.dtype == (torch.bfloat16 if fast else torch.float32)
     assert drafter.double().proposal_head.dtype == torch.float64  # only a float32 head gets a bf16 copy
     drafter = drafter.float()
@@ -415,3 +424,131 @@ def test_proposal_head_is_bf16_on_a_cpu_with_native_bf16(tmp_path: Path, qwen: t
     assert proposal.tree.tokens[1:].tolist() == scored.argmax(-1).tolist()[: len(proposal.tree.tokens) - 1]
     assert (scored - exact).abs().max() <= 0.02 * max(1.0, float(exact.abs().max())) if fast else torch.equal(
         scored, exact)
+
+
+def test_exact_proposals_match_upstream_where_the_bf16_head_flips_one(tmp_path: Path, qwen: torch.nn.Module,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A head rigged so that two tokens tie in bf16 but not in float32: the row after the root scores the target's
+    next token b at (1 + 2^-12) x the logit of a token a < b, every entry of both rows exact in bf16. On a CPU with
+    native bf16 (faked here) the default proposals come from the bf16 copy, where a and b tie and argmax takes a:
+    the first draft is rejected. With ``exact_proposals`` the chain is upstream's (the float32 argmax, b) and every
+    step's accepted drafts equal the literal upstream loop's; both outputs are the target's own."""
+    from dart_core.drafters import dflash
+
+    monkeypatch.setattr(dflash, "cpu_has_native_bf16", lambda flags=None: True)
+    cfg = dflash_config(layers=2, block=5)
+    path = write(tmp_path / "d", cfg, dflash_state(cfg, seed=5))
+    drafter = DFlashDrafter.from_pretrained(path, target=qwen)
+    prompt, new = [3, 14, 15, 92, 65, 35, 89, 79], 24
+    truth = reference(qwen, prompt, new)
+    root, b = truth[0], truth[1]
+    assert b > 0, "the rig needs a token id below the target's next token"
+    a = b - 1
+    block = [root] + [drafter.mask_token_id] * 4
+    ctx = target_ctx(qwen, prompt, drafter.target_layer_ids)
+    hidden = drafter.draft_logits(ctx, block, head=torch.eye(H))[0]  # the normed row that predicts after the root
+    v = (8.0 * hidden / hidden.dot(hidden)).to(torch.bfloat16).float()  # logit 8, every entry exact in bf16
+    head = 0.01 * torch.randn(V, H, generator=torch.Generator().manual_seed(0))
+    head[a], head[b] = v, v * (1 + 2**-12)  # rounds back to v in bf16 (half an ulp is >= 2^-9 relative)
+    drafter.lm_head_weight, drafter._proposal_head = head, None
+    assert drafter.proposal_head.dtype == torch.bfloat16  # the default on such a CPU
+    exact, bf16 = drafter.draft_logits(ctx, block)[0], drafter.draft_logits(ctx, block, head=drafter.proposal_head)[0]
+    assert exact[b] > exact[a] and int(exact.argmax()) == b
+    assert bf16[a] == bf16[b] and int(bf16.argmax()) == a  # the tie, broken toward the lower id
+
+    target = TargetModel(qwen)
+    runs = {}
+    for exact_proposals in (False, True):
+        settings = DFlashSettings(exact_proposals=exact_proposals)
+        runs[exact_proposals] = [s for s in stream(target, prompt, drafter, settings=settings, max_new_tokens=new)
+                                 if not s.prefill]
+    upstream = upstream_chain(qwen, drafter, prompt, root, new)
+    assert [(s.tokens, s.accepted) for s in runs[True]] == upstream
+    assert upstream[0][1] >= 1 and runs[False][0].accepted == 0  # the flip costs the default its first draft
+    for steps in runs.values():
+        assert [t for s in steps for t in s.tokens] == truth[1:]
+
+    tree = DFlashTreeDrafter.from_pretrained(path, target=qwen)
+    tree.lm_head_weight, tree._proposal_head = head, None
+    from dart_core.engine.drafter import DraftInput
+
+    _, feats = target.prefill(st := target.new_state(), torch.tensor([prompt]), layers=tree.feature_layers)
+    step = DraftInput(features=feats, token_ids=torch.tensor([*prompt[1:], root]),
+                      context=np.array([*prompt, root], dtype=np.int32))
+    firsts = {}
+    for exact_proposals in (False, True):
+        settings = DFlashTreeSettings(top_k=1, ngram_weight=0.0, max_nodes=4, exact_proposals=exact_proposals)
+        firsts[exact_proposals] = int(tree.propose(tree.new_state(settings), step).tree.tokens[1])
+    del st
+    assert firsts == {False: a, True: b}  # the tree's proposals follow the same head
+
+
+@pytest.mark.parametrize(("flags", "native"), [
+    ({"avx512f", "avx512bw", "avx512_vnni", "avx512_bitalg"}, False),  # AVX-512 without bf16: this CI machine
+    ({"avx512f", "avx512_bf16"}, True),
+    ({"avx2", "amx_tile", "amx_bf16"}, True),
+    (set(), False),
+])
+def test_native_bf16_is_read_from_the_cpu_flags(tmp_path: Path, flags: set[str], native: bool) -> None:
+    """The bf16 copy is made only where the CPU lists AVX512-BF16 or AMX-BF16 (oneDNN's own check answers True
+    on any AVX-512 CPU); the flags come from /proc/cpuinfo's first ``flags`` line."""
+    from dart_core.drafters.dflash import cpu_flags, cpu_has_native_bf16
+
+    assert cpu_has_native_bf16(frozenset(flags)) is native
+    info = tmp_path / "cpuinfo"
+    info.write_text(f"processor\t: 0\nmodel name\t: a CPU\nflags\t\t: {' '.join(sorted(flags))}\n\n"
+                    "processor\t: 1\nflags\t\t: avx512_bf16\n")
+    assert cpu_flags(info) == frozenset(flags)
+    assert cpu_flags(tmp_path / "missing") == frozenset()
+
+
+def test_exact_proposals_is_a_switch_on_every_command_line() -> None:
+    """The setting is a knob of both racers' settings: ``--dflash-exact-proposals`` / ``--no-…`` on the generate and
+    bench CLIs (derived from the knobs) and on the app's, which applies it to the races' defaults; a value that is
+    not a bool is refused naming it."""
+    import argparse
+    import dataclasses
+
+    from app.__main__ import build_parser, switched
+    from dart_core.drafters.interface import check_settings
+    from dart_core.generate.__main__ import add_tree_arguments, knob_argv, tree_settings
+    from dart_core.racers.registry import racer
+
+    p = argparse.ArgumentParser()
+    add_tree_arguments(p)
+    given = tree_settings(p.parse_args(["--dflash-exact-proposals", "--dflash-tree-top-k", "3"]), "cpu")
+    assert given["dflash"].exact_proposals is True and given["dflash-tree"].exact_proposals is False
+    assert given["dflash-tree"].top_k == 3
+    assert tree_settings(p.parse_args(["--no-dflash-tree-exact-proposals"]), "cpu")["dflash-tree"] == \
+        racer("dflash-tree").default_settings("cpu")
+    assert "--dflash-exact-proposals" in p.format_help() and "default off" in p.format_help()
+    (k,) = [k for k in racer("dflash").knobs() if k.name == "exact_proposals"]
+    assert knob_argv(racer("dflash"), k, True) == ["--dflash-exact-proposals"]
+    assert knob_argv(racer("dflash"), k, False) == ["--no-dflash-exact-proposals"]
+    assert not k.ui  # a switch, never a slider
+
+    args = build_parser().parse_args(["--dflash-tree-exact-proposals"])
+    defaults = racer("dflash-tree").default_settings("cpu")
+    assert switched(args, "dflash-tree", defaults) == dataclasses.replace(defaults, exact_proposals=True)
+    assert switched(args, "dflash", DFlashSettings()) == DFlashSettings()
+    with pytest.raises(ValueError, match="exact proposals: expected true or false, got 1"):
+        check_settings(DFlashSettings(exact_proposals=1), "DFlash")  # type: ignore[arg-type]
+
+
+def test_the_app_benchmark_passes_the_switch_to_both_runs(tmp_path: Path) -> None:
+    """``bench app --dflash-exact-proposals``: the app gets the switch as its flag (it has no control for it) and the
+    e2e run as its own; the page's sliders are set only for numeric settings."""
+    import argparse
+
+    from app.__main__ import build_parser
+    from dart_core.bench import e2e, in_app
+
+    p = argparse.ArgumentParser()
+    in_app.add_arguments(p)
+    args = p.parse_args(["--dflash-exact-proposals", "--dflash-tree-nodes", "8"])
+    assert in_app.tree_flags(args) == ["--dflash-exact-proposals", "--dflash-tree-nodes", "8"]
+    src = e2e.Sources(base="b", drafters={}, ngram=None, small_ngram=False, prompts=None, chat=False,
+                      bundle=tmp_path)
+    cmd = in_app.app_command(args, src, 7860, tmp_path / "log.jsonl")
+    assert "--dflash-exact-proposals" in cmd and "--dflash-tree-nodes" not in cmd
+    assert build_parser().parse_args(cmd[3:]).dflash__exact_proposals is True  # the app accepts what it is given

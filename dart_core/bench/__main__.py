@@ -10,6 +10,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dart_core.bench", description=__doc__)
     sub = parser.add_subparsers(dest="benchmark", required=True)
     from dart_core.bench import e2e, gpu, in_app, long, native, soak, verify_cost
+    from dart_core.bench.standings import COMMAND, command_line
 
     native.add_arguments(sub.add_parser("native", help=native.__doc__.splitlines()[0], description=native.__doc__))
     e2e.add_arguments(sub.add_parser("e2e", help=e2e.__doc__.splitlines()[0], description=e2e.__doc__,
@@ -23,6 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     gpu.add_arguments(sub.add_parser("gpu", help=gpu.__doc__.splitlines()[0], description=gpu.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter))
     args = parser.parse_args(argv)
+    args.command = command_line(sys.argv[1:] if argv is None else argv, COMMAND[:-1])  # the run's record
     if args.benchmark == "native":
         return native.run(args)
     if args.benchmark == "e2e":

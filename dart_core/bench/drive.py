@@ -175,7 +175,8 @@ def drive_page(url: str, prompts: Sequence[dict[str, str]], log: RaceLog, args: 
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(url)
             page.wait_for_selector("#prompt textarea", timeout=60_000)
-            controls = [(f"{r.key}-{k.flag}", v, f"--{r.key}-{k.flag}") for r, k, v in tree_values(args)]
+            controls = [(f"{r.key}-{k.flag}", v, f"--{r.key}-{k.flag}") for r, k, v in tree_values(args)
+                        if k.kind is not bool]  # switches are the app's flags (app_command), not sliders
             if controls:
                 page.click("#settings button.label-wrap", timeout=10_000)
                 for elem_id, value, flag in controls:

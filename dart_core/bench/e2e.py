@@ -33,6 +33,7 @@ import torch
 
 from dart_core.bench.datasets import DATASETS, DatasetError, load_dataset
 from dart_core.bench.e2e_report import write_html
+from dart_core.bench.standings import command_line, models_identity, results_dir, run_record
 from dart_core.bundle import Bundle, BundleError, build_command, default_bundle_dir, open_bundle
 from dart_core.engine.greedy_check import TopLogits, compare
 from dart_core.engine.loop import Step, summarize
@@ -123,8 +124,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=0)
     add_mode_arguments(g)
     g.add_argument("--system", default=None, help="system prompt (chat mode)")
-    g.add_argument("--out", type=Path, default=None, help="output dir for e2e.json / e2e.html "
-                   "(default .bench/e2e-<timestamp>/)")
+    g.add_argument("--out", type=Path, default=None, help="output dir for e2e.json / e2e.html (default "
+                   f"{results_dir()}/e2e-<timestamp>/: $DART_ARENA_RESULTS, else $DART_ARENA_CACHE/bench, where the "
+                   "app's 'Measured on this host' panel finds the last run for its models)")
     g.add_argument("--no-html", action="store_true", help="skip the plotly HTML report")
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
     g.add_argument("--debug", action="store_true", help="show the traceback of an error (by default one line)")
@@ -450,8 +452,10 @@ def _report(args: argparse.Namespace, src: Sources, arena: Any, prompts: list[di
     per_turn = ({str(k + 1): summarize_methods(tally.turn_steps[k], tally.turn_wall[k]) for k in range(n_turns)}
                 if n_turns > 1 else None)
     checked = sampling.greedy and BASELINE in methods and len(methods) > 1
+    models = models_identity(src.base, src.drafters, src.ngram, src.small_ngram)
     return {
-        "config": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "run": run_record(getattr(args, "command", None) or command_line([]), models),
+        "config": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "command"},
                    "resolved": {"base": src.base, **src.drafters, "ngram": src.ngram,
                                 "prompts": str(src.prompts) if src.prompts is not None else None,
                                 "dataset": src.dataset, "turns": n_turns, "chat": chat,
@@ -485,7 +489,7 @@ def _report(args: argparse.Namespace, src: Sources, arena: Any, prompts: list[di
 def _write(args: argparse.Namespace, report: dict[str, Any], methods: list[str], n: int, sampling: SamplingConfig,
            tally: Tally) -> None:
     """``e2e.json`` (and ``e2e.html``) under ``--out``, the table and the greedy check's findings on stdout."""
-    out = args.out or Path(".bench") / f"e2e-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = args.out or results_dir() / f"e2e-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     (out / "e2e.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
     print_table(report["summary"], methods, n, sampling, report.get("summary_per_turn"))
@@ -548,7 +552,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m dart_core.bench e2e", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p)
-    return run(p.parse_args(argv))
+    args = p.parse_args(argv)
+    args.command = command_line(sys.argv[1:] if argv is None else argv)
+    return run(args)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ from dart_core.bench.drive import (
 )
 from dart_core.bench.e2e import BenchError, Sources
 from dart_core.engine.timing import threads_leaving_a_core
-from dart_core.generate.__main__ import add_tree_arguments
+from dart_core.generate.__main__ import add_tree_arguments, knob_argv
 from dart_core.racers.registry import BASELINE, drafting_racers, label
 
 TARGET = 0.10  # the in-app figures must be within 10 % of the plain benchmark's
@@ -243,7 +243,7 @@ def model_flags(args: argparse.Namespace) -> list[str]:
 
 
 def tree_flags(args: argparse.Namespace) -> list[str]:
-    return [x for r, k, v in tree_values(args) for x in (f"--{r.key}-{k.flag}", str(v))]
+    return [x for r, k, v in tree_values(args) for x in knob_argv(r, k, v)]
 
 
 def app_command(args: argparse.Namespace, src: Sources, port: int, race_log: Path) -> list[str]:
@@ -263,6 +263,7 @@ def app_command(args: argparse.Namespace, src: Sources, port: int, race_log: Pat
     cmd += ["--threads", str(args.threads)] if args.threads is not None else []
     cmd += ["--fast-path", str(args.fast_path)] if args.fast_path is not None else []
     cmd += [] if args.chat is None else ["--template-name", "chat" if args.chat else "raw"]
+    cmd += [x for r, k, v in tree_values(args) if k.kind is bool for x in knob_argv(r, k, v)]  # the app's switches
     return cmd
 
 

@@ -177,6 +177,11 @@ CHECKPOINT = CheckpointFormat(
 
 
 # ------------------------------------------------------------------------------------------------ settings
+EXACT_HELP = ("score proposals with the target's own lm_head in its dtype, as upstream does (default off: a float32 "
+              "head on a CPU with native bf16, AVX512-BF16 or AMX, scores them with a bf16 copy, several times faster "
+              "there, which can flip a near-tie)")
+
+
 @dataclass(frozen=True)
 class DFlashSettings:
     """The upstream chain: how many of the block's B−1 argmax tokens to verify (capped at B−1; the drafter is
@@ -184,6 +189,7 @@ class DFlashSettings:
 
     draft_tokens: int = knob(15, 1, 255, "chain tokens verified per step (capped at block size - 1)",
                              label="chain length", flag="tokens")
+    exact_proposals: bool = knob(False, 0, 1, EXACT_HELP, label="exact proposals", flag="exact-proposals")
 
 
 @dataclass(frozen=True)
@@ -194,6 +200,7 @@ class DFlashTreeSettings:
     beam_width: int = knob(20, 1, 1000, "beam width of the tree search", flag="beam")
     max_nodes: int = knob(60, 1, 512, "nodes below the root", label="tree size", flag="nodes", cpu=16, ui=True)
     ngram_weight: float = knob(0.5, 0.0, 100.0, "weight of the N-gram term (0 = off)", flag="ngram-weight")
+    exact_proposals: bool = knob(False, 0, 1, EXACT_HELP, label="exact proposals", flag="exact-proposals")
 
 
 @dataclass
@@ -317,16 +324,24 @@ class DFlashDrafter(DrafterModule):
 
     @property
     def proposal_head(self) -> torch.Tensor:
-        """The lm_head the racers score their proposals with: the target's own, except a float32 head on a CPU
-        with native bf16 matmuls (AVX512-BF16 / AMX), where a bf16 copy is used. The head spans the target's full
-        vocabulary, and a float32 matmul of a block's few rows over it runs far below the memory bandwidth there
-        (SmolLM2, 7 rows × 49,152: 21.5 ms in float32, 2.2 ms in bf16); only the proposals use it, so the output
-        stays the target's own (verification is unchanged), while :meth:`draft_logits` keeps the exact forward."""
+        """The lm_head the racers score their proposals with by default: the target's own, except a float32 head on
+        a CPU with native bf16 matmuls (AVX512-BF16 / AMX, :func:`cpu_has_native_bf16`), where a bf16 copy is
+        used. The head spans the target's full vocabulary, and a float32 matmul of a block's few rows over it runs
+        far below the memory bandwidth there (SmolLM2, 7 rows × 49,152: 21.5 ms in float32, 2.2 ms in bf16, measured
+        on a CPU whose native bf16 was then judged by oneDNN's check); only the proposals use it, so the output
+        stays the target's own (verification is unchanged), while :meth:`draft_logits` keeps the exact forward. The
+        price: a near-tie in float32 can round to a tie or flip in bf16, so a proposal can differ from upstream's
+        (``exact_proposals`` in the settings asks for the exact head, :meth:`scoring_head`)."""
         if self._proposal_head is None:
             w = self.lm_head_weight
             self._proposal_head = w.to(torch.bfloat16) if (w.device.type == "cpu" and w.dtype == torch.float32
-                                                            and _cpu_has_fast_bf16()) else w
+                                                            and cpu_has_native_bf16()) else w
         return self._proposal_head
+
+    def scoring_head(self, settings: Any) -> torch.Tensor:
+        """The head a step's proposals are scored with: the target's own with ``exact_proposals`` (upstream's
+        proposals, bit for bit), else :attr:`proposal_head`."""
+        return self.lm_head_weight if settings.exact_proposals else self.proposal_head
 
     # ----------------------------------------------------------------- state
     def new_state(self, settings: Any = None) -> DFlashState:
@@ -403,7 +418,7 @@ class DFlashDrafter(DrafterModule):
         s: DFlashSettings = state.settings
         root = int(step.token_ids[-1])
         with Stopwatch(self.device) as draft:
-            logits = self.draft_logits(step.features, self._block(root), state, head=self.proposal_head)
+            logits = self.draft_logits(step.features, self._block(root), state, head=self.scoring_head(s))
             chain = logits[: min(s.draft_tokens, self.block_size - 1)].argmax(dim=-1).tolist()
         m = len(chain)
         tree = DraftTree(np.array([root, *chain]), np.arange(-1, m), np.zeros(m + 1, dtype=np.float32))
@@ -428,7 +443,7 @@ class DFlashTreeDrafter(DFlashDrafter):
         s: DFlashTreeSettings = state.settings
         root = int(step.token_ids[-1])
         with Stopwatch(self.device) as draft:
-            logits = self.draft_logits(step.features, self._block(root), state, head=self.proposal_head)
+            logits = self.draft_logits(step.features, self._block(root), state, head=self.scoring_head(s))
             values, ids = torch.topk(logits, min(s.top_k, logits.shape[-1]), dim=-1)
             probs = torch.softmax(values, dim=-1)
             tokens_np, probs_np = ids.to(torch.int32).cpu().numpy(), probs.cpu().numpy()
@@ -440,12 +455,27 @@ class DFlashTreeDrafter(DFlashDrafter):
         return searched_proposal(tokens_np, probs_np, step, store, s, draft_ms=draft.ms)
 
 
-def _cpu_has_fast_bf16() -> bool:
-    """Whether this CPU multiplies bf16 matrices natively (oneDNN's check: AVX512-BF16 or AMX)."""
+NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})  # /proc/cpuinfo's names of bf16 dot-product units
+
+
+def cpu_flags(cpuinfo: str | os.PathLike[str] = "/proc/cpuinfo") -> frozenset[str]:
+    """The CPU's feature flags as Linux lists them (the first ``flags`` line); empty where it does not."""
     try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "flags":
+                    return frozenset(value.split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def cpu_has_native_bf16(flags: frozenset[str] | None = None) -> bool:
+    """Whether this CPU has bf16 dot-product instructions (AVX512-BF16 or AMX-BF16), read from its flags
+    (default :func:`cpu_flags`). Not oneDNN's ``_is_mkldnn_bf16_supported``: it answers True on any AVX-512 CPU,
+    native bf16 or not."""
+    return bool(NATIVE_BF16_FLAGS & (cpu_flags() if flags is None else flags))
 
 
 # ------------------------------------------------------------------------------------------------ target side
@@ -501,4 +531,4 @@ def _check_target(cfg: DFlashConfig, embed: torch.Tensor, lm_head: torch.Tensor,
 
 
 __all__ = ["DFlashConfig", "DFlashDrafter", "DFlashSettings", "DFlashState", "DFlashTreeDrafter",
-           "DFlashTreeSettings", "default_target_layer_ids", "dflash_shapes"]
+           "DFlashTreeSettings", "cpu_has_native_bf16", "default_target_layer_ids", "dflash_shapes"]

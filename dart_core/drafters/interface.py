@@ -20,7 +20,8 @@ def knob(default: Any, low: float, high: float, help: str, *, label: str | None 
          cpu: Any = None, ui: bool = False) -> Any:
     """A settings field with its bounds (inclusive) and help. ``flag``: the CLI suffix (``--<racer>-<flag>``,
     default the field name with dashes); ``cpu``: the default on a CPU when it differs; ``ui``: shown as a slider
-    in the app (``label`` is its caption)."""
+    in the app (``label`` is its caption). A ``bool`` default makes a switch (bounds 0..1): ``--<racer>-<flag>`` /
+    ``--no-<racer>-<flag>`` on the command lines, never a slider."""
     return field(default=default, metadata={"low": low, "high": high, "help": help, "label": label, "flag": flag,
                                             "cpu": cpu, "ui": ui})
 
@@ -66,6 +67,10 @@ def check_settings(settings: Any, what: str = "") -> Any:
     for k in knobs(type(settings)):
         v = getattr(settings, k.name)
         name = f"{what} {k.label}".strip()
+        if k.kind is bool:
+            if not isinstance(v, bool):
+                raise ValueError(f"{name}: expected true or false, got {v!r}")
+            continue
         if isinstance(v, bool) or not isinstance(v, (int, float)) or (k.kind is int and not isinstance(v, int)):
             raise ValueError(f"{name}: expected {'an integer' if k.kind is int else 'a number'}, got {v!r}")
         if not math.isfinite(v) or not k.low <= v <= k.high:

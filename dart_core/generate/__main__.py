@@ -75,10 +75,22 @@ def add_tree_arguments(p: argparse.ArgumentParser) -> None:
         g = p.add_argument_group(f"{r.label} settings (defaults: the reference's on GPUs; where a CPU default is "
                                  "given, a verify forward there costs time in proportion to its nodes)")
         for k in ks:
+            if k.kind is bool:  # a switch: --<racer>-<flag> / --no-<racer>-<flag>
+                g.add_argument(f"--{r.key}-{k.flag}", dest=f"{r.dest}__{k.name}", default=None,
+                               action=argparse.BooleanOptionalAction,
+                               help=f"{k.help} (default {'on' if k.default else 'off'})")
+                continue
             cpu = f"; CPU {k.cpu}" if k.cpu is not None else ""
             g.add_argument(f"--{r.key}-{k.flag}", dest=f"{r.dest}__{k.name}", type=k.kind, default=None,
                            metavar="N" if k.kind is int else "X",
                            help=f"{k.help} (default {k.default}{cpu}; {k.low:g}..{k.high:g})")
+
+
+def knob_argv(r: Any, k: Any, value: Any) -> list[str]:
+    """A setting's value as the command-line words that set it (a switch: ``--<racer>-<flag>`` or ``--no-…``)."""
+    if k.kind is bool:
+        return [f"--{'' if value else 'no-'}{r.key}-{k.flag}"]
+    return [f"--{r.key}-{k.flag}", str(value)]
 
 
 def tree_settings(args: argparse.Namespace, device: str | torch.device) -> dict[str, Any]:

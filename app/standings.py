@@ -1,0 +1,99 @@
+"""The "Measured on this host" panel: the pooled table of the last ``python -m dart_core.bench e2e`` run for the
+loaded models (``dart_core.bench.standings``), beside the live race, whose single prompt swings its ratios by
+10-20 %. No run found (or none readable) gives one line with the command that measures them. Plain HTML strings,
+no Gradio; styled by ``app/style.css``.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dart_core.bench.standings import Standings, find_standings
+from dart_core.racers.registry import BASELINE, label
+
+# (summary field, column header, format); a column no row has is left out (older runs lack newer fields)
+COLUMNS: list[tuple[str, str, str]] = [
+    ("tau", "τ", ".2f"),
+    ("tokens_per_s_wall", "tok/s (wall)", ".1f"),
+    ("speedup_vs_ar", "vs AR", ".2f"),
+    ("tokens_per_s", "tok/s (engine)", ".1f"),
+    ("draft_acceptance_rate", "draft acceptance", ".1%"),
+    ("draft_ms_per_step", "draft ms", ".2f"),
+    ("search_ms_per_step", "search ms", ".2f"),
+    ("verify_ms_per_step", "verify ms", ".2f"),
+    ("tokens", "tokens", ",d"),
+    ("verify_steps", "steps", ",d"),
+]
+
+
+@dataclass(frozen=True)
+class StandingsPanel:
+    """What the panel looks for: the loaded models' identities (``dart_core.bench.standings.models_identity``),
+    where runs are, the loaded device and dtype, and the command to suggest when none is found."""
+
+    models: dict[str, Any]
+    root: Path
+    device: str
+    dtype: str
+    command: str
+
+    def __call__(self) -> str:
+        """The panel's HTML now (a run finished since the page was served shows on the next load)."""
+        return standings_html(find_standings(self.models, root=self.root, device=self.device, dtype=self.dtype),
+                              self.command, self.root, loaded=(self.device, self.dtype))
+
+
+def shown_path(path: Path) -> str:
+    """A path as the page shows it: the home directory as ``~`` (a visitor needs no user name)."""
+    home = str(Path.home())
+    text = str(path)
+    return "~" + text[len(home):] if home not in ("", "/") and (text == home or text.startswith(home + "/")) \
+        else text
+
+
+def _cell(value: Any, spec: str, key: str, field: str) -> str:
+    if field == "speedup_vs_ar":
+        return "1.00×" if key == BASELINE else ("–" if value is None else f"{value:{spec}}×")
+    if value is None or (field in ("draft_ms_per_step", "search_ms_per_step") and not value):
+        return "–"
+    try:
+        return f"{value:{spec}}"
+    except (TypeError, ValueError):
+        return html.escape(str(value))
+
+
+def standings_html(found: Standings | None, command: str, root: Path,
+                   loaded: tuple[str, str] | None = None) -> str:
+    """The panel: the run's table with what it measured and how, or the hint with ``command``."""
+    if found is None:
+        return (f'<div class="standings-hint">No <code>bench e2e</code> run for these models in '
+                f'<code>{html.escape(shown_path(root))}</code> yet: measure them on this host with '
+                f'<code>{html.escape(command)}</code></div>')
+    columns = [c for c in COLUMNS if any(row.get(c[0]) is not None for row in found.rows)]
+    head = "".join(f"<th>{html.escape(h)}</th>" for _, h, _ in columns)
+    body = "".join(
+        f'<tr><td class="lane-name lane-{html.escape(row["key"])}">{html.escape(label(row["key"]))}</td>'
+        + "".join(f"<td>{_cell(row.get(f), spec, row['key'], f)}</td>" for f, _, spec in columns) + "</tr>"
+        for row in found.rows)
+    turns = f" × {found.turns} turns" if found.turns > 1 else ""
+    budget = f", up to {found.max_new_tokens:,} new tokens each" if found.max_new_tokens else ""
+    check = "" if found.mismatches is None else f", greedy check: {found.mismatches} mismatch" + (
+        "es" if found.mismatches != 1 else "")
+    facts = (f"{found.prompts} prompts{turns} ({html.escape(found.prompt_source)}){budget}, "
+             f"{html.escape(found.decoding)}, {html.escape(found.dtype)} on {html.escape(found.device)}{check}; "
+             f"measured {html.escape(found.date)}")
+    notes = []
+    if loaded is not None and not found.same_setup:
+        notes.append(f"this app runs {html.escape(loaded[1])} on {html.escape(loaded[0])}: no run on that setup "
+                     "was found")
+    notes += [f"{html.escape(label(m))} left out: {html.escape(why)}" for m, why in found.hidden.items()]
+    note_html = "".join(f'<div class="standings-note">{n}</div>' for n in notes)
+    return (f'<div class="standings"><div class="standings-facts">{facts}</div>'
+            f'<table class="standings-table"><thead><tr><th>racer</th>{head}</tr></thead><tbody>{body}</tbody>'
+            f'</table>{note_html}<div class="standings-command">by <code>{html.escape(found.command)}</code> '
+            f'(<code>{html.escape(shown_path(found.path))}</code>); tok/s include the prefill, vs AR by wall '
+            "clock</div></div>")
+

@@ -1,0 +1,188 @@
+"""The standings: the last ``python -m dart_core.bench e2e`` run measured on this host for a set of loaded models,
+read back for the app's "Measured on this host" panel (one race is one prompt; the pooled table is the verdict).
+
+Every e2e run records in its ``e2e.json`` (``"run"``) the command that produced it, the date and the identity of
+each model it loaded (:func:`dart_core.loading.identity.model_identity`: bundle digests, a packaged model's
+digest, a Hub snapshot's commit, or a local checkpoint's file sizes and times). Runs are written under
+:func:`results_dir` by default (``$DART_ARENA_RESULTS``, else ``$DART_ARENA_CACHE/bench``), one ``e2e-<time>/``
+folder each; :func:`find_standings` reads every ``e2e.json`` there (and one directly in it), keeps those whose
+target and N-gram store are the loaded ones, and picks the latest, preferring a run on the loaded device and
+dtype. A racer whose checkpoint differs from the loaded one keeps its figures out of the table (named instead);
+racers without a checkpoint (plain decoding, HF ``generate``) need only the target. Files that cannot be read or
+are not an e2e report are skipped, never an error: no run found gives a hint with the command to run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dart_core.bundle import Bundle, default_bundle_dir
+from dart_core.loading.hub import cache_root
+from dart_core.loading.identity import model_identity
+
+REPORT = "e2e.json"
+COMMAND = ("python", "-m", "dart_core.bench", "e2e")
+
+
+def results_dir() -> Path:
+    """Where ``bench e2e`` writes its runs by default and the app looks for them: ``$DART_ARENA_RESULTS``, else
+    ``$DART_ARENA_CACHE/bench`` (``~/.cache/dart_arena/bench``)."""
+    env = os.environ.get("DART_ARENA_RESULTS")
+    return Path(env).expanduser() if env else cache_root() / "bench"
+
+
+def models_identity(base: str, drafters: Mapping[str, str | None], ngram: str | None,
+                    small_ngram: bool = False) -> dict[str, Any]:
+    """The identities of a target, its racers' checkpoints (racer key → reference; None: not loaded) and the
+    N-gram store (with the trie a directory or Hub repo is read from), as a run records them and the app
+    matches them."""
+    store = model_identity(ngram)
+    if store is not None and not Path(ngram).expanduser().is_file():  # type: ignore[arg-type]
+        store += " small.trie" if small_ngram else " full.trie"
+    return {"target": model_identity(base),
+            "drafters": {k: model_identity(v) for k, v in drafters.items() if v is not None},
+            "ngram": store}
+
+
+def run_record(command: str, models: dict[str, Any]) -> dict[str, Any]:
+    """The ``"run"`` block of an ``e2e.json``: the command line, the directory it ran in (its relative paths'
+    base), the date (UTC, ISO 8601) and the models."""
+    return {"command": command, "cwd": os.getcwd(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "models": models}
+
+
+def command_line(argv: list[str], prog: tuple[str, ...] = COMMAND) -> str:
+    """The command a run was started with, quoted for a shell."""
+    return shlex.join([*prog, *argv])
+
+
+@dataclass(frozen=True)
+class Standings:
+    """One e2e run's pooled table for the loaded models: ``rows`` in the run's order, each the racer's key and its
+    ``summary`` figures (tau, tokens/s, speedup vs AR, ms per step, ...); ``hidden``: racer → why its row is left
+    out (the run measured it with another checkpoint than the loaded one, or it is not loaded here)."""
+
+    path: Path
+    date: str
+    command: str
+    prompts: int
+    turns: int
+    prompt_source: str
+    decoding: str
+    max_new_tokens: int | None
+    dtype: str
+    device: str
+    rows: list[dict[str, Any]]
+    hidden: dict[str, str] = field(default_factory=dict)
+    mismatches: int | None = None
+    same_setup: bool = True  # run on the loaded device and dtype
+
+
+def find_standings(models: dict[str, Any], *, root: str | os.PathLike[str] | None = None,
+                   device: str | None = None, dtype: str | None = None) -> Standings | None:
+    """The last run under ``root`` (default :func:`results_dir`) for ``models`` (:func:`models_identity`), one
+    on ``device`` / ``dtype`` first when given; None when there is none."""
+    root = Path(root).expanduser() if root is not None else results_dir()
+    found = [s for path in _reports(root) if (s := _read(path, models, device, dtype)) is not None]
+    return max(found, key=lambda s: (s.same_setup, s.date), default=None)
+
+
+def _reports(root: Path) -> list[Path]:
+    try:
+        return [p for p in [root / REPORT, *sorted(root.glob(f"*/{REPORT}"))] if p.is_file()]
+    except OSError:
+        return []
+
+
+# parsed reports by (path, size, mtime): a page that asks again does not parse megabytes of steps again
+_CACHE: dict[tuple[str, int, int], dict[str, Any] | None] = {}
+
+
+def _load(path: Path) -> dict[str, Any] | None:
+    try:
+        st = path.stat()
+        key = (str(path), st.st_size, st.st_mtime_ns)
+        if key not in _CACHE:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            _CACHE[key] = ({k: data.get(k) for k in ("run", "config", "environment", "summary", "mismatches")}
+                           if isinstance(data, dict) else None)
+        return _CACHE[key]
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _read(path: Path, models: dict[str, Any], device: str | None, dtype: str | None) -> Standings | None:
+    """The run at ``path`` as standings for ``models``, or None (another target or store, or not a readable e2e
+    report that records its models)."""
+    data = _load(path)
+    try:
+        run, config, env, summary = data["run"], data["config"], data["environment"], data["summary"]  # type: ignore
+        theirs = run["models"]
+        if theirs["target"] != models["target"] or theirs.get("ngram") != models.get("ngram"):
+            return None
+        ours, recorded = models.get("drafters", {}), theirs.get("drafters", {})
+        order = [m for m in config.get("methods", summary) if m in summary]
+        hidden = {m: "not loaded here" if m not in ours else "measured with another checkpoint"
+                  for m in order if m in recorded and recorded[m] != ours.get(m)}
+        rows = [{"key": m, **summary[m]} for m in order if m not in hidden]
+        if not rows:  # nothing of the loaded models' to show
+            return None
+        resolved = config.get("resolved", {})
+        run_dtype = str(env["dtype"]).removeprefix("torch.")
+        mismatches = data.get("mismatches")  # type: ignore[union-attr]
+        return Standings(
+            path=path, date=str(run["date"]), command=str(run["command"]), prompts=int(config["n_prompts"]),
+            turns=int(resolved.get("turns", 1)), prompt_source=_source(resolved), decoding=_decoding(config),
+            max_new_tokens=config.get("max_new_tokens"), dtype=run_dtype, device=str(env["device"]), rows=rows,
+            hidden=hidden, mismatches=len(mismatches) if isinstance(mismatches, list) else None,
+            same_setup=(device is None or _device_type(env["device"]) == _device_type(device))
+            and (dtype is None or run_dtype == dtype.removeprefix("torch.")))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
+def _device_type(device: Any) -> str:
+    return str(device).split(":")[0]
+
+
+def _source(resolved: dict[str, Any]) -> str:
+    if resolved.get("dataset"):
+        return str(resolved["dataset"])
+    return Path(str(resolved.get("prompts") or "prompts")).name
+
+
+def _decoding(config: dict[str, Any]) -> str:
+    t = config.get("temperature", 0.0) or 0.0
+    if t <= 0:
+        return "greedy"
+    return f"T={t:g}, top-p {config.get('top_p', 1.0):g}, top-k {config.get('top_k', 0)}"
+
+
+def suggest_command(base: str, drafters: Mapping[str, str | None], ngram: str | None, *, small_ngram: bool = False,
+                    bundle: Bundle | None = None, device: str | None = None, dtype: str | None = None,
+                    threads: int | None = None) -> str:
+    """The ``bench e2e`` command that measures these models: ``--bundle`` (no flag for the default bundle) with
+    the parts loaded from elsewhere named, or without a bundle the target, drafters and store one by one; the
+    device, dtype and CPU threads when given (the app's engine on a CPU leaves a core to the page)."""
+    argv: list[str] = []
+    if bundle is not None:
+        argv += [] if bundle.root.resolve() == default_bundle_dir().resolve() else ["--bundle", str(bundle.root)]
+        own = {k: str(v) for k, v in bundle.drafters.items()}
+        store = str(bundle.ngram) if bundle.ngram is not None else None
+    else:
+        argv += ["--base", base]
+        own, store = {}, None
+    argv += [x for k, v in drafters.items() if v and v != own.get(k) for x in (f"--{k}", v)]
+    if ngram and ngram != store:
+        argv += ["--ngram", ngram, *(["--small-ngram"] if small_ngram else [])]
+    argv += ["--device", device] if device else []
+    argv += ["--dtype", dtype] if dtype and dtype != "auto" else []
+    argv += ["--threads", str(threads)] if threads else []
+    return command_line(argv)
