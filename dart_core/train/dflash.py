@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from dart_core.drafters.dflash import DFlashConfig, DFlashDrafter
+from dart_core.drafters.dflash import DFlashConfig, DFlashDrafter, cpu_has_native_bf16
 from dart_core.engine.target import TargetModel
 from dart_core.train.common import (
     TrainConfig,
@@ -202,7 +202,7 @@ def train_dflash(
     eval_sequences: Sequence[Sequence[int]] | None = None,
     features: Any = None,
     eval_features: Any = None,
-    head_dtype: torch.dtype = torch.bfloat16,
+    head_dtype: torch.dtype | None = None,
     **train: Any,
 ) -> dict[str, Any]:
     """Train a DFlash drafter (the inference ``DFlashDrafter`` module itself, embedding and lm_head the target's,
@@ -210,8 +210,8 @@ def train_dflash(
     ``features.FeatureStore`` (its feature layers become ``target_layer_ids``; the last ``eval_windows`` windows
     are held out, or ``eval_features``' windows). The target layers are the target's own feature layers (DART's),
     so one target forward serves both in a race. The full-vocabulary head (teacher and drafter) runs its matmuls
-    in ``head_dtype`` (bf16: the step's largest cost, 4x cheaper on a CPU with AVX512-BF16; softmax and loss in
-    float32). Saves the published
+    in ``head_dtype`` (None: bf16 on CUDA and on a CPU with native bf16, where it is the step's largest cost made
+    about 4x cheaper, else float32: emulated bf16 is slower; softmax and loss in float32). Saves the published
     format and ``train_log.jsonl`` in ``out_dir``; returns stats. ``config`` / ``train``: the shared budget
     (:class:`TrainConfig`; DFlash's windows default to 128 tokens)."""
     budget = (config or TrainConfig(window=128)).with_(**train)
@@ -248,6 +248,8 @@ def train_dflash(
                                          target.feature_layers)
         eval_source = (_OnlineHeadInputWindows(target, make_windows(eval_sequences, window, block_size + 1),
                                                target.feature_layers) if eval_sequences else None)
+    if head_dtype is None:
+        head_dtype = torch.bfloat16 if torch.device(device).type == "cuda" or cpu_has_native_bf16() else torch.float32
     head = model.lm_head_weight.to(head_dtype)  # frozen, the target's own: one copy for teacher and drafter
     teacher = _teacher_head(target, head)
 
