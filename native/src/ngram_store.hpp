@@ -53,6 +53,11 @@ class NgramStore {
   // by ascending rank; returns n_valid.
   static size_t sort_ranks(const int64_t* ranks, size_t k, uint32_t* order);
 
+  // The continuations of the longest context suffix (up to order-1 tokens, at least 1) that has any: at most k
+  // of them, by count descending (ties: smaller token id first), written to tokens / probs (count over the
+  // suffix's count, as `probability` gives them). Returns how many were written: 0 when no suffix has one.
+  size_t continuations(const int32_t* context, size_t m, size_t k, int32_t* tokens, float* probs) const;
+
   // Count of a token string of length 0..order (0 = root); 0 when never counted.
   uint64_t count(const int32_t* ngram, size_t len) const;
 
