@@ -169,6 +169,15 @@ uint64_t NgramStore::find_child(uint32_t d, uint64_t i, uint64_t rank) const {
   return (at < hi && read_packed(tokens_[d], at, info_.token_bits) == rank) ? at : kNone;
 }
 
+uint64_t NgramStore::suffix_node(const int32_t* context, size_t m, size_t L) const {
+  uint64_t node = 0;
+  for (size_t j = 0; j < L && node != kNone; ++j) {
+    const int64_t r = rank_of(context[m - L + j]);
+    node = r < 0 ? kNone : find_child(static_cast<uint32_t>(j), node, static_cast<uint64_t>(r));
+  }
+  return node;
+}
+
 void NgramStore::probability(const int32_t* context, size_t m, const int32_t* tokens, size_t k, float* probs,
                              int32_t* matched) const {
   constexpr size_t kChunk = 64;
@@ -232,11 +241,7 @@ void NgramStore::probability_sorted(const int32_t* context, size_t m, const int6
   size_t unmatched = n_valid;
   // Longest context first; each candidate keeps the first length that knows it.
   for (size_t L = lmax; L >= 1 && unmatched > 0; --L) {
-    uint64_t node = 0;
-    for (size_t j = 0; j < L && node != kNone; ++j) {
-      const int64_t r = rank_of(context[m - L + j]);
-      node = r < 0 ? kNone : find_child(static_cast<uint32_t>(j), node, static_cast<uint64_t>(r));
-    }
+    const uint64_t node = suffix_node(context, m, L);
     if (node == kNone) continue;
     const auto d = static_cast<uint32_t>(L);
     const float inv = 1.0f / static_cast<float>(node_count_at(d, node));
@@ -261,11 +266,7 @@ size_t NgramStore::continuations(const int32_t* context, size_t m, size_t k, int
   const size_t lmax = std::min<size_t>(info_.order - 1, m);
   std::vector<std::pair<uint64_t, int32_t>> found;  // (count, token id)
   for (size_t L = lmax; L >= 1; --L) {
-    uint64_t node = 0;
-    for (size_t j = 0; j < L && node != kNone; ++j) {
-      const int64_t r = rank_of(context[m - L + j]);
-      node = r < 0 ? kNone : find_child(static_cast<uint32_t>(j), node, static_cast<uint64_t>(r));
-    }
+    const uint64_t node = suffix_node(context, m, L);
     if (node == kNone) continue;
     const auto d = static_cast<uint32_t>(L);
     uint64_t begin, end;

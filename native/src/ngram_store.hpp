@@ -75,6 +75,8 @@ class NgramStore {
   // Children of node i at level d (d = 0: the root) as [begin, end) in level d+1.
   void child_range(uint32_t d, uint64_t i, uint64_t& begin, uint64_t& end) const;
   uint64_t find_child(uint32_t d, uint64_t i, uint64_t rank) const;  // kNone if absent
+  // The level-L node of the context's last L tokens (m >= L >= 1), or kNone when the store never saw them.
+  uint64_t suffix_node(const int32_t* context, size_t m, size_t L) const;
   // First index in [lo, hi) of level d+1 whose rank is >= rank, searching
   // outward from lo (cheap when the answer is near lo, as for frequent tokens).
   uint64_t gallop(uint32_t d, uint64_t lo, uint64_t hi, uint64_t rank) const;
