@@ -24,7 +24,15 @@ from app import setup_logging
 from dart_core.bench.standings import models_identity, results_dir, suggest_command
 from dart_core.bundle import Bundle, BundleError, default_bundle_dir, open_bundle
 from dart_core.engine.target import FAST_PATH_ROWS
-from dart_core.racers.registry import BASELINE, drafting_racers, label, racer, runner_racers
+from dart_core.racers.registry import (
+    BASELINE,
+    checkpoint_racers,
+    drafting_racers,
+    label,
+    model_free_racers,
+    racer,
+    runner_racers,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 COMPLETION_TEMPLATES = ("raw", "none", "completion")
@@ -64,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "full.trie, e.g. fvliang/dart-qwen3-ngram (default: the bundle's ngram/small.ngram)")
     m.add_argument("--use-small-ngram", action=argparse.BooleanOptionalAction, default=False,
                    help="load small.trie (quick to load, good for demos) instead of full.trie")
-    for r in drafting_racers():  # one model flag per racer (and --compare-<key> for the opt-in ones)
+    for r in checkpoint_racers():  # one model flag per racer (and --compare-<key> for the opt-in ones)
         if r.opt_in:
             m.add_argument(f"--compare-{r.key}", action=argparse.BooleanOptionalAction, default=None,
                            help=f"add a {r.label} column on the same target (default: on when the bundle has "
@@ -76,6 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
             m.add_argument(f"--{r.key}-model-name-or-path", default=None, metavar="MODEL",
                            help=f"{r.label} drafter, e.g. {r.example} (default: the bundle's {r.bundle_dir}/ when the "
                                 f"target is the bundle's; without one there is no {r.label} column)")
+    for r in model_free_racers():  # no checkpoint: loaded with every target (a store-only one with a store)
+        needs = " when an N-gram store is given" if r.needs_store else ""
+        m.add_argument(f"--compare-{r.key}", action=argparse.BooleanOptionalAction, default=None,
+                       help=f"a {r.label} column: {r.blurb} (default: on{needs}, left unticked in the page's "
+                            "Racers picker" + ("; asked for without a store, the launch check refuses it)"
+                                              if r.needs_store else ")"))
     for r in runner_racers():  # racers that load nothing (HF generate): off unless asked for
         m.add_argument(f"--compare-{r.key}", action=argparse.BooleanOptionalAction, default=False,
                        help=f"add a {r.label} column on the same target: {r.blurb} (default off)")
@@ -169,7 +183,7 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
     elif getattr(args, "bundle", None) is not None:
         log.warning("--bundle is ignored: --base-model-name-or-path gives the target")
     drafters: dict[str, str | None] = {}
-    for r in drafting_racers():
+    for r in checkpoint_racers():
         given = getattr(args, f"{r.dest}_model_name_or_path")
         in_bundle = bundle.drafter(r.key) if bundle is not None else None
         if not r.opt_in:
@@ -195,6 +209,7 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
         "ngram": args.ngram_model_name_or_path or (str(bundle.ngram) if bundle and bundle.ngram else None),
         "bundle": bundle,
         "runners": [r.key for r in runner_racers() if getattr(args, f"compare_{r.dest}", False)],
+        "model_free": {r.key: getattr(args, f"compare_{r.dest}", None) for r in model_free_racers()},
     }
 
 
@@ -300,7 +315,8 @@ def start_engine(args: argparse.Namespace, src: dict[str, Any], loaded: dict[str
     try:
         engine = ProcessEngine(dict(base=src["base"], ngram=src["ngram"], small_ngram=args.use_small_ngram,
                                     device=args.device, dtype=args.dtype, fast_path=args.fast_path, **loaded,
-                                    **dict.fromkeys(src["runners"], True)), threads=args.threads,
+                                    **dict.fromkeys(src["runners"], True), **src.get("model_free", {})),
+                               threads=args.threads,
                                max_restarts=args.max_restarts)
     except EngineError as e:  # one line naming the file; the traceback only in the debug log (--debug)
         if e.details:
@@ -309,7 +325,7 @@ def start_engine(args: argparse.Namespace, src: dict[str, Any], loaded: dict[str
         print(f"error: {e}{hint}", file=sys.stderr, flush=True)
         return None
     info = engine.info
-    for r in drafting_racers():
+    for r in checkpoint_racers():
         if not r.opt_in and r.key not in info.drafters:
             log.warning("no %s drafter given (--%s-model-name-or-path): the page shows %s only", r.label, r.key,
                         " and ".join(label(m) for m in info.methods))
@@ -374,7 +390,7 @@ def serve(args: argparse.Namespace, src: dict[str, Any], loaded: dict[str, str],
     trees = {k: switched(args, k, racer(k).default_settings(info.device)) for k in info.drafters}
     examples = bundle_examples(bundle) if bundle is not None else (CHAT_EXAMPLES if chat else [])
     parts = [f"target {short(src['base'])}{origin(src['base'])}"]
-    parts += [f"{label(k)} {short(loaded[k])}" for k in info.drafters]
+    parts += [f"{label(k)} {short(loaded[k])}" if k in loaded else label(k) for k in info.drafters]
     parts += [f"N-gram {short(src['ngram'])}"] if info.has_store else []
     parts += [f"{info.device} · {info.dtype} · {'chat' if chat else 'completion'} mode"]
     config = AppConfig(chat=chat, max_new_tokens=args.max_new_tokens, max_length=args.max_length, trees=trees,

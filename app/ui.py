@@ -120,11 +120,17 @@ class ArenaUI:
         speedup is measured against it)."""
         return [m for m in self.methods if m != BASELINE]
 
+    @property
+    def ticked_methods(self) -> list[str]:
+        """The loaded racers the picker ticks at first (the registry's ``ticked``: the model-free ones are left
+        for the visitor, so the first race is as short as before they came), the baseline included."""
+        return [r.key for r in self.racers if r.ticked or r.key == BASELINE]
+
     def picked(self, value: Any) -> list[str]:
-        """The picker's value (racer keys; None: every loaded racer) as the methods to race, registry order, the
-        baseline always in; a ValueError names the picker when an API caller sends something else."""
+        """The picker's value (racer keys; None: the ones it ticks at first) as the methods to race, registry
+        order, the baseline always in; a ValueError names the picker when an API caller sends something else."""
         if value is None:
-            return list(self.methods)
+            return list(self.ticked_methods)
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
             raise ValueError(f"{RACERS_LABEL}: expected a list of racer names ({', '.join(self.optional_methods)}), "
                              f"got {shown(value)}")
@@ -197,8 +203,8 @@ class ArenaUI:
 
     def run(self, prompt: str, conv: dict[str, Any], *controls: Any, regenerate: bool = False,
             session: str = "", racers: Any = None) -> Iterator[PageUpdate]:
-        """The generation event: validate, race the ``racers`` picked (None: every loaded one), stream the page's
-        updates."""
+        """The generation event: validate, race the ``racers`` picked (None: the picker's first ticks), stream the
+        page's updates."""
         if not isinstance(conv, dict) or not isinstance(conv.get("turns"), list):
             conv = new_conversation()  # the page's own state, but nothing here may trust its shape
         turns = list(conv["turns"])
@@ -337,7 +343,8 @@ class ArenaUI:
             status, picker = self._header()
             with gr.Row(equal_height=True, elem_id="lanes"):
                 lanes = {m: gr.HTML(render.lane_html(m, [], chat=self.config.chat, figures=None),
-                                    elem_id=f"lane-{m}", max_height=520, autoscroll=True, min_width=260)
+                                    elem_id=f"lane-{m}", max_height=520, autoscroll=True, min_width=260,
+                                    visible=m in self.ticked_methods)
                          for m in self.methods}
             prompt, buttons = self._input_row()
             controls = self._settings_panel()
@@ -363,7 +370,8 @@ class ArenaUI:
                 "token. Each method's clock counts only its own steps.</p></div>")
         status = gr.HTML(render.status_html("", "info"), elem_id="status", min_height=44)
         picker = gr.CheckboxGroup(
-            [(r.label, r.key) for r in self.racers if r.key != BASELINE], value=self.optional_methods,
+            [(r.label, r.key) for r in self.racers if r.key != BASELINE],
+            value=[m for m in self.ticked_methods if m != BASELINE],
             label=RACERS_LABEL, elem_id="racers", visible=len(self.optional_methods) > 1,
             info=f"which drafters race {racer(BASELINE).label} (it always runs: speedups are measured against "
                  "it); untick some on a narrow screen")

@@ -15,18 +15,31 @@ import torch
 from dart_core.engine.drafter import Drafter
 from dart_core.engine.loop import Step, stream
 from dart_core.engine.target import TargetModel
-from dart_core.loading.errors import loading
+from dart_core.loading.errors import UserError, loading
 from dart_core.loading.hub import HubFileError, looks_local, resolve_file
 from dart_core.loading.hub import _offline as hub_offline
 from dart_core.loading.layouts import DTYPE_NAMES
 from dart_core.loading.packaged import ensure_checkpoint, packaged_model
 from dart_core.loading.target_files import check_finite, held_load_report, tokenizer_error, weights_error
 from dart_core.ngram.store import NgramStore
-from dart_core.racers.registry import BASELINE, PLAIN, RACERS, drafting_racers, racer, runner_racers
+from dart_core.racers.registry import (
+    BASELINE,
+    PLAIN,
+    RACERS,
+    Racer,
+    checkpoint_racers,
+    model_free_racers,
+    racer,
+    runner_racers,
+)
 
 DTYPES = {name: getattr(torch, canonical) for name, canonical in DTYPE_NAMES.items()}
 # End-of-turn markers of common chat templates, besides the tokenizer's EOS.
 END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<end_of_turn>")
+
+
+class StoreMissingError(UserError, ValueError):
+    """A racer that drafts from the N-gram store alone was asked for, and no store is given."""
 
 
 def resolve_dtype(dtype: str | torch.dtype | None, device: str | torch.device) -> torch.dtype:
@@ -174,8 +187,11 @@ def load_arena(
 ) -> Arena:
     """Load the target once and every drafter on it (their device and dtype follow the target's embedding).
     Drafters come as keyword arguments named by racer key (``dart=``, ``eagle3=``: local dirs or Hub ids; None
-    skips one); a racer with a loop of its own is enabled by its key (``hf=True``: HF ``generate``); the other
-    keyword arguments go to ``from_pretrained`` of the target. ``fast_path``: rows of a static KV cache with
+    skips one); a racer with a loop of its own is enabled by its key (``hf=True``: HF ``generate``); the
+    model-free racers load with every target, each switched by its key too (None, the default: loaded where it
+    can be, i.e. with a store for one that needs it; True: loaded, a StoreMissingError before anything loads when
+    it needs a store and ``ngram`` is None; False: not loaded); the other keyword arguments go to
+    ``from_pretrained`` of the target. ``fast_path``: rows of a static KV cache with
     compiled decode and verify forwards (:meth:`~dart_core.engine.target.TargetModel.use_static_cache`), for GPUs.
     Each drafter reads its own target layers, so drafters whose layers differ share the target too. Whatever
     fails to load is raised as an error that names its file (a :class:`~dart_core.loading.errors.LoadError`, or the
@@ -184,11 +200,12 @@ def load_arena(
     from tqdm.auto import tqdm
 
     parts = {}
-    for r in drafting_racers():  # by key, or by its identifier form (``dflash_tree=`` for "dflash-tree")
+    for r in checkpoint_racers():  # by key, or by its identifier form (``dflash_tree=`` for "dflash-tree")
         ref = kwargs.pop(r.key, None) or kwargs.pop(r.dest, None)
         if ref:
             parts[r.key] = ref
     runners = [r.key for r in runner_racers() if kwargs.pop(r.key, None) or kwargs.pop(r.dest, None)]
+    model_free = [r for r in model_free_racers() if _model_free_wanted(r, kwargs, has_store=bool(ngram))]
     steps = ["target", *(racer(k).label for k in parts), *(["N-gram"] if ngram else [])]
     bar = tqdm(total=len(steps), desc="loading", unit="part", disable=not progress)
 
@@ -213,9 +230,24 @@ def load_arena(
             with loading(ngram):
                 arena.store = load_ngram(ngram, small=small_ngram, progress=progress)
             done("N-gram")
+        for r in model_free:
+            arena.drafters[r.key] = r.build(target)  # type: ignore[misc]
     finally:
         bar.close()
+    arena.drafters = {r.key: arena.drafters[r.key] for r in RACERS if r.key in arena.drafters}  # registry order
     for key, drafter in arena.drafters.items():
         if racer(key).uses_store:
             drafter.store = arena.store  # type: ignore[attr-defined]
     return arena
+
+
+def _model_free_wanted(r: Racer, kwargs: dict[str, Any], *, has_store: bool) -> bool:
+    """Whether ``load_arena`` builds the model-free racer ``r``, from its switch in ``kwargs`` (popped; by key
+    or identifier form); one asked for (True) that needs a store, without one, is refused here."""
+    asked = next((kwargs.pop(name) for name in (r.key, r.dest) if name in kwargs), None)
+    kwargs.pop(r.dest, None)
+    asked = None if asked is None else bool(asked)
+    if asked is True and r.needs_store and not has_store:
+        raise StoreMissingError(f"{r.label} drafts from the N-gram store alone, and no N-gram store is given: "
+                                f"give one, or leave {r.label} out")
+    return asked is not False and (has_store or not r.needs_store)

@@ -118,8 +118,8 @@ def open_bundle(root: str | os.PathLike[str] | None = None) -> Bundle:
     def part(rel: str) -> Path | None:
         return root / rel if (root / rel).exists() else None
 
-    from dart_core.racers.registry import drafting_racers
+    from dart_core.racers.registry import checkpoint_racers
 
-    drafters = {r.key: path for r in drafting_racers() if (path := part(r.bundle_dir)) is not None}
+    drafters = {r.key: path for r in checkpoint_racers() if (path := part(r.bundle_dir)) is not None}
     return Bundle(root=root, target=target, drafters=drafters, ngram=part("ngram/small.ngram"),
                   prompts=part("prompts.jsonl"), chat=meta.get("mode") == "chat")

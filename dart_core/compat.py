@@ -12,7 +12,7 @@ import torch
 from dart_core.arena import Arena, load_arena
 from dart_core.engine.loop import Step
 from dart_core.engine.verify import SamplingConfig
-from dart_core.racers.registry import RACERS, UPSTREAM, drafting_racers
+from dart_core.racers.registry import RACERS, UPSTREAM, checkpoint_racers, racer
 
 
 class DartModel:
@@ -24,8 +24,10 @@ class DartModel:
                                          max_new_token_num=512, max_length=2048)
 
     Outputs are ``[1, prompt + new]`` LongTensors, like Hugging Face ``generate``. Every racer of
-    ``dart_core.racers.registry`` has its ``<key>_model_name_or_path`` argument and its ``<key>_generate`` method
-    (``eagle3_generate`` with an EAGLE-3 head given, ``ar_generate`` always), all on the same loaded target.
+    ``dart_core.racers.registry`` has its ``<key>_generate`` method (``eagle3_generate`` with an EAGLE-3 head
+    given, ``ar_generate`` always), all on the same loaded target; a racer loaded from a checkpoint has its
+    ``<key>_model_name_or_path`` argument, a model-free one loads with every target (the N-gram-only racer with an
+    N-gram store).
     """
 
     def __init__(self, arena: Arena) -> None:
@@ -46,7 +48,7 @@ class DartModel:
         if hf_kwargs.get("device_map") == "auto":
             device = "auto"
             hf_kwargs.pop("device_map")
-        parts = {r.key: hf_kwargs.pop(f"{r.dest}_model_name_or_path", None) for r in drafting_racers()}
+        parts = {r.key: hf_kwargs.pop(f"{r.dest}_model_name_or_path", None) for r in checkpoint_racers()}
         parts[UPSTREAM] = parts.get(UPSTREAM) or dart_model_name_or_path
         return cls(load_arena(base_model_name_or_path, ngram=ngram_model_name_or_path, small_ngram=is_small_ngram,
                               device=device, **parts, **hf_kwargs))
@@ -56,7 +58,9 @@ class DartModel:
         model = self.arena.target.model
         if getattr(model, "hf_device_map", None) is None:
             model.to(device)
-        for d in self.arena.drafters.values():
+        for key, d in self.arena.drafters.items():
+            if racer(key).model_free:  # nothing to move
+                continue
             d.to(self.arena.target.embed_tokens.weight.device)  # type: ignore[attr-defined]
             d.embed_weight = self.arena.target.embed_tokens.weight.detach()  # type: ignore[attr-defined]
         return self

@@ -19,13 +19,15 @@ from helpers_app import BUNDLE, held_out_prompt
 from app.engine import EngineError, LocalEngine, ProcessEngine
 from app.race import RaceSettings
 from dart_core.engine.timing import threads_leaving_a_core
-from dart_core.racers.registry import racer
+from dart_core.racers.registry import model_free_racers, racer
 
 if not (BUNDLE / "target" / "config.json").is_file():
     pytest.skip("the embedded bundle assets/tiny is missing", allow_module_level=True)
 
+# the model-free racers off: these tests are about the engine process, and every race here runs each loaded racer
 LOAD = dict(base=str(BUNDLE / "target"), dart=str(BUNDLE / "dart"), eagle3=str(BUNDLE / "eagle3"),
-            ngram=str(BUNDLE / "ngram" / "small.ngram"), device="cpu", progress=False)
+            ngram=str(BUNDLE / "ngram" / "small.ngram"), device="cpu", progress=False,
+            **{r.dest: False for r in model_free_racers()})
 TREES = {m: racer(m).default_settings("cpu") for m in ("dart", "eagle3")}
 
 

@@ -33,9 +33,12 @@ def controls(max_new_tokens: int) -> tuple:
 @pytest.fixture(scope="module")
 def arena() -> Any:
     from dart_core.arena import load_arena
+    from dart_core.racers.registry import model_free_racers
 
+    # the model-free racers off: the controls below are DART's and EAGLE-3's sliders
     return load_arena(BUNDLE / "target", dart=BUNDLE / "dart", eagle3=BUNDLE / "eagle3",
-                      ngram=BUNDLE / "ngram" / "small.ngram", device="cpu", progress=False)
+                      ngram=BUNDLE / "ngram" / "small.ngram", device="cpu", progress=False,
+                      **{r.dest: False for r in model_free_racers()})
 
 
 def ui_for(arena: Any, **config: Any) -> ArenaUI:

@@ -158,9 +158,12 @@ def test_unknown_method_and_bad_prompts_are_clear_errors() -> None:
 @pytest.fixture(scope="module")
 def arena() -> Any:
     from dart_core.arena import load_arena
+    from dart_core.racers.registry import model_free_racers
 
+    # the model-free racers off: a Race runs every loaded racer, and these tests are about DART and EAGLE-3's
     return load_arena(BUNDLE / "target", dart=BUNDLE / "dart", eagle3=BUNDLE / "eagle3",
-                      ngram=BUNDLE / "ngram" / "small.ngram", device="cpu", progress=False)
+                      ngram=BUNDLE / "ngram" / "small.ngram", device="cpu", progress=False,
+                      **{r.dest: False for r in model_free_racers()})
 
 
 def _ids(arena: Any, text: str) -> list[int]:

@@ -18,6 +18,7 @@ from app.engine import LocalEngine
 from app.live import LiveRace
 from app.serve import launch
 from app.ui import AppConfig, ArenaUI
+from dart_core.racers.registry import model_free_racers
 
 gradio_client = pytest.importorskip("gradio_client")
 
@@ -34,8 +35,10 @@ STATUS = 1  # the status banner among the outputs a client sees
 def served() -> Iterator[tuple[ArenaUI, Any, str]]:
     from dart_core.arena import load_arena
 
+    # the model-free racers off: the races here pass DART's and EAGLE-3's controls
     arena = load_arena(BUNDLE / "target", dart=BUNDLE / "dart", eagle3=BUNDLE / "eagle3",
-                       ngram=BUNDLE / "ngram" / "small.ngram", device="cpu", progress=False)
+                       ngram=BUNDLE / "ngram" / "small.ngram", device="cpu", progress=False,
+                       **{r.dest: False for r in model_free_racers()})
     ui = ArenaUI(LocalEngine(arena), AppConfig(chat=False, max_new_tokens=4, max_sessions=CAP, session_ttl_s=TTL_S))
     demo = ui.build()
     port = free_port()

@@ -16,6 +16,7 @@ from app.engine import LocalEngine
 from app.live import LiveRace
 from app.page import KEEP, encode, new_conversation
 from app.ui import AppConfig, ArenaUI
+from dart_core.racers.registry import model_free_racers
 
 if not (BUNDLE / "target" / "config.json").is_file():
     pytest.skip("the embedded bundle assets/tiny is missing", allow_module_level=True)
@@ -34,8 +35,10 @@ def controls(max_new_tokens: int) -> tuple:
 def arena() -> Any:
     from dart_core.arena import load_arena
 
+    # the model-free racers off: the controls below are DART's and EAGLE-3's sliders
     return load_arena(BUNDLE / "target", dart=BUNDLE / "dart", eagle3=BUNDLE / "eagle3",
-                      ngram=BUNDLE / "ngram" / "small.ngram", device="cpu", progress=False)
+                      ngram=BUNDLE / "ngram" / "small.ngram", device="cpu", progress=False,
+                      **{r.dest: False for r in model_free_racers()})
 
 
 def ui_for(arena: Any, *, chat: bool = False) -> ArenaUI:
@@ -330,7 +333,8 @@ def test_hf_generate_races_as_a_column_of_its_own() -> None:
     args = build_parser().parse_args(["--bundle", str(BUNDLE), "--compare-hf"])
     assert resolve(args)["runners"] == ["hf"]
     assert resolve(build_parser().parse_args(["--bundle", str(BUNDLE)]))["runners"] == []
-    arena = load_arena(BUNDLE / "target", dart=BUNDLE / "dart", device="cpu", progress=False, hf=True)
+    arena = load_arena(BUNDLE / "target", dart=BUNDLE / "dart", device="cpu", progress=False, hf=True,
+                       **{r.dest: False for r in model_free_racers()})
     assert arena.methods == ["dart", "hf", "ar"]
     ui = ui_for(arena)
     assert "hf" in ui.optional_methods

@@ -47,19 +47,22 @@ def test_facade_generates_like_hf(bundle: dict[str, Path]) -> None:
     sampled = model.dart_generate(ids, temperature=0.8, top_p=0.9, top_k=20, max_new_token_num=10, seed=3)
     again = model.dart_generate(ids, temperature=0.8, top_p=0.9, top_k=20, max_new_token_num=10, seed=3)
     assert sampled.tolist() == again.tolist()  # seeded sampling is reproducible
-    assert model.arena.store is not None and model.arena.methods == ["dart", "eagle3", "ar"]
+    # the model-free racers load with every target (N-gram only with the store)
+    assert model.arena.store is not None
+    assert model.arena.methods == ["dart", "eagle3", "prompt-lookup", "ngram-only", "ar"]
+    assert model.prompt_lookup_generate(ids, max_new_token_num=24).tolist() == hf.tolist()
 
 
-def test_cli_runs_three_methods(bundle: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_runs_every_loaded_method(bundle: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     code = cli(["--base", str(bundle["target"]), "--dart", str(bundle["dart"]), "--eagle3", str(bundle["eagle3"]),
                 "--ngram", str(bundle["ngram"]), "--small-ngram", "--prompt", "w1 w2 w3 w4", "--raw",
                 "--max-new-tokens", "20", "--json", "--device", "cpu"])
     assert code == 0
     out = capsys.readouterr().out
     rows = json.loads(out[out.index("[\n") :])
-    assert [r["method"] for r in rows] == ["dart", "eagle3", "ar"]
-    assert all(r["matches_ar"] for r in rows[:2]) and all(r["tokens"] == 20 for r in rows)
-    assert "=== dart ===" in out and rows[2]["tau"] == 1.0
+    assert [r["method"] for r in rows] == ["dart", "eagle3", "prompt-lookup", "ngram-only", "ar"]
+    assert all(r["matches_ar"] for r in rows[:4]) and all(r["tokens"] == 20 for r in rows)
+    assert "=== dart ===" in out and rows[4]["tau"] == 1.0
 
 
 def test_cli_errors(bundle: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:

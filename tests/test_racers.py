@@ -1,5 +1,6 @@
 """The racer registry is the one list of racers: settings bounds and defaults, and a racer added by registration
-alone (a prompt-lookup drafter written here, nothing else edited) shows up in ``load_arena``, the facade, the
+alone (a toy lookup drafter written here, nothing else edited; the real prompt lookup racer is registered in
+the registry, and switched off in this arena so the columns are the toy's) shows up in ``load_arena``, the facade, the
 generate CLI's flags, the app's flags, columns, sliders and colours, races losslessly against AR, and is found in
 a bundle's folder and checked by the launch check in the checkpoint format it declares."""
 
@@ -31,7 +32,7 @@ def test_every_racer_has_checked_defaults_and_bounded_settings() -> None:
             check_settings(r.default_settings(device), r.label)
         for k in r.knobs():
             assert k.low <= k.default <= k.high and (k.cpu is None or k.low <= k.cpu <= k.high), (r.key, k.name)
-    names = "dart, eagle3, dflash, dflash-tree, hf, ar"
+    names = "dart, eagle3, dflash, dflash-tree, prompt-lookup, ngram-only, hf, ar"
     with pytest.raises(ValueError, match=f"unknown method 'nope'; the racers are {names}"):
         racer("nope")
     dart = racer("dart").settings_type
@@ -104,7 +105,8 @@ def arena(lookup: Racer) -> Any:
         pytest.skip("the embedded bundle assets/tiny is missing")
     from dart_core.arena import load_arena
 
-    return load_arena(BUNDLE / "target", dart=BUNDLE / "dart", lookup="builtin", device="cpu", progress=False)
+    return load_arena(BUNDLE / "target", dart=BUNDLE / "dart", lookup="builtin", device="cpu", progress=False,
+                      prompt_lookup=False)
 
 
 def test_a_registered_racer_loads_and_races_losslessly(arena: Any) -> None:

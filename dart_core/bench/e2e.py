@@ -50,7 +50,7 @@ from dart_core.generate.__main__ import (
 from dart_core.loading.errors import report_error
 from dart_core.loading.hub import HubFileError
 from dart_core.ngram.store import NgramFormatError
-from dart_core.racers.registry import BASELINE, RACERS, drafting_racers, racer
+from dart_core.racers.registry import BASELINE, RACERS, checkpoint_racers, model_free_asked, racer
 
 
 class BenchError(Exception):
@@ -68,12 +68,12 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     m = p.add_argument_group("models (local directories or Hub ids)")
     m.add_argument("--bundle", type=Path, default=None,
                    help="bundle dir: bundle.json naming the target (or a target/ dir), "
-                        f"{', '.join(sorted({r.bundle_dir + '/' for r in drafting_racers()}))}, ngram/small.ngram, "
+                        f"{', '.join(sorted({r.bundle_dir + '/' for r in checkpoint_racers()}))}, ngram/small.ngram, "
                         "prompts.jsonl "
                         f"(default: {default_bundle()}, or $DART_ARENA_BUNDLE; "
                         "assets/tiny: the stdlib toy); used unless --base is given")
     m.add_argument("--base", help="target model (overrides the bundle's target)")
-    for r in drafting_racers():
+    for r in checkpoint_racers():
         m.add_argument(f"--{r.key}", metavar="MODEL",
                        help=f"{r.label} drafter (overrides the bundle's {r.bundle_dir}/)")
     m.add_argument("--ngram", help="N-gram store: a file, or a dir / Hub repo with small.trie / full.trie")
@@ -151,7 +151,7 @@ def resolve_sources(args: argparse.Namespace) -> Sources:
     default with --base and for a bundle whose ``bundle.json`` says ``"mode": "chat"``."""
     use_bundle = args.bundle is not None or args.base is None
     notes: list[str] = []
-    parts: dict[str, str | None] = {**{r.key: getattr(args, r.dest, None) for r in drafting_racers()},
+    parts: dict[str, str | None] = {**{r.key: getattr(args, r.dest, None) for r in checkpoint_racers()},
                                     "ngram": args.ngram}
     small = bool(args.small_ngram)
     found: Bundle | None = None
@@ -166,14 +166,14 @@ def resolve_sources(args: argparse.Namespace) -> Sources:
             if args.base is None or not bundle.is_dir() or (bundle / "bundle.json").exists():
                 raise BenchError(f"{e}\n(--bundle DIR picks another bundle, e.g. --bundle assets/tiny for the "
                                  "stdlib toy; --base MODEL another target.)") from None
-        for name, sub in [*((r.key, r.bundle_dir) for r in drafting_racers()), ("ngram", "ngram/small.ngram")]:
+        for name, sub in [*((r.key, r.bundle_dir) for r in checkpoint_racers()), ("ngram", "ngram/small.ngram")]:
             if parts[name] is None:
                 if (bundle / sub).exists():
                     parts[name] = str(bundle / sub)
                 else:
                     notes.append(f"bundle has no {sub}: {name} skipped")
     base = args.base or found.target  # type: ignore[union-attr]
-    drafters = {r.key: parts[r.key] for r in drafting_racers()}
+    drafters = {r.key: parts[r.key] for r in checkpoint_racers()}
     dataset = getattr(args, "dataset", None)
     if getattr(args, "turns", 1) > 1 and dataset is None:
         raise BenchError(f"--turns {args.turns} needs a multi-turn --dataset ({', '.join(sorted(DATASETS))}); "
@@ -316,8 +316,8 @@ def _load(args: argparse.Namespace) -> tuple[Sources, list[dict[str, Any]], Any,
         torch.set_num_threads(args.threads)
     arena = load_arena(src.base, ngram=src.ngram, small_ngram=src.small_ngram, device=args.device, dtype=args.dtype,
                        progress=not args.no_progress, hf=args.hf_generate, fast_path=args.fast_path,
-                       **src.drafters)
-    methods = args.methods.split(",") if args.methods else arena.methods
+                       **src.drafters, **model_free_asked(asked := args.methods.split(",") if args.methods else None))
+    methods = asked or arena.methods
     for m in methods:
         arena.drafter(m)  # a clear error for a method that is not loaded
     if src.dataset is not None and not getattr(arena.tokenizer, "chat_template", None):

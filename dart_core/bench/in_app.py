@@ -40,7 +40,7 @@ from dart_core.bench.drive import (
 from dart_core.bench.e2e import BenchError, Sources
 from dart_core.engine.timing import threads_leaving_a_core
 from dart_core.generate.__main__ import add_tree_arguments, knob_argv
-from dart_core.racers.registry import BASELINE, drafting_racers, label
+from dart_core.racers.registry import BASELINE, checkpoint_racers, label
 
 TARGET = 0.10  # the in-app figures must be within 10 % of the plain benchmark's
 APP_COMMAND = (sys.executable, "-m", "app")
@@ -233,7 +233,7 @@ def model_flags(args: argparse.Namespace) -> list[str]:
     out: list[str] = []
     for flag, value in (("--bundle", args.bundle), ("--base", args.base), ("--ngram", args.ngram),
                         ("--device", args.device), ("--dtype", args.dtype), ("--threads", args.threads),
-                        *((f"--{r.key}", getattr(args, r.dest)) for r in drafting_racers())):
+                        *((f"--{r.key}", getattr(args, r.dest)) for r in checkpoint_racers())):
         if value is not None:
             out += [flag, str(value)]
     out += ["--small-ngram"] if args.small_ngram else []
@@ -251,7 +251,7 @@ def app_command(args: argparse.Namespace, src: Sources, port: int, race_log: Pat
     cmd = [*APP_COMMAND, "--server-port", str(port), "--max-new-tokens", str(args.max_new_tokens),
            "--race-log", str(race_log)]
     cmd += ["--bundle", str(src.bundle)] if args.base is None else ["--base-model-name-or-path", src.base]
-    for r in drafting_racers():
+    for r in checkpoint_racers():
         path = src.drafters.get(r.key)
         if r.opt_in:
             cmd.append(f"--compare-{r.key}" if path else f"--no-compare-{r.key}")

@@ -1,7 +1,8 @@
-"""``python -m dart_core.generate``: stream one prompt through DART, EAGLE-3 and plain decoding on one shared
-target, then print per method τ, the draft tokens verified and accepted, the acceptance rate and mean acceptance
-length (vLLM's metrics, docs/metrics.md), tokens/s and the latency split, and each drafting method's per-position
-acceptance rates."""
+"""``python -m dart_core.generate``: stream one prompt through the loaded racers (DART, EAGLE-3, DFlash, the
+model-free ones: prompt lookup, and N-gram only with a store) and plain decoding on one shared target, then print
+per method τ, the draft tokens verified and accepted, the acceptance rate and mean acceptance length (vLLM's
+metrics, docs/metrics.md), tokens/s and the latency split, and each drafting method's per-position acceptance
+rates."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from dart_core.engine.verify import SamplingConfig
 from dart_core.loading.errors import report_error
 from dart_core.loading.hub import HubFileError
 from dart_core.ngram.store import NgramFormatError
-from dart_core.racers.registry import BASELINE, RACERS, drafting_racers
+from dart_core.racers.registry import BASELINE, RACERS, checkpoint_racers, drafting_racers, model_free_asked
 
 EXAMPLES = """examples:
   python -m dart_core.generate --base Qwen/Qwen3-1.7B --dart fvliang/qwen1.7b-dart \\
@@ -36,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     m = p.add_argument_group("models (local directories or Hub ids)")
     m.add_argument("--base", required=True, help="target model (e.g. Qwen/Qwen3-1.7B)")
-    for r in drafting_racers():
+    for r in checkpoint_racers():
         m.add_argument(f"--{r.key}", metavar="MODEL", help=f"{r.label} drafter ({r.blurb}), e.g. {r.example}")
     m.add_argument("--ngram", help="N-gram store: a file, or a dir / Hub repo with small.trie / full.trie")
     m.add_argument("--small-ngram", action="store_true", help="use small.trie (quick demos) instead of full.trie")
@@ -49,7 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--prompt-file", help="read the prompt from this file")
     g.add_argument("--methods", default=None,
                    help=f"comma-separated subset of {','.join(r.key for r in RACERS)} (default: every loaded one, "
-                        f"then {BASELINE})")
+                        f"then {BASELINE}; the model-free ones, "
+                        f"{', '.join(r.key for r in RACERS if r.model_free)}, load with every target, those that "
+                        "draft from the N-gram store with --ngram)")
     g.add_argument("--raw", action="store_true", help="completion mode: no chat template")
     g.add_argument("--system", default=None, help="system prompt (chat mode)")
     g.add_argument("--max-new-tokens", type=int, default=256)
@@ -115,10 +118,11 @@ def encode_prompt(tokenizer: Any, text: str, *, raw: bool, system: str | None) -
 
 
 def run(args: argparse.Namespace) -> int:
-    drafters = {r.key: getattr(args, r.dest) for r in drafting_racers()}
+    drafters = {r.key: getattr(args, r.dest) for r in checkpoint_racers()}
+    asked = args.methods.split(",") if args.methods else None
     arena = load_arena(args.base, ngram=args.ngram, small_ngram=args.small_ngram, device=args.device,
-                       dtype=args.dtype, **drafters)
-    methods = args.methods.split(",") if args.methods else arena.methods
+                       dtype=args.dtype, **drafters, **model_free_asked(asked))
+    methods = asked or arena.methods
     for m in methods:
         arena.drafter(m)  # clear error for a method that is not loaded
     text = args.prompt if args.prompt is not None else Path(args.prompt_file).read_text(encoding="utf-8")

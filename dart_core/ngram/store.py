@@ -163,6 +163,13 @@ class NgramStore:
         validated in the native binding, as :func:`as_token_array` does, because this sits on the decoding path."""
         return self._view.probability(context, tokens)
 
+    def continuations(self, context: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The at most ``k`` most frequent tokens that followed the longest suffix of ``context`` (up to
+        ``order - 1`` tokens, at least one) the store has continuations for, by count descending (ties: smaller
+        id first), with their probabilities as :meth:`probability` gives them (int32 ids, float32); empty when
+        no suffix was ever continued. What a drafter without a model proposes from (the N-gram-only racer)."""
+        return self._view.continuations(context, k)
+
     def count(self, ngram: Any) -> int:
         """How many inserted slices start with this token string (0 if never counted; ``[]`` = the root)."""
         return self._view.count(ngram)

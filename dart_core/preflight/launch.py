@@ -30,10 +30,14 @@ def plan_launch(
     host: str | None = None,
     port: int | None = None,
     chat_template: str | None = None,
+    model_free: Mapping[str, bool | None] | None = None,
 ) -> Plan:
     """Resolve and check every piece of a launch (the target, each drafter given, the N-gram store), the device,
-    the memory and the port, reading file listings and metadata only. Problems are collected, never raised."""
-    from dart_core.racers.registry import racer
+    the memory and the port, reading file listings and metadata only. Problems are collected, never raised.
+    ``model_free``: the model-free racers' switches (key → None: loaded where it can be, True: asked for, False:
+    off; absent keys are None, as ``load_arena`` takes them); they have no piece to check, but one asked for that
+    drafts from the N-gram store alone is a problem without a store."""
+    from dart_core.racers.registry import model_free_racers, racer
 
     t0 = time.perf_counter()
     plan = Plan(offline=hub_offline())
@@ -59,6 +63,16 @@ def plan_launch(
             check_drafter(key, r.label, str(ref), plan, target, dtype_bytes, example=r.example)
     if ngram:
         check_ngram(str(ngram), small_ngram, plan)
+    for r in model_free_racers():
+        asked = (model_free or {}).get(r.key)
+        if asked is True and r.needs_store and not ngram:
+            plan.problems.append(Problem(
+                f"{r.label} drafts from the N-gram store alone, and no N-gram store is given.",
+                ["--ngram-model-name-or-path PATH   (a store file, or a dir / Hub repo with small.trie / full.trie)",
+                 f"--no-compare-{r.key}   (race without it)"]))
+        elif asked is not False and (ngram or not r.needs_store):
+            picker = "" if r.ticked else " (unticked in the app's Racers picker)"
+            plan.notes.append(f"{r.label}: model-free, nothing to load{picker}")
     plan.memory = estimate_memory(plan, max_length, dtype_bytes)  # even with other problems: all at once
     problem = memory_problem(plan.memory, plan)
     if problem is not None:

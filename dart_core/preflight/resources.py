@@ -143,9 +143,9 @@ def memory_problem(m: Memory, plan: Plan) -> Problem | None:
             fixes.append("--device auto   (spread the target over all GPUs)")
     if plan.device == "cpu" and plan.dtype == "float32":
         fixes.append("--dtype bfloat16   (half the memory; slower on many CPUs)")
-    from dart_core.racers.registry import drafting_racers
+    from dart_core.racers.registry import checkpoint_racers
 
-    optional = next((r for r in drafting_racers() if r.opt_in and plan.piece(r.key) is not None), None)
+    optional = next((r for r in checkpoint_racers() if r.opt_in and plan.piece(r.key) is not None), None)
     if m.lanes > 2 and optional is not None:  # the first column the app adds only when asked
         fixes.append(f"--no-compare-{optional.key}   (one drafter and one KV cache less)")
     target = plan.piece("target")

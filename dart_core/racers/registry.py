@@ -1,13 +1,15 @@
 """The one list of racers. The app's columns, controls and colours, the CLIs' choices and flags, the bench's rows,
 the bundle's parts and the ``DartModel`` facade all derive from :data:`RACERS`; the decoding loop and the page
 name no method. Adding a racer is its drafter module (a :class:`~dart_core.engine.drafter.Drafter` with a
-settings dataclass), one entry here, and its tests.
+settings dataclass), one entry here, and its tests. A racer either loads its drafter from a checkpoint (``load``:
+a model flag, a bundle folder, a launch-check piece) or is model-free (``build``: made on any loaded target, no
+checkpoint, loaded whenever a target is); nothing else tells them apart.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +21,8 @@ from dart_core.drafters.dart import DartDrafter, DartSettings
 from dart_core.drafters.dflash import DFlashDrafter, DFlashSettings, DFlashTreeDrafter, DFlashTreeSettings
 from dart_core.drafters.eagle3 import Eagle3Drafter, Eagle3Settings
 from dart_core.drafters.interface import knobs, settings_for
+from dart_core.drafters.ngram_only import NgramOnlyDrafter, NgramOnlySettings
+from dart_core.drafters.prompt_lookup import PromptLookupDrafter, PromptLookupSettings
 from dart_core.engine.drafter import Drafter, NoSettings, PlainDecoding
 from dart_core.racers.hf_generate import KEY as HF_KEY
 from dart_core.racers.hf_generate import stream_hf_generate
@@ -34,7 +38,11 @@ class Racer:
     not ``<key>/`` (two racers that read one drafter share it); ``runner``: its own decoding loop in place of the
     engine's (``stream``'s signature; HF ``generate``), for a racer that loads nothing and is enabled by name;
     ``checkpoint``: its checkpoint's format (weights files, config, tensors, the published ones), declared by its
-    drafter module, which the launch check reads instead of knowing racers by name."""
+    drafter module, which the launch check reads instead of knowing racers by name; ``build``: a model-free
+    racer's drafter made on the loaded target alone (no checkpoint: no model flag, bundle folder or launch-check
+    piece; loaded with every target, and when it ``uses_store``, wherever a store is: the store is all it drafts
+    from); ``ticked``: the page's Racers picker ticks it by default (a model-free racer that lengthens the first
+    race is left for the visitor to tick)."""
 
     key: str
     label: str
@@ -48,6 +56,8 @@ class Racer:
     folder: str = ""
     runner: Callable[..., Iterator[Any]] | None = None
     checkpoint: CheckpointFormat | None = None
+    build: Callable[[Any], Drafter] | None = None
+    ticked: bool = True
 
     @property
     def dest(self) -> str:
@@ -62,7 +72,17 @@ class Racer:
     @property
     def drafts(self) -> bool:
         """Whether it proposes drafts (plain decoding does not: the baseline)."""
-        return self.load is not None
+        return self.load is not None or self.build is not None
+
+    @property
+    def model_free(self) -> bool:
+        """Whether its drafter needs no checkpoint (made on the target by ``build``)."""
+        return self.build is not None
+
+    @property
+    def needs_store(self) -> bool:
+        """Whether it cannot draft without the N-gram store (a model-free racer that drafts with it)."""
+        return self.model_free and self.uses_store
 
     def default_settings(self, device: str | torch.device = "cuda") -> Any:
         """Its settings' defaults on ``device`` (smaller trees on a CPU where its fields say so)."""
@@ -85,6 +105,12 @@ RACERS: list[Racer] = [
     Racer("dflash-tree", "DFlash-tree", "#ec4899", "DFlash's block rows, top-k each, N-gram-guided tree search",
           load=DFlashTreeDrafter.from_pretrained, settings_type=DFlashTreeSettings, uses_store=True, opt_in=True,
           example="z-lab/Qwen3-8B-DFlash-b16", folder="dflash", checkpoint=dflash.CHECKPOINT),
+    Racer("prompt-lookup", "Prompt lookup", "#22c55e", "model-free: the text that followed the context's last "
+          "n-gram earlier in the prompt or the reply, as a chain", build=PromptLookupDrafter.for_target,
+          settings_type=PromptLookupSettings, ticked=False),
+    Racer("ngram-only", "N-gram only", "#eab308", "model-free: DART's tree search over the N-gram store alone, no "
+          "drafter forward", build=NgramOnlyDrafter.for_target, settings_type=NgramOnlySettings, uses_store=True,
+          ticked=False),
     Racer(HF_KEY, "HF generate", "#64748b", "transformers' own generate() on the same weights: the real alternative",
           runner=stream_hf_generate, opt_in=True),
     Racer("ar", "AR", "#94a3b8", "plain autoregressive decoding: one target forward per token"),
@@ -121,8 +147,26 @@ def racer(key: str) -> Racer:
 
 
 def drafting_racers() -> Iterator[Racer]:
-    """The racers that load a drafter, in registry order."""
+    """The racers that propose drafts (from a checkpoint or model-free), in registry order."""
     return (r for r in RACERS if r.drafts)
+
+
+def checkpoint_racers() -> Iterator[Racer]:
+    """The racers that load their drafter from a checkpoint, in registry order."""
+    return (r for r in RACERS if r.load is not None)
+
+
+def model_free_racers() -> Iterator[Racer]:
+    """The racers whose drafter needs no checkpoint, in registry order."""
+    return (r for r in RACERS if r.model_free)
+
+
+def model_free_asked(methods: Iterable[str] | None) -> dict[str, bool | None]:
+    """``load_arena``'s switches of the model-free racers for a run of ``methods``: each one named is asked for
+    (True: refused clearly when it cannot load, e.g. no store), the others off; ``None`` (every loaded racer):
+    each loads where it can."""
+    names = None if methods is None else set(methods)
+    return {r.key: None if names is None else r.key in names for r in model_free_racers()}
 
 
 def runner_racers() -> Iterator[Racer]:

@@ -5,7 +5,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "common.hpp"
 #include "ngram_builder.hpp"
@@ -95,6 +98,22 @@ void register_ngram(py::module_& m) {
             return py::make_tuple(std::move(probs), std::move(lens));
           },
           py::arg("context"), py::arg("tokens"))
+      .def(
+          "continuations",
+          [](const StoreView& s, const py::handle& context, int64_t k) {
+            if (k < 0) throw std::invalid_argument("k must be >= 0, got " + std::to_string(k));
+            const TokenIds ctx(context, "context");
+            const auto cap = static_cast<size_t>(k);
+            std::vector<int32_t> toks(cap);
+            std::vector<float> probs(cap);
+            const size_t n = s.store().continuations(ctx.data(), ctx.size(), cap, toks.data(), probs.data());
+            py::array_t<int32_t> out_tokens(static_cast<py::ssize_t>(n));
+            py::array_t<float> out_probs(static_cast<py::ssize_t>(n));
+            std::copy_n(toks.data(), n, out_tokens.mutable_data());
+            std::copy_n(probs.data(), n, out_probs.mutable_data());
+            return py::make_tuple(std::move(out_tokens), std::move(out_probs));
+          },
+          py::arg("context"), py::arg("k"))
       .def(
           "count",
           [](const StoreView& s, const py::handle& ngram) {

@@ -1,6 +1,8 @@
 #include "ngram_store.hpp"
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "common.hpp"
 
@@ -167,6 +169,15 @@ uint64_t NgramStore::find_child(uint32_t d, uint64_t i, uint64_t rank) const {
   return (at < hi && read_packed(tokens_[d], at, info_.token_bits) == rank) ? at : kNone;
 }
 
+uint64_t NgramStore::suffix_node(const int32_t* context, size_t m, size_t L) const {
+  uint64_t node = 0;
+  for (size_t j = 0; j < L && node != kNone; ++j) {
+    const int64_t r = rank_of(context[m - L + j]);
+    node = r < 0 ? kNone : find_child(static_cast<uint32_t>(j), node, static_cast<uint64_t>(r));
+  }
+  return node;
+}
+
 void NgramStore::probability(const int32_t* context, size_t m, const int32_t* tokens, size_t k, float* probs,
                              int32_t* matched) const {
   constexpr size_t kChunk = 64;
@@ -230,11 +241,7 @@ void NgramStore::probability_sorted(const int32_t* context, size_t m, const int6
   size_t unmatched = n_valid;
   // Longest context first; each candidate keeps the first length that knows it.
   for (size_t L = lmax; L >= 1 && unmatched > 0; --L) {
-    uint64_t node = 0;
-    for (size_t j = 0; j < L && node != kNone; ++j) {
-      const int64_t r = rank_of(context[m - L + j]);
-      node = r < 0 ? kNone : find_child(static_cast<uint32_t>(j), node, static_cast<uint64_t>(r));
-    }
+    const uint64_t node = suffix_node(context, m, L);
     if (node == kNone) continue;
     const auto d = static_cast<uint32_t>(L);
     const float inv = 1.0f / static_cast<float>(node_count_at(d, node));
@@ -252,6 +259,36 @@ void NgramStore::probability_sorted(const int32_t* context, size_t m, const int6
       }
     }
   }
+}
+
+size_t NgramStore::continuations(const int32_t* context, size_t m, size_t k, int32_t* tokens, float* probs) const {
+  if (m == 0 || k == 0 || info_.order < 2) return 0;
+  const size_t lmax = std::min<size_t>(info_.order - 1, m);
+  std::vector<std::pair<uint64_t, int32_t>> found;  // (count, token id)
+  for (size_t L = lmax; L >= 1; --L) {
+    const uint64_t node = suffix_node(context, m, L);
+    if (node == kNone) continue;
+    const auto d = static_cast<uint32_t>(L);
+    uint64_t begin, end;
+    child_range(d, node, begin, end);
+    if (begin == end) continue;
+    found.clear();
+    found.reserve(end - begin);
+    for (uint64_t p = begin; p < end; ++p)
+      found.emplace_back(read_packed(counts_[d], p, info_.count_bits[d]),
+                         vocab_at(read_packed(tokens_[d], p, info_.token_bits)));
+    const size_t n = std::min(k, found.size());
+    std::partial_sort(found.begin(), found.begin() + static_cast<std::ptrdiff_t>(n), found.end(),
+                      [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first
+                                                                                    : a.second < b.second; });
+    const float inv = 1.0f / static_cast<float>(node_count_at(d, node));
+    for (size_t i = 0; i < n; ++i) {
+      tokens[i] = found[i].second;
+      probs[i] = static_cast<float>(found[i].first) * inv;
+    }
+    return n;
+  }
+  return 0;
 }
 
 uint64_t NgramStore::count(const int32_t* ngram, size_t len) const {

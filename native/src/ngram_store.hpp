@@ -53,6 +53,11 @@ class NgramStore {
   // by ascending rank; returns n_valid.
   static size_t sort_ranks(const int64_t* ranks, size_t k, uint32_t* order);
 
+  // The continuations of the longest context suffix (up to order-1 tokens, at least 1) that has any: at most k
+  // of them, by count descending (ties: smaller token id first), written to tokens / probs (count over the
+  // suffix's count, as `probability` gives them). Returns how many were written: 0 when no suffix has one.
+  size_t continuations(const int32_t* context, size_t m, size_t k, int32_t* tokens, float* probs) const;
+
   // Count of a token string of length 0..order (0 = root); 0 when never counted.
   uint64_t count(const int32_t* ngram, size_t len) const;
 
@@ -70,6 +75,8 @@ class NgramStore {
   // Children of node i at level d (d = 0: the root) as [begin, end) in level d+1.
   void child_range(uint32_t d, uint64_t i, uint64_t& begin, uint64_t& end) const;
   uint64_t find_child(uint32_t d, uint64_t i, uint64_t rank) const;  // kNone if absent
+  // The level-L node of the context's last L tokens (m >= L >= 1), or kNone when the store never saw them.
+  uint64_t suffix_node(const int32_t* context, size_t m, size_t L) const;
   // First index in [lo, hi) of level d+1 whose rank is >= rank, searching
   // outward from lo (cheap when the answer is near lo, as for frequent tokens).
   uint64_t gallop(uint32_t d, uint64_t lo, uint64_t hi, uint64_t rank) const;
