@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dart_core.bench.drive import stop_process
+from dart_core.racers.registry import model_free_racers
 
 REPO = Path(__file__).resolve().parent.parent
 BUNDLE = REPO / "assets" / "tiny"
@@ -52,7 +53,9 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 @contextmanager
 def running_app(log_dir: Path, *extra: str) -> Iterator[Server]:
     """The app on the toy bundle as a subprocess (its own clean process, as users run it), ready to serve, killed
-    afterwards. ``extra`` flags come last, so they win."""
+    afterwards. ``extra`` flags come last, so they win. The model-free racers are off unless ``extra`` turns them
+    on: the API takes the controls by position and these tests pass DART's and EAGLE-3's (the model-free ones race
+    in the app in ``test_model_free``)."""
     port = free_port()
     log_path = log_dir / f"app-{port}.log"
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
@@ -60,7 +63,7 @@ def running_app(log_dir: Path, *extra: str) -> Iterator[Server]:
     # slow every forward down a hundredfold. The tests check behaviour, not speed.
     env.setdefault("OMP_NUM_THREADS", "1")
     cmd = [sys.executable, "-m", "app", "--bundle", str(BUNDLE), "--server-port", str(port), "--max-new-tokens",
-           str(MAX_NEW_TOKENS), *extra]
+           str(MAX_NEW_TOKENS), *(f"--no-compare-{r.key}" for r in model_free_racers()), *extra]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=log_dir, stdout=log, stderr=subprocess.STDOUT, env=env)
     server = Server(f"http://127.0.0.1:{port}", log_path, proc)

@@ -18,6 +18,7 @@ from dart_core.bench.__main__ import main as bench_main
 from dart_core.engine import greedy_check
 from dart_core.engine import loop as generate
 from dart_core.ngram.store import NgramStore
+from dart_core.racers.registry import model_free_racers
 
 VOCAB = 97
 # ChatML-like, over words the tiny word-level tokenizer knows (the question words themselves all map to w0)
@@ -62,7 +63,8 @@ def test_e2e_on_tiny_bundle(bundle: Path, tmp_path: Path, capsys: pytest.Capture
     assert "mismatches: 0" in printed
     report = json.loads((tmp_path / "out/e2e.json").read_text())
     summary = report["summary"]
-    assert set(summary) == {"dart", "eagle3", "hf", "ar"}  # hf: transformers' own generate, same weights
+    # hf: transformers' own generate, same weights; the model-free racers come with every target (the toy has a store)
+    assert set(summary) == {"dart", "eagle3", "hf", "ar", *(r.key for r in model_free_racers())}
     assert report["mismatches"] == [] and report["ties"] == []
     assert summary["ar"]["tau"] == 1.0
     assert summary["ar"]["speedup_vs_ar"] == pytest.approx(1.0)

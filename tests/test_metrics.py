@@ -22,7 +22,7 @@ from helpers_app import BUNDLE, held_out_prompt
 from dart_core.engine.drafter import DraftInput, NoSettings, Proposal
 from dart_core.engine.loop import ACCEPTANCE_FIELDS, Step, generate, summarize
 from dart_core.engine.tree import DraftTree
-from dart_core.racers.registry import Racer, register, unregister
+from dart_core.racers.registry import Racer, model_free_racers, register, unregister
 
 if not (BUNDLE / "target" / "config.json").is_file():
     pytest.skip("the embedded bundle assets/tiny is missing", allow_module_level=True)
@@ -274,7 +274,8 @@ def test_the_page_cards_plot_and_api_result_show_the_hand_computed_metrics(rigge
     from app.ui import AppConfig, ArenaUI
     from dart_core.arena import load_arena
 
-    arena = load_arena(BUNDLE / "target", **{KEY: "builtin"}, device="cpu", progress=False)
+    off = {r.key: False for r in model_free_racers()}  # only the rigged racer and AR: the cards are computed by hand
+    arena = load_arena(BUNDLE / "target", **{KEY: "builtin"}, **off, device="cpu", progress=False)
     ui = ArenaUI(LocalEngine(arena), AppConfig(chat=False, update_every=0.0))
     assert ui.methods == [KEY, "ar"] and ui.control_labels[4:] == []
     final = list(ui.run(PROMPTS[0], new_conversation(), 0.0, 1.0, 0, NEW_TOKENS, session="m"))[-1]

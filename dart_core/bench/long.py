@@ -84,8 +84,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'method':<8} {'steps':>6} {'tau':>5} {'draft ms first':>15} {'draft ms last':>14} {'last/first':>10} "
           f"{'tok/s wall':>10}")
     for m, f in out.items():
+        ratio = "–" if f["last_over_first"] is None else f"{f['last_over_first']:.3f}"  # no drafting cost at first
         print(f"{m:<8} {f['verify_steps']:>6} {f['tau']:>5.2f} {f['draft_ms_first']:>15.2f} "
-              f"{f['draft_ms_last']:>14.2f} {f['last_over_first']:>10.3f} {f['tokens_per_s_wall']:>10.1f}")
+              f"{f['draft_ms_last']:>14.2f} {ratio:>10} {f['tokens_per_s_wall']:>10.1f}")
     if args.json is not None:
         args.json.write_text(json.dumps({"tokens": args.tokens, "device": str(device), "methods": out}, indent=1))
     return 0
