@@ -127,6 +127,24 @@ def test_stored_features_and_teacher_equal_a_fresh_forward(llama: Path, distille
         build_features(target, seqs[:-1], tmp_path / "f", progress=False)
 
 
+def test_features_skip_the_head_only_where_the_backbone_feeds_it_unchanged(llama: Path, distilled: Path) -> None:
+    from dart_core.train.features import _feature_forward, _HeadInput
+
+    target, _ = load_target(llama, device="cpu", dtype="float32")
+    seq = read_sequences(distilled)[0]
+    hook = _HeadInput(target.model.get_output_embeddings())
+    try:
+        assert _feature_forward(target, hook, seq).__name__ == "backbone_only"
+        # A model that changes the hidden state between its backbone and its head keeps the full forward.
+        handle = target.model.lm_head.register_forward_pre_hook(lambda _m, args: (args[0] * 1.5,), prepend=True)
+        try:
+            assert _feature_forward(target, hook, seq).__name__ == "full"
+        finally:
+            handle.remove()
+    finally:
+        hook.close()
+
+
 def test_training_resumes_bit_exactly(llama: Path, distilled: Path, tmp_path: Path,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     from dart_core.train.common import load_frozen_target

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,6 +114,40 @@ class _HeadInput:
         self.handle.remove()
 
 
+FeatureForward = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+def _feature_forward(target: TargetModel, hook: _HeadInput, probe: Sequence[int]) -> FeatureForward:
+    """(ids, mask) -> (feature hidden states [B, T, 3H], head inputs [B, T, H]). The stored head inputs are all
+    that training needs of the head, so its [T, V] logits (a fifth of a small model's compute, and the largest
+    tensor of the forward) are skipped: the backbone alone runs, where its last hidden state is exactly what the
+    head reads (checked on ``probe`` against the hooked head input; a model that transforms it between the two
+    keeps the full forward)."""
+
+    def full(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = target.model(input_ids=ids, attention_mask=mask, output_hidden_states=True, use_cache=False,
+                           return_dict=True)
+        assert hook.value is not None
+        return torch.cat([out.hidden_states[k] for k in target.feature_layers], dim=-1), hook.value
+
+    backbone = target.model.base_model
+    if backbone is target.model:
+        return full
+
+    def backbone_only(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = backbone(input_ids=ids, attention_mask=mask, output_hidden_states=True, use_cache=False,
+                       return_dict=True)
+        return torch.cat([out.hidden_states[k] for k in target.feature_layers], dim=-1), out.last_hidden_state
+
+    ids = torch.as_tensor(list(probe[:16]), device=target.device)[None]
+    mask = torch.ones_like(ids)
+    want_feats, want_last = full(ids, mask)
+    got_feats, got_last = backbone_only(ids, mask)
+    same = (got_last.shape == want_last.shape and torch.allclose(got_last, want_last, rtol=1e-4, atol=1e-4)
+            and torch.allclose(got_feats, want_feats, rtol=1e-4, atol=1e-4))
+    return backbone_only if same else full
+
+
 def _fp16(x: torch.Tensor, what: str) -> np.ndarray:
     x = x.float()
     peak = float(x.abs().max()) if x.numel() else 0.0
@@ -150,6 +184,7 @@ def build_features(target: TargetModel, sequences: Sequence[Sequence[int]], root
     if head is None:
         raise ValueError("the target has no output head (get_output_embeddings() is None)")
     hook = _HeadInput(head)
+    forward = _feature_forward(target, hook, sequences[0])
     start = int(store.meta["done_sequences"])
     bar = tqdm(total=len(sequences), initial=start, desc="target features", unit="seq", disable=not progress)
     try:
@@ -166,11 +201,7 @@ def build_features(target: TargetModel, sequences: Sequence[Sequence[int]], root
             for r, s in enumerate(batch):
                 ids[r, : len(s)] = torch.as_tensor(list(s))
                 mask[r, : len(s)] = 1
-            out = target.model(input_ids=ids.to(target.device), attention_mask=mask.to(target.device),
-                               output_hidden_states=True, use_cache=False, return_dict=True)
-            feats = torch.cat([out.hidden_states[k] for k in target.feature_layers], dim=-1)
-            last = hook.value
-            assert last is not None
+            feats, last = forward(ids.to(target.device), mask.to(target.device))
             for r, s in enumerate(batch):
                 a, b = offsets[i + r], offsets[i + r + 1]
                 store.tokens[a:b] = np.asarray(s, dtype=np.int32)
