@@ -16,7 +16,7 @@ import pytest
 
 from dart_core.train.prompt_code import FENCE, LANGUAGES, SNIPPETS
 from dart_core.train.prompt_puzzles import _values
-from dart_core.train.prompt_set import CATEGORIES, chat_set
+from dart_core.train.prompt_set import CATEGORIES, chat_set, heldout_roles
 from dart_core.train.prompts import is_heldout_topic
 
 REPO = Path(__file__).resolve().parent.parent
@@ -167,11 +167,28 @@ def _shipped_prompts() -> list[str]:
 
 
 def test_no_8_word_run_shared_with_shipped_prompts(splits: tuple[Records, Records]) -> None:
+    """Shipped prompts drawn from this set's held-out split (the default bundle's benchmark prompts) are held-out
+    records, by topic (they share templates with training, as every held-out prompt does); every other shipped
+    prompt shares no 8-word run with the set."""
     shipped = _shipped_prompts()
     assert len(shipped) >= 64
-    bench = set().union(*(runs(t) for t in shipped))
+    held_prompts = {r["prompt"] for r in splits[1]}
+    foreign = [t for t in shipped if t not in held_prompts]
+    bench = set().union(*(runs(t) for t in foreign))
     hits = [t for r in splits[0] + splits[1] for t in texts(r) if runs(t) & bench]
     assert not hits, hits[:3]
+    assert not held_prompts & {r["prompt"] for r in splits[0]}
+
+
+def test_heldout_roles_are_topic_disjoint_and_category_balanced(splits: tuple[Records, Records]) -> None:
+    held = splits[1]
+    eval_set, bench = heldout_roles(held, n_eval=384, n_bench=64)
+    assert len(eval_set) == 384 and len(bench) == 64
+    assert not {r["topic"] for r in eval_set} & {r["topic"] for r in bench}
+    counts = Counter(r["category"] for r in bench)
+    assert set(counts) == {r["category"] for r in held} and max(counts.values()) - min(counts.values()) <= 1
+    assert heldout_roles(held, n_eval=384, n_bench=64) == (eval_set, bench)  # stable
+    assert eval_set == heldout_roles(held, n_eval=500, n_bench=0)[0][:384]  # a prefix: a longer set extends it
 
 
 def test_no_8_word_run_shared_with_mt_bench(splits: tuple[Records, Records]) -> None:
@@ -184,3 +201,17 @@ def test_no_8_word_run_shared_with_mt_bench(splits: tuple[Records, Records]) -> 
     bench = set().union(*(runs(t) for q in mt for t in q["turns"]))
     hits = [t for r in splits[0] + splits[1] for t in texts(r) if runs(t) & bench]
     assert not hits, hits[:3]
+
+
+def test_prompts_cli_writes_a_role_and_refuses_one_outside_the_heldout_split(tmp_path: Path,
+                                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from dart_core.train.any_target import main
+
+    out = tmp_path / "bench.jsonl"
+    assert main(["prompts", "--heldout", "--role", "bench", "--n", "9", "--out", str(out)]) == 0
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert recs == heldout_roles(chat_set(heldout=True), n_eval=0, n_bench=9)[1]
+    assert len({r["category"] for r in recs}) == 9
+    assert main(["prompts", "--role", "eval", "--out", str(tmp_path / "x.jsonl")]) == 2
+    assert "--role picks among the held-out prompts" in capsys.readouterr().err
+    assert not (tmp_path / "x.jsonl").exists()

@@ -361,6 +361,10 @@ def add_prompts_parser(sub: Any) -> None:
                                    "a quarter with a follow-up turn; --heldout writes the held-out topics' prompts.")
     p.add_argument("--out", required=True, type=Path, help="output JSONL (overwritten)")
     p.add_argument("--heldout", action="store_true", help="the held-out split (topics never in training)")
+    p.add_argument("--role", choices=["all", "eval", "bench"], default="all",
+                   help="with --heldout: all held-out prompts, or one of two topic-disjoint roles: eval (two thirds "
+                        "of the topics: the held-out loss that stops training) or bench (the other third, taken in "
+                        "turn from each category: the bundle's benchmark prompts)")
     p.add_argument("--n", type=int, default=None, help="first N prompts only (default: all)")
     p.add_argument("--seed", type=int, default=0)
 
@@ -478,10 +482,17 @@ def main(argv: list[str]) -> int:
     command = "python -m dart_core.train " + " ".join(argv)
     try:
         if args.command == "prompts":
-            from dart_core.train.prompt_set import chat_set
+            from dart_core.train.prompt_set import chat_set, heldout_roles
             from dart_core.train.prompts import write_jsonl
 
-            recs = chat_set(heldout=args.heldout, seed=args.seed, n=args.n)
+            if args.role != "all" and not args.heldout:
+                raise ValueError("--role picks among the held-out prompts: add --heldout")
+            recs = chat_set(heldout=args.heldout, seed=args.seed, n=args.n if args.role == "all" else None)
+            if args.role != "all":
+                n = args.n if args.n is not None else len(recs)
+                eval_set, bench = heldout_roles(recs, n_eval=n if args.role == "eval" else 0,
+                                                n_bench=n if args.role == "bench" else 0)
+                recs = eval_set if args.role == "eval" else bench
             write_jsonl(args.out, recs)
             turns = sum(1 for r in recs if r.get("followups"))
             print(f"[prompts] {len(recs):,} prompts ({turns:,} with a follow-up turn) -> {args.out}")

@@ -44,7 +44,7 @@ from dart_core.train.prompt_words import (
     STEM,
     TECH,
 )
-from dart_core.train.prompts import is_heldout_topic
+from dart_core.train.prompts import is_heldout_topic, topic_key
 
 CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities", "advice")
 FOLLOWUP_SHARE = 0.25  # records that carry a second user turn
@@ -350,3 +350,26 @@ def chat_set(*, heldout: bool = False, seed: int = 0, n: int | None = None) -> l
     rng.shuffle(out)
     out = out[:n] if n is not None else out
     return [{"id": f"{'heldout' if heldout else 'train'}-{i}", **r} for i, r in enumerate(out)]
+
+
+def heldout_roles(records: list[dict[str, Any]], *, n_eval: int, n_bench: int
+                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The held-out prompts in two roles, disjoint by topic: ``eval`` (the first ``n_eval`` of two thirds of the
+    topics: their answers are the held-out loss that stops training) and ``bench`` (``n_bench`` prompts of the other
+    third, taken in turn from each category: the bundle's benchmark prompts, so no figure is measured on a topic
+    that chose the weights)."""
+    eval_set = [r for r in records if (topic_key(r["topic"]) // 100) % 3 != 0][:n_eval]
+    by_category: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        if (topic_key(r["topic"]) // 100) % 3 == 0:
+            by_category.setdefault(r["category"], []).append(r)
+    bench: list[dict[str, Any]] = []
+    queues = [iter(v) for _, v in sorted(by_category.items())]
+    while len(bench) < n_bench and queues:
+        for q in list(queues):
+            r = next(q, None)
+            if r is None:
+                queues.remove(q)
+            elif len(bench) < n_bench:
+                bench.append(r)
+    return eval_set, bench

@@ -144,13 +144,13 @@ BAD = ["Me and him goes to the store yesterday.", "She don't like apples no more
        "The datas is wrong.", "He have three brother."]
 
 
-def _topic_key(topic: str) -> int:
+def topic_key(topic: str) -> int:
     return int.from_bytes(hashlib.sha256(topic.encode()).digest()[:4], "big")
 
 
 def is_heldout_topic(topic: str, heldout_percent: int = 10) -> bool:
     """Stable topic split: the same topics are held out on every machine and every run."""
-    return _topic_key(topic) % 100 < heldout_percent
+    return topic_key(topic) % 100 < heldout_percent
 
 
 def _fill(rng: random.Random, template: str, t: str, others: list[str]) -> str:
