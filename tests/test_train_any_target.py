@@ -5,6 +5,7 @@ losslessly, and bad input fails before any work is done."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from dart_core.engine.loop import generate
 from dart_core.train.__main__ import main as train_main
 from dart_core.train.distill import DistillError, distill, read_prompt_records, read_sequences
 from dart_core.train.features import FeatureStore, StoredWindows, build_features
+from dart_core.train.prompt_set import chat_set
 from dart_core.train.prompts import chat_prompts
 
 V = 97
@@ -306,6 +308,21 @@ def test_smollm2_quick_recipe(tmp_path: Path) -> None:
     recipe = json.loads((out / "recipe.json").read_text())
     assert recipe["history"] == [f"python -m dart_core.train smollm2 --quick --out {out} --work {tmp_path / 'work'} "
                                  "--no-progress"]
-    assert {"prompts", "distill", "ngram", "features", "dart", "eagle3", "dflash", "bundle"} <= set(recipe["stages"])
+    stages = recipe["stages"]
+    assert {"prompts", "distill", "distill_eval", "vocab", "ngram", "features", "dart", "eagle3", "dflash",
+            "bundle"} <= set(stages)
+    # Held-out prompts: the eval answers stop training, the bench prompts are the bundle's; no topic in two roles.
+    work = tmp_path / "work"
+    evals = [json.loads(line) for line in (work / "eval_prompts.jsonl").read_text().splitlines()]
+    bench = [json.loads(line) for line in (out / "prompts.jsonl").read_text().splitlines()]
+    train = [json.loads(line) for line in (work / "train_prompts.jsonl").read_text().splitlines()]
+    assert (len(train), len(evals), len(bench)) == (6, 3, 4)
+    held_topics = {r["topic"] for r in chat_set(heldout=True) if r["prompt"] in {b["prompt"] for b in bench}}
+    assert len(held_topics) == 4 and not held_topics & {r["topic"] for r in evals + train}
+    assert stages["distill_eval"]["file"]["records"] >= 3 and stages["features"]["eval_sequences"] >= 3
+    assert stages["distill"]["file"]["sha256"] == hashlib.sha256((work / "distill.jsonl").read_bytes()).hexdigest()
+    assert [r["size"] for r in stages["vocab"]["rows"]] == [64, 256]
+    assert all(0 < r["held-out answers"] <= 1 for r in stages["vocab"]["rows"])
     card = (out / "README.md").read_text()
-    assert "SmolLM2-135M-Instruct" in card and "## Measured figures" in card and "| dflash | 2 |" in card
+    assert "SmolLM2-135M-Instruct" in card and "## Measured figures" in card and "| dflash | 2 | steps |" in card
+    assert "| 256 |" in card and stages["distill"]["file"]["sha256"] in card

