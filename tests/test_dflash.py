@@ -328,11 +328,15 @@ def test_sampling_keeps_target_distribution(tmp_path: Path) -> None:
                                                                                                  max_nodes=8))):
         drafter = cls.from_pretrained(path, target=model)
         gen = torch.Generator().manual_seed(0)
-        counts = np.zeros(vocab)
+        counts, drafted = np.zeros(vocab), 0
         for _ in range(n):
-            got, _ = generate(target, prompt, drafter, sampling=sampling, max_new_tokens=2, generator=gen,
-                              settings=settings)
+            # 3 tokens: the prefill's, then a verify step with room for one draft token and the bonus (with 2,
+            # every draft is truncated away and only the target would be sampled)
+            got, steps = generate(target, prompt, drafter, sampling=sampling, max_new_tokens=3, generator=gen,
+                                  settings=settings)
             counts[got[1]] += 1
+            drafted += steps[1].tree_size > 1
+        assert drafted == n, f"{cls.__name__}: only {drafted} of {n} verify steps had a draft"
         assert chi_square_pvalue(counts, expected) > 1e-3, cls.__name__
 
 

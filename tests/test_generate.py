@@ -227,12 +227,16 @@ def test_sampling_keeps_target_distribution(tmp_path: Path) -> None:
         q2 = processed_probs(model(nxt).logits[:, -1], sampling)
     expected = (p1[:, None] * q2).sum(0).numpy()
     gen = torch.Generator().manual_seed(0)
-    counts = np.zeros(vocab)
+    counts, drafted = np.zeros(vocab), 0
     n = 2500
     for _ in range(n):
-        got, _ = generate(target, prompt, drafter, sampling=sampling, max_new_tokens=2, generator=gen,
-                          settings=DartSettings(top_k=4, max_nodes=12))
+        # 3 tokens: the prefill's, then a verify step with room for one draft token and the bonus (with 2, the
+        # loop truncates every draft away and the test would only sample the target)
+        got, steps = generate(target, prompt, drafter, sampling=sampling, max_new_tokens=3, generator=gen,
+                              settings=DartSettings(top_k=4, max_nodes=12))
         counts[got[1]] += 1
+        drafted += steps[1].tree_size > 1
+    assert drafted == n, f"only {drafted} of {n} verify steps had a draft"
     assert chi_square_pvalue(counts, expected) > 1e-3
 
 

@@ -147,6 +147,18 @@ def test_features_skip_the_head_only_where_the_backbone_feeds_it_unchanged(llama
         hook.close()
 
 
+def test_read_sequences_keeps_a_first_turn_only_where_its_second_turn_does_not_hold_it(tmp_path: Path) -> None:
+    rows = [{"id": "a", "ids": [1, 2, 3], "n_prompt": 1},           # opens a/2: dropped in full mode
+            {"id": "b", "ids": [4, 5, 6], "n_prompt": 1},           # its second turn does not start with it: kept
+            {"id": "a/2", "ids": [1, 2, 3, 7, 8], "n_prompt": 4},
+            {"id": "b/2", "ids": [4, 9, 6, 7], "n_prompt": 3},
+            {"id": "c", "ids": [10, 11], "n_prompt": 1}]            # no second turn: kept
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert read_sequences(path) == [[4, 5, 6], [1, 2, 3, 7, 8], [4, 9, 6, 7], [10, 11]]
+    assert read_sequences(path, answers_only=True) == [[2, 3], [5, 6], [8], [7], [11]]  # every answer counts
+
+
 def test_training_resumes_bit_exactly(llama: Path, distilled: Path, tmp_path: Path,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     from dart_core.train.common import load_frozen_target

@@ -236,7 +236,9 @@ class TargetModel:
         if mask is not None:
             kwargs["attention_mask"] = mask
         if last_only and self._has_logits_to_keep:
-            kwargs["logits_to_keep"] = 1
+            # by index, not ``1``: a strided last-position view makes torch's CPU linear copy the head (bf16: 56 ms
+            # instead of 4 ms for SmolLM2's 49k-token head at one prompt)
+            kwargs["logits_to_keep"] = torch.tensor([ids.shape[-1] - 1], device=ids.device)
         forward = self.model if eager or self._compiled is None else self._compiled
         with torch.no_grad():
             out = forward(**kwargs)

@@ -195,12 +195,13 @@ def print_summary(results: dict[str, tuple[list[int], list[Step]]], *, greedy: b
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    print(f"\n{'method':<8} {'tokens':>6} {'fwds':>5} {'tau':>6} {ACCEPTANCE_HEADER} {'tok/s':>8} {'vs AR':>6} "
+    w = max(8, *(len(r["method"]) for r in rows))  # the longest racer key (prompt-lookup) keeps columns aligned
+    print(f"\n{'method':<{w}} {'tokens':>6} {'fwds':>5} {'tau':>6} {ACCEPTANCE_HEADER} {'tok/s':>8} {'vs AR':>6} "
           f"{'draft ms':>9} {'search ms':>10} {'verify ms':>10}  (per step)")
     for r in rows:
         speed = f"{r['speedup_vs_ar']:.2f}x" if r["speedup_vs_ar"] else "-"
         note = "" if r.get("matches_ar", True) else "   OUTPUT DIFFERS FROM AR (greedy): please report"
-        print(f"{r['method']:<8} {r['tokens']:>6} {r['forwards']:>5} {r['tau']:>6.2f} {acceptance_cells(r)} "
+        print(f"{r['method']:<{w}} {r['tokens']:>6} {r['forwards']:>5} {r['tau']:>6.2f} {acceptance_cells(r)} "
               f"{r['tokens_per_s']:>8.1f} {speed:>6} {r['draft_ms_per_step']:>9.2f} {r['search_ms_per_step']:>10.2f} "
               f"{r['verify_ms_per_step']:>10.2f}{note}")
     for line in per_position_lines({r["method"]: r for r in rows}):

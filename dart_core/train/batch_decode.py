@@ -112,7 +112,10 @@ def batch_answers(model: Any, prompts: Sequence[Sequence[int]], *, max_new_token
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     cache = Cache(layers=[PreallocatedLayer(width + max_new_tokens) for _ in range(_num_layers(model))])
     key = _cache_kwarg(model)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
+    # the last column by index, not ``logits_to_keep=1``: the model would slice it as a strided view, which torch's
+    # CPU linear multiplies by copying the head once per row (measured: 14 s instead of 0.03 s at batch 128, bf16)
+    last = torch.tensor([width - 1], device=device)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=last,
                    **{key: cache}).logits
     rows = torch.arange(batch, device=device)  # which prompt each live row answers
     next_pos = positions[:, -1] + 1

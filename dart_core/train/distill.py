@@ -230,10 +230,14 @@ def _answer_all(model: Any, tokenizer: Any, records: list[dict[str, Any]], out: 
 
 def read_sequences(path: str | os.PathLike[str], *, answers_only: bool = False) -> list[list[int]]:
     """The token-id sequences of a distillation file, in file order (a torn last line is ignored);
-    ``answers_only``: each record's answer tokens alone (what a drafter must predict), prompt left out."""
+    ``answers_only``: each record's answer tokens alone (what a drafter must predict), prompt left out.
+
+    A first turn whose whole sequence opens its second turn's record (``<id>/2``) is left out: the longer record
+    holds it, and keeping both would run the target over it twice and weigh its answer twice in training."""
     path = Path(path)
     if not path.is_file():
         raise DistillError(f"distillation data {path} does not exist: run `python -m dart_core.train distill` first")
+    ids_of: dict[str, list[int]] = {}
     seqs: list[list[int]] = []
     with path.open(encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
@@ -247,6 +251,11 @@ def read_sequences(path: str | os.PathLike[str], *, answers_only: bool = False) 
                     break  # torn last line
                 raise DistillError(f"{path}:{n}: not a distillation record ({e})") from None
             seqs.append([int(t) for t in ids])
+            ids_of[str(rec.get("id", f"line {n}"))] = seqs[-1]
     if not seqs:
         raise DistillError(f"distillation data {path} holds no sequence")
-    return seqs
+    if answers_only:
+        return seqs
+    contained = {id(ids_of[rid[:-2]]) for rid, ids in ids_of.items() if rid.endswith("/2") and rid[:-2] in ids_of
+                 and ids[: len(ids_of[rid[:-2]])] == ids_of[rid[:-2]]}
+    return [s for s in seqs if id(s) not in contained]
