@@ -203,8 +203,8 @@ def test_no_8_word_run_shared_with_mt_bench(splits: tuple[Records, Records]) -> 
     assert not hits, hits[:3]
 
 
-def test_prompts_cli_writes_a_role_and_refuses_one_outside_the_heldout_split(tmp_path: Path,
-                                                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_prompts_cli_writes_a_role_and_refuses_one_outside_the_heldout_split(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from dart_core.train.any_target import main
 
     out = tmp_path / "bench.jsonl"

@@ -435,8 +435,9 @@ def add_smollm2_parser(sub: Any) -> None:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N")
-    p.add_argument("--dtype", default="auto", help="target dtype: auto (bf16 on CUDA and on CPUs with native bf16, else fp32), "
-                   "float32, bfloat16, float16")
+    p.add_argument("--dtype", default="auto",
+                   help="target dtype: auto (bf16 on CUDA and on CPUs with native bf16, else fp32), float32, bfloat16, "
+                   "float16")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
