@@ -399,7 +399,7 @@ def test_proposal_head_is_bf16_on_a_cpu_with_native_bf16(tmp_path: Path, qwen: t
     """The racers score proposals with a bf16 copy of a float32 lm_head where the CPU multiplies bf16 natively
     (the full-vocabulary matmul of a few rows is ~10x faster there); draft_logits stays exact by default, and the
     proposals are those of the bf16 head."""
-    from dart_core.drafters.dflash import cpu_has_native_bf16
+    from dart_core.engine.cpu import cpu_has_native_bf16
 
     cfg = dflash_config()
     path = write(tmp_path / "d", cfg, dflash_state(cfg))
@@ -491,7 +491,7 @@ def test_exact_proposals_match_upstream_where_the_bf16_head_flips_one(tmp_path: 
 def test_native_bf16_is_read_from_the_cpu_flags(tmp_path: Path, flags: set[str], native: bool) -> None:
     """The bf16 copy is made only where the CPU lists AVX512-BF16 or AMX-BF16 (oneDNN's own check answers True
     on any AVX-512 CPU); the flags come from /proc/cpuinfo's first ``flags`` line."""
-    from dart_core.drafters.dflash import cpu_flags, cpu_has_native_bf16
+    from dart_core.engine.cpu import cpu_flags, cpu_has_native_bf16
 
     assert cpu_has_native_bf16(frozenset(flags)) is native
     info = tmp_path / "cpuinfo"

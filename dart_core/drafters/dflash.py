@@ -29,6 +29,7 @@ from dart_core.drafters.checkpoint import (
 from dart_core.drafters.interface import check_settings, knob
 from dart_core.drafters.layers import MLP, CacheRows, KVCache, RMSNorm, Rotary, apply_rotary
 from dart_core.drafters.module import DrafterModule
+from dart_core.engine.cpu import cpu_has_native_bf16
 from dart_core.engine.drafter import DraftInput, Proposal
 from dart_core.engine.hf_config import num_layers
 from dart_core.engine.timing import Stopwatch
@@ -455,29 +456,6 @@ class DFlashTreeDrafter(DFlashDrafter):
         return searched_proposal(tokens_np, probs_np, step, store, s, draft_ms=draft.ms)
 
 
-NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})  # /proc/cpuinfo's names of bf16 dot-product units
-
-
-def cpu_flags(cpuinfo: str | os.PathLike[str] = "/proc/cpuinfo") -> frozenset[str]:
-    """The CPU's feature flags as Linux lists them (the first ``flags`` line); empty where it does not."""
-    try:
-        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "flags":
-                    return frozenset(value.split())
-    except OSError:
-        pass
-    return frozenset()
-
-
-def cpu_has_native_bf16(flags: frozenset[str] | None = None) -> bool:
-    """Whether this CPU has bf16 dot-product instructions (AVX512-BF16 or AMX-BF16), read from its flags
-    (default :func:`cpu_flags`). Not oneDNN's ``_is_mkldnn_bf16_supported``: it answers True on any AVX-512 CPU,
-    native bf16 or not."""
-    return bool(NATIVE_BF16_FLAGS & (cpu_flags() if flags is None else flags))
-
-
 # ------------------------------------------------------------------------------------------------ target side
 def _target_parts(target: Any, revision: str | None) -> tuple[torch.Tensor, torch.Tensor, int | None]:
     """(embedding [V, H], lm_head [V', H], decoder layers or None) of a loaded model (ours or HF) or a target
@@ -531,4 +509,4 @@ def _check_target(cfg: DFlashConfig, embed: torch.Tensor, lm_head: torch.Tensor,
 
 
 __all__ = ["DFlashConfig", "DFlashDrafter", "DFlashSettings", "DFlashState", "DFlashTreeDrafter",
-           "DFlashTreeSettings", "cpu_has_native_bf16", "default_target_layer_ids", "dflash_shapes"]
+           "DFlashTreeSettings", "default_target_layer_ids", "dflash_shapes"]

@@ -20,7 +20,8 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from dart_core.drafters.dflash import DFlashConfig, DFlashDrafter, cpu_has_native_bf16
+from dart_core.drafters.dflash import DFlashConfig, DFlashDrafter
+from dart_core.engine.cpu import cpu_has_native_bf16
 from dart_core.engine.target import TargetModel
 from dart_core.train.common import (
     TrainConfig,

@@ -1,0 +1,28 @@
+"""What this CPU multiplies natively, read from Linux's flags: where bf16 pays (dot-product units) and where it is
+emulated and slower than float32. The engine's kernels, the drafters and training ask it the same way."""
+
+from __future__ import annotations
+
+import os
+
+NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})  # /proc/cpuinfo's names of bf16 dot-product units
+
+
+def cpu_flags(cpuinfo: str | os.PathLike[str] = "/proc/cpuinfo") -> frozenset[str]:
+    """The CPU's feature flags as Linux lists them (the first ``flags`` line); empty where it does not."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "flags":
+                    return frozenset(value.split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def cpu_has_native_bf16(flags: frozenset[str] | None = None) -> bool:
+    """Whether this CPU has bf16 dot-product instructions (AVX512-BF16 or AMX-BF16), read from its flags
+    (default :func:`cpu_flags`). Not oneDNN's ``_is_mkldnn_bf16_supported``: it answers True on any AVX-512 CPU,
+    native bf16 or not."""
+    return bool(NATIVE_BF16_FLAGS & (cpu_flags() if flags is None else flags))
