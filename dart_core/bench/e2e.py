@@ -44,6 +44,7 @@ from dart_core.generate.__main__ import (
     acceptance_cells,
     add_tree_arguments,
     encode_prompt,
+    method_width,
     per_position_lines,
     tree_settings,
 )
@@ -529,13 +530,14 @@ def print_table(summary: dict[str, dict[str, Any]], methods: list[str], n: int, 
     print(f"\n{n} prompts{turns}, {mode}; tok/s include the prefill (eng: sum of the engine's step stopwatches, "
           "wall: clock around each generation)\nvs AR by wall tok/s; ms are means per verify step")
     turn = f" {'turn':>4}" if per_turn else ""
-    print(f"{'method':<8}{turn} {'tokens':>7} {'steps':>6} {'tau':>6} {ACCEPTANCE_HEADER} {'tok/s eng':>9} "
+    w = method_width(methods)
+    print(f"{'method':<{w}}{turn} {'tokens':>7} {'steps':>6} {'tau':>6} {ACCEPTANCE_HEADER} {'tok/s eng':>9} "
           f"{'tok/s wall':>10} {'vs AR wall':>10} {'draft ms':>9} {'search ms':>10} {'verify ms':>10}")
 
     def row(m: str, t: str, s: dict[str, Any]) -> None:
         speed = f"{s['speedup_vs_ar']:.2f}x" if s["speedup_vs_ar"] else "-"
         col = f" {t:>4}" if per_turn else ""
-        print(f"{m:<8}{col} {s['tokens']:>7} {s['verify_steps']:>6} {s['tau']:>6.2f} {acceptance_cells(s)} "
+        print(f"{m:<{w}}{col} {s['tokens']:>7} {s['verify_steps']:>6} {s['tau']:>6.2f} {acceptance_cells(s)} "
               f"{s['tokens_per_s']:>9.1f} {s['tokens_per_s_wall']:>10.1f} {speed:>10} {s['draft_ms_per_step']:>9.2f} "
               f"{s['search_ms_per_step']:>10.2f} {s['verify_ms_per_step']:>10.2f}")
 

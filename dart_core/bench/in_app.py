@@ -39,7 +39,7 @@ from dart_core.bench.drive import (
 )
 from dart_core.bench.e2e import BenchError, Sources
 from dart_core.engine.timing import threads_leaving_a_core
-from dart_core.generate.__main__ import add_tree_arguments, knob_argv
+from dart_core.generate.__main__ import add_tree_arguments, knob_argv, method_width
 from dart_core.racers.registry import BASELINE, checkpoint_racers, label
 
 TARGET = 0.10  # the in-app figures must be within 10 % of the plain benchmark's
@@ -217,10 +217,11 @@ def print_table(rows: dict[str, dict[str, Any]], n: int, driver: str, target: fl
     print(f"\n{n} prompts, greedy, in the app ({driver}) and in the plain benchmark (e2e)\n"
           "ms: draft + search + verify per verify step (prefill excluded); tok/s: tokens over the method's own "
           "step clock (prefill included); vs AR: tok/s over AR's; ratio: in-app / bench")
-    print(f"{'method':<8} {'app ms':>8} {'bench ms':>8} {'ratio':>6} {'app tok/s':>9} {'bench tok/s':>11} "
+    w = method_width(r["label"] for r in rows.values())
+    print(f"{'method':<{w}} {'app ms':>8} {'bench ms':>8} {'ratio':>6} {'app tok/s':>9} {'bench tok/s':>11} "
           f"{'ratio':>6} {'app vs AR':>9} {'bench vs AR':>11} {'ratio':>6}")
     for r in rows.values():
-        print(f"{r['label']:<8} {r['app_ms_per_step']:>8.2f} {r['bench_ms_per_step']:>8.2f} "
+        print(f"{r['label']:<{w}} {r['app_ms_per_step']:>8.2f} {r['bench_ms_per_step']:>8.2f} "
               f"{_num(r['ms_per_step_ratio'], '.3f'):>6} {r['app_tokens_per_s']:>9.1f} "
               f"{r['bench_tokens_per_s']:>11.1f} {_num(r['tokens_per_s_ratio'], '.3f'):>6} "
               f"{_num(r['app_speedup_vs_ar'], '.2f', 'x'):>9} {_num(r['bench_speedup_vs_ar'], '.2f', 'x'):>11} "

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
 
     from dart_core.arena import load_arena
     from dart_core.bundle import BundleError, open_bundle
-    from dart_core.generate.__main__ import encode_prompt
+    from dart_core.generate.__main__ import encode_prompt, method_width
     from dart_core.loading.errors import report_error
     from dart_core.racers.registry import racer
 
@@ -81,11 +81,12 @@ def run(args: argparse.Namespace) -> int:
         bar.close()
         out[m] = figures(steps, args.window, wall)
     print(f"\n{args.tokens} new tokens per method, {device}, first / last {args.window} verify steps")
-    print(f"{'method':<8} {'steps':>6} {'tau':>5} {'draft ms first':>15} {'draft ms last':>14} {'last/first':>10} "
+    w = method_width(out)
+    print(f"{'method':<{w}} {'steps':>6} {'tau':>5} {'draft ms first':>15} {'draft ms last':>14} {'last/first':>10} "
           f"{'tok/s wall':>10}")
     for m, f in out.items():
         ratio = "–" if f["last_over_first"] is None else f"{f['last_over_first']:.3f}"  # no drafting cost at first
-        print(f"{m:<8} {f['verify_steps']:>6} {f['tau']:>5.2f} {f['draft_ms_first']:>15.2f} "
+        print(f"{m:<{w}} {f['verify_steps']:>6} {f['tau']:>5.2f} {f['draft_ms_first']:>15.2f} "
               f"{f['draft_ms_last']:>14.2f} {ratio:>10} {f['tokens_per_s_wall']:>10.1f}")
     if args.json is not None:
         args.json.write_text(json.dumps({"tokens": args.tokens, "device": str(device), "methods": out}, indent=1))

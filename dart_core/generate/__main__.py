@@ -155,6 +155,12 @@ def run(args: argparse.Namespace) -> int:
 ACCEPTANCE_HEADER = f"{'drafted':>8} {'accepted':>8} {'rate':>6} {'acc len':>7}"
 
 
+def method_width(names: Any) -> int:
+    """The method column's width in the printed tables: the longest racer key (``prompt-lookup``) keeps the
+    columns aligned."""
+    return max(8, *(len(str(n)) for n in names))
+
+
 def acceptance_cells(figures: dict[str, Any]) -> str:
     """A row's acceptance columns (under ``ACCEPTANCE_HEADER``): draft tokens verified and accepted, the draft
     acceptance rate and the mean acceptance length; dashes for a racer without drafting steps."""
@@ -195,7 +201,7 @@ def print_summary(results: dict[str, tuple[list[int], list[Step]]], *, greedy: b
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    w = max(8, *(len(r["method"]) for r in rows))  # the longest racer key (prompt-lookup) keeps columns aligned
+    w = method_width(r["method"] for r in rows)
     print(f"\n{'method':<{w}} {'tokens':>6} {'fwds':>5} {'tau':>6} {ACCEPTANCE_HEADER} {'tok/s':>8} {'vs AR':>6} "
           f"{'draft ms':>9} {'search ms':>10} {'verify ms':>10}  (per step)")
     for r in rows:
