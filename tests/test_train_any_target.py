@@ -20,7 +20,14 @@ from dart_core.drafters.dflash import DFlashTreeDrafter
 from dart_core.drafters.eagle3 import Eagle3Drafter
 from dart_core.engine.loop import generate
 from dart_core.train.__main__ import main as train_main
-from dart_core.train.distill import DistillError, distill, read_prompt_records, read_sequences
+from dart_core.train.distill import (
+    DistillError,
+    distill,
+    distill_runs,
+    read_prompt_records,
+    read_sequences,
+    runs_path,
+)
 from dart_core.train.features import FeatureStore, StoredWindows, build_features
 from dart_core.train.prompt_set import chat_set
 
@@ -67,7 +74,8 @@ def distilled(llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("distill")
     out = root / "distill.jsonl"
     assert train_main(["distill", "--target", str(llama), "--prompts", str(prompts_file(root / "p.jsonl")),
-                       "--out", str(out), "--max-new-tokens", "40", "--batch-size", "4", "--no-progress"]) == 0
+                       "--out", str(out), "--max-new-tokens", "40", "--batch-size", "4", "--dtype", "float32",
+                       "--no-progress"]) == 0
     return out
 
 
@@ -91,6 +99,31 @@ def test_distill_answers_are_the_targets_greedy_answers_and_resume(llama: Path, 
     stats = distill(target.model, tok, recs, copy, stop_ids=stops, max_new_tokens=40, batch_size=4, progress=False)
     assert stats["skipped_done"] == 4 and stats["answered"] == 2
     assert sorted(copy.read_text().splitlines()) == sorted(lines)
+    # The run ledger: each run's answers and clock, summed over runs (a file built over several sessions).
+    answer_tokens = [len(json.loads(x)["ids"]) - json.loads(x)["n_prompt"] for x in lines]
+    first = distill_runs(distilled)
+    assert [(r["answered"], r["dtype"], r["batch_size"]) for r in first["runs"]] == [(6, "float32", 4)]
+    assert first["answer_tokens"] == sum(answer_tokens) and first["seconds"] > 0
+    distill(target.model, tok, recs, copy, stop_ids=stops, max_new_tokens=40, batch_size=4, progress=False)
+    resumed = distill_runs(copy)
+    assert [r["answered"] for r in resumed["runs"]] == [2]  # a run with nothing left to answer leaves no entry
+    assert resumed["answer_tokens"] == sum(answer_tokens[4:])
+    assert resumed["answer_tokens_per_s"] == round(resumed["answer_tokens"] / resumed["seconds"], 1)
+    runs_path(copy).write_text("{not json")
+    assert distill_runs(copy) == {"runs": [], "seconds": 0, "answered": 0, "answer_tokens": 0,
+                                  "answer_tokens_per_s": None}
+
+
+def test_training_dtype_is_bf16_on_a_cpu_only_where_it_multiplies_bf16_natively(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from dart_core.engine import cpu
+    from dart_core.train.any_target import training_dtype
+
+    for native in (True, False):
+        monkeypatch.setattr(cpu, "cpu_flags", lambda native=native: frozenset({"avx512_bf16"} if native else {"avx2"}))
+        assert training_dtype("auto", "cpu") == ("bfloat16" if native else "auto")
+        assert training_dtype("float32", "cpu") == "float32"
+        assert training_dtype("auto", "cuda") == "auto"  # the arena's own choice: bf16 on CUDA
 
 
 def test_stored_features_and_teacher_equal_a_fresh_forward(llama: Path, distilled: Path, tmp_path: Path) -> None:
@@ -316,3 +349,7 @@ def test_smollm2_quick_recipe(tmp_path: Path) -> None:
     card = (out / "README.md").read_text()
     assert "SmolLM2-135M-Instruct" in card and "## Measured figures" in card and "| dflash | 2 | steps |" in card
     assert "| 256 |" in card and stages["distill"]["file"]["sha256"] in card
+    runs = stages["distill"]["all_runs"]
+    assert runs["answered"] == stages["distill"]["file"]["records"] and len(runs["runs"]) == 1
+    assert f"over 1 run(s) of the same resumable command, {runs['answer_tokens']:,} answer tokens" in " ".join(
+        card.split())

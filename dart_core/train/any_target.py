@@ -241,7 +241,7 @@ def cmd_smollm2(args: argparse.Namespace, command: str) -> int:
     from dart_core.loading.bundle_digests import record_digests
     from dart_core.loading.wheel_fetch import sha256_file
     from dart_core.train.common import TrainConfig
-    from dart_core.train.distill import read_sequences
+    from dart_core.train.distill import distill_runs, read_sequences
     from dart_core.train.model_card import write_model_card
     from dart_core.train.prompt_set import chat_set, heldout_roles
     from dart_core.train.prompts import write_jsonl
@@ -271,6 +271,7 @@ def cmd_smollm2(args: argparse.Namespace, command: str) -> int:
     for stage, prompts, name in (("distill", train, "distill.jsonl"), ("distill_eval", evals, "eval_distill.jsonl")):
         rec = run_distill(hp["target"], prompts, work / name, **opts)
         rec["file"]["sha256"] = sha256_file(work / name)  # the data stays out of git: this identifies it
+        rec["all_runs"] = distill_runs(work / name)  # a resumable stage: every run's clock and tokens
         _record(out, stage, rec, command)
     seqs = read_sequences(work / "distill.jsonl")
     _record(out, "vocab", run_vocab(loaded[0].text_config, work / "distill.jsonl", work / "eval_distill.jsonl",

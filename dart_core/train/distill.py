@@ -5,16 +5,21 @@ ending with a user turn) — both answered by the target through its chat templa
 used as it is, nothing generated). Output JSONL records are ``{"id", "ids", "n_prompt", "answer"}``: the token ids
 of the whole conversation (prompt + the target's answer, end-of-turn token included), how many of them are prompt,
 and the answer text for people. Answers are generated in batches; each finished batch is appended and flushed, so
-an interrupted run resumes where it stopped (a torn last line is dropped)."""
+an interrupted run resumes where it stopped (a torn last line is dropped). ``<out>.runs.json`` keeps every run's
+wall clock and answer tokens, updated after each batch, so a file built over several sessions still tells its
+throughput (:func:`distill_runs`)."""
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from dart_core.loading.atomic import atomic_output
 
 
 class DistillError(ValueError):
@@ -100,6 +105,44 @@ def _resume(path: Path, stop_ids: list[int]) -> tuple[set[str], dict[str, int]]:
     return done, totals
 
 
+def runs_path(out: str | os.PathLike[str]) -> Path:
+    """The run ledger beside a distillation file."""
+    out = Path(out)
+    return out.with_name(out.name + ".runs.json")
+
+
+def distill_runs(out: str | os.PathLike[str]) -> dict[str, Any]:
+    """Every run that wrote ``out`` (its ledger) and their totals: wall-clock seconds, prompts answered, answer
+    tokens, answer tokens per second over all of them. An unreadable or missing ledger gives no runs."""
+    try:
+        runs = json.loads(runs_path(out).read_text(encoding="utf-8"))["runs"]
+        runs = [r for r in runs if isinstance(r, dict)]
+    except (OSError, ValueError, KeyError, TypeError):
+        runs = []
+    seconds = sum(float(r.get("seconds", 0)) for r in runs)
+    tokens = sum(int(r.get("answer_tokens", 0)) for r in runs)
+    return {"runs": runs, "seconds": round(seconds, 1), "answered": sum(int(r.get("answered", 0)) for r in runs),
+            "answer_tokens": tokens, "answer_tokens_per_s": round(tokens / seconds, 1) if seconds else None}
+
+
+class _RunLedger:
+    """This run's entry in the ledger, rewritten (atomically) after each batch: a run killed mid-way keeps the
+    time and tokens of the batches it finished."""
+
+    def __init__(self, out: Path, entry: dict[str, Any]) -> None:
+        self.path = runs_path(out)
+        self.earlier = distill_runs(out)["runs"]
+        self.entry = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "seconds": 0.0, "answered": 0,
+                      "answer_tokens": 0, **entry}
+        self.t0 = time.perf_counter()
+
+    def update(self, answered: int, answer_tokens: int) -> None:
+        self.entry.update(seconds=round(time.perf_counter() - self.t0, 1), answered=answered,
+                          answer_tokens=answer_tokens)
+        with atomic_output(self.path) as tmp:
+            tmp.write_text(json.dumps({"runs": [*self.earlier, self.entry]}, indent=1) + "\n", encoding="utf-8")
+
+
 def _count(totals: dict[str, int], tokens: int, answer_tokens: int, hit_limit: bool) -> None:
     """Add one record of the distillation file to its totals."""
     totals["records"] += 1
@@ -167,8 +210,13 @@ def distill(
     stats = {"skipped_done": len(done), "answered": 0, "raw": 0, "answer_tokens": 0, "hit_limit": 0,
              "followups": 0, "file": totals}
     generator = torch.Generator().manual_seed(seed)
+    param = next(model.parameters(), None)
+    ledger = _RunLedger(out, {"batch_size": batch_size, "max_new_tokens": max_new_tokens,
+                              "dtype": str(param.dtype).removeprefix("torch.") if param is not None else None,
+                              "device": str(param.device) if param is not None else None,
+                              "threads": torch.get_num_threads()})
     opts = {"stop_ids": stop_ids, "max_new_tokens": max_new_tokens, "batch_size": batch_size,
-            "temperature": temperature, "generator": generator, "progress": progress}
+            "temperature": temperature, "generator": generator, "progress": progress, "ledger": ledger}
     _answer_all(model, tokenizer, records, out, done, stats, desc="distill", **opts)
     wanted = {str(r["id"]) for r in records if r.get("followups") and f"{r['id']}/2" not in done}
     second = followup_records(records, _answers_of(out, wanted))
@@ -179,7 +227,8 @@ def distill(
 
 def _answer_all(model: Any, tokenizer: Any, records: list[dict[str, Any]], out: Path, done: set[str],
                 stats: dict[str, Any], *, stop_ids: list[int], max_new_tokens: int, batch_size: int,
-                temperature: float, generator: torch.Generator, progress: bool, desc: str) -> None:
+                temperature: float, generator: torch.Generator, progress: bool, desc: str,
+                ledger: _RunLedger) -> None:
     """Answer the records not in ``done``, a batch at a time, each finished batch appended, flushed and synced."""
     from tqdm.auto import tqdm
 
@@ -223,6 +272,7 @@ def _answer_all(model: Any, tokenizer: Any, records: list[dict[str, Any]], out: 
                 _count(totals, len(p) + len(answer), len(answer), hit_limit)
             f.flush()
             os.fsync(f.fileno())
+            ledger.update(stats["answered"], stats["answer_tokens"])
             bar.update(len(batch))
             bar.set_postfix(tokens=stats["answer_tokens"])
         bar.close()

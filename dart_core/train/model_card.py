@@ -89,6 +89,23 @@ def _drafter_lines(st: dict[str, Any], hp: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _time_lines(st: dict[str, Any], platform: str | None) -> list[str]:
+    """What the recipe cost: distillation over all its runs (answer tokens/s), features, each drafter, the sum."""
+    runs = [st.get(k, {}).get("all_runs") or {} for k in ("distill", "distill_eval")]
+    heads = {k: float(st.get(k, {}).get("stage_seconds", 0)) for k in ("dart", "eagle3", "dflash")}
+    feats = float(st.get("features", {}).get("seconds", 0))
+    total = sum(float(r.get("seconds", 0)) for r in runs) + feats + sum(heads.values())
+    d, de = runs
+    dtypes = sorted({str(r.get("dtype")) for r in d.get("runs", [])})
+    return textwrap.wrap(
+        f"Recipe time on {platform}: distillation {float(d.get('seconds', 0)) / 3600:.2f} h over "
+        f"{len(d.get('runs', []))} run(s) of the same resumable command, {d.get('answer_tokens', 0):,} answer tokens "
+        f"at {d.get('answer_tokens_per_s')} answer tokens/s overall ({', '.join(dtypes) or '?'}; each run in "
+        f"`recipe.json`); held-out answers {float(de.get('seconds', 0)):.0f} s; features {feats:.0f} s (the last "
+        "run); " + ", ".join(f"{k} {v:.0f} s" for k, v in heads.items()) + f"; in all {total / 3600:.2f} h.",
+        112, break_on_hyphens=False, break_long_words=False)
+
+
 def write_model_card(out: Path, data: dict[str, Any]) -> Path:
     """``README.md`` of the bundle from its ``recipe.json``; the hand-kept section from ``## Measured figures`` on
     (benchmarks, the measurements behind the recipe's choices) is kept when present."""
@@ -98,7 +115,6 @@ def write_model_card(out: Path, data: dict[str, Any]) -> Path:
     keep = ""
     if card.exists() and "## Measured figures" in card.read_text():
         keep = card.read_text().split("## Measured figures", 1)[1]
-    d = st.get("distill", {})
     lines = [
         "# DART Arena default bundle: SmolLM2-135M-Instruct" + (" (quick smoke build)" if hp.get("train_prompts", 0)
                                                                < 100 else ""),
@@ -115,9 +131,7 @@ def write_model_card(out: Path, data: dict[str, Any]) -> Path:
         "",
         *_drafter_lines(st, hp),
         "",
-        f"This build: {st.get('bundle', {}).get('total_seconds', 0):.0f} s on {data.get('platform')} (the last "
-        f"distillation run answered {d.get('answered', 0):,} prompts at {d.get('answer_tokens_per_s', 0)} answer "
-        "tokens/s; earlier runs of the same resumable command are in the measured figures).",
+        *_time_lines(st, data.get("platform")),
         "",
         "## Measured figures" + (keep or "\n\n_Run `python -m dart_core.bench e2e --dataset mt-bench` and put "
                                  "its table here._\n"),
