@@ -129,7 +129,7 @@ def test_training_dtype_is_bf16_on_a_cpu_only_where_it_multiplies_bf16_natively(
 def test_stored_features_and_teacher_equal_a_fresh_forward(llama: Path, distilled: Path, tmp_path: Path) -> None:
     target, _ = load_target(llama, device="cpu", dtype="float32")
     seqs = read_sequences(distilled)
-    store = build_features(target, seqs, tmp_path / "f", batch_tokens=64, progress=False)
+    store = build_features(target, seqs, tmp_path / "f", batch_tokens=64, chunk=4, progress=False)
     assert store.complete() and store.n_tokens == sum(len(s) for s in seqs)
     off = store.meta["offsets"]
     for i in (0, 3, 5):
@@ -155,7 +155,7 @@ def test_stored_features_and_teacher_equal_a_fresh_forward(llama: Path, distille
     part = FeatureStore.open(tmp_path / "f", "r+")
     part.features[off[2]:] = 0
     part.features.flush()
-    again = build_features(target, seqs, tmp_path / "f", batch_tokens=64, progress=False)
+    again = build_features(target, seqs, tmp_path / "f", batch_tokens=64, chunk=4, progress=False)
     assert (again.features == before).all()
     with pytest.raises(ValueError, match="other sequences"):
         build_features(target, seqs[:-1], tmp_path / "f", progress=False)

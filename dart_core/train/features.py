@@ -158,9 +158,10 @@ def _fp16(x: torch.Tensor, what: str) -> np.ndarray:
 
 @torch.no_grad()
 def build_features(target: TargetModel, sequences: Sequence[Sequence[int]], root: str | os.PathLike[str], *,
-                   batch_tokens: int = 4096, progress: bool = True) -> FeatureStore:
-    """Run the target once over every sequence (batches of similar lengths, right-padded) and store its features;
-    resume a partial store of the same sequences, or refuse one of other data."""
+                   batch_tokens: int = 4096, chunk: int = 512, progress: bool = True) -> FeatureStore:
+    """Run the target once over every sequence (right-padded batches of similar lengths, sorted within chunks of
+    ``chunk`` sequences) and store its features; resume a partial store of the same sequences (a chunk at a time),
+    or refuse one of other data."""
     from tqdm.auto import tqdm
 
     root = Path(root)
@@ -188,31 +189,33 @@ def build_features(target: TargetModel, sequences: Sequence[Sequence[int]], root
     start = int(store.meta["done_sequences"])
     bar = tqdm(total=len(sequences), initial=start, desc="target features", unit="seq", disable=not progress)
     try:
-        i = start
-        while i < len(sequences):
-            # Sequences stay in file order (resume is by count); one batch fills ``batch_tokens`` of padded width.
-            j, width = i, 0
-            while j < len(sequences) and (j == i or max(width, len(sequences[j])) * (j - i + 1) <= batch_tokens):
-                width = max(width, len(sequences[j]))
-                j += 1
-            batch = sequences[i:j]
-            ids = torch.zeros((len(batch), width), dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for r, s in enumerate(batch):
-                ids[r, : len(s)] = torch.as_tensor(list(s))
-                mask[r, : len(s)] = 1
-            feats, last = forward(ids.to(target.device), mask.to(target.device))
-            for r, s in enumerate(batch):
-                a, b = offsets[i + r], offsets[i + r + 1]
-                store.tokens[a:b] = np.asarray(s, dtype=np.int32)
-                store.features[a:b] = _fp16(feats[r, : len(s)], "hidden states")
-                store.head_input[a:b] = _fp16(last[r, : len(s)], "output-head inputs")
+        for i in range(start, len(sequences), chunk):
+            # A chunk of sequences in file order (resume is by count, a chunk at a time), batched by length inside
+            # it so little padding is computed; one batch fills ``batch_tokens`` of padded width.
+            end = min(i + chunk, len(sequences))
+            order = sorted(range(i, end), key=lambda k: len(sequences[k]))
+            while order:
+                n, width = 0, 0
+                while n < len(order) and (n == 0 or max(width, len(sequences[order[n]])) * (n + 1) <= batch_tokens):
+                    width = max(width, len(sequences[order[n]]))
+                    n += 1
+                rows, order = order[:n], order[n:]
+                ids = torch.zeros((n, width), dtype=torch.long)
+                mask = torch.zeros((n, width), dtype=torch.long)
+                for r, k in enumerate(rows):
+                    ids[r, : len(sequences[k])] = torch.as_tensor(list(sequences[k]))
+                    mask[r, : len(sequences[k])] = 1
+                feats, last = forward(ids.to(target.device), mask.to(target.device))
+                for r, k in enumerate(rows):
+                    a, b = offsets[k], offsets[k + 1]
+                    store.tokens[a:b] = np.asarray(sequences[k], dtype=np.int32)
+                    store.features[a:b] = _fp16(feats[r, : b - a], "hidden states")
+                    store.head_input[a:b] = _fp16(last[r, : b - a], "output-head inputs")
+                bar.update(n)
             for arr in (store.tokens, store.features, store.head_input):
                 arr.flush()
-            store.meta["done_sequences"] = j
+            store.meta["done_sequences"] = end
             store.save_meta()
-            bar.update(j - i)
-            i = j
     finally:
         hook.close()
         bar.close()
