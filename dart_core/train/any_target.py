@@ -52,6 +52,7 @@ SMOLLM2 = {
     "ngram_order": 4,
     "ngram_min_count": 2,
     "vocab_sizes": [2048, 4096, 8192],
+    "fit_tokens": None,  # all of the data
 }
 SMOLLM2_QUICK = {
     **SMOLLM2,
@@ -142,14 +143,16 @@ def run_distill(target_ref: str, records: list[dict[str, Any]], out: Path, *, de
 def run_fit(target_ref: str, data: Path, out: Path, *, work: Path, only: str | None, steps: dict[str, int],
             draft_vocab: int, intermediate: int | None, budget: Any, device: str | None, dtype: str,
             online: bool = False, loaded: Any = None, command: str | None = None, dflash_block: int = 16,
-            eval_data: Path | None = None) -> dict[str, Any]:
+            eval_data: Path | None = None, max_tokens: int | None = None) -> dict[str, Any]:
     """Features once (stored, resumable), then the DART drafter, the EAGLE-3 head and the DFlash drafter (block of
     ``dflash_block``; it reads the same feature layers) on the same windows with the same ``budget``
     (:class:`~dart_core.train.common.TrainConfig`: window, batch, wall clock, early stopping; ``steps`` per
     method bound each run). ``eval_data``: distilled answers to held-out prompts, whose features are the held-out
     set (else the last ``budget.eval_windows`` windows of the data).
     ``online``: no stored features, the target runs inside every step over per-conversation windows (for data too
-    large to keep features of, on a GPU); the last ``eval_windows`` conversations are held out."""
+    large to keep features of, on a GPU); the last ``eval_windows`` conversations are held out. ``max_tokens``:
+    features and training over a seeded random sample of the conversations holding at most that many tokens (a
+    CPU's budget trains on fewer tokens than a large distillation holds; the features of the rest would go unused)."""
     import torch
 
     from dart_core.train.dart import train_dart
@@ -161,6 +164,9 @@ def run_fit(target_ref: str, data: Path, out: Path, *, work: Path, only: str | N
     if budget.threads:
         torch.set_num_threads(budget.threads)
     seqs = read_sequences(data)
+    n_all, tokens_all = len(seqs), sum(len(s) for s in seqs)
+    if max_tokens is not None:
+        seqs = sample_sequences(seqs, max_tokens, seed=budget.seed)
     eval_seqs = read_sequences(eval_data) if eval_data is not None else None
     target, _ = loaded or _load_target(target_ref, device, dtype)
     t0 = time.perf_counter()
@@ -175,6 +181,7 @@ def run_fit(target_ref: str, data: Path, out: Path, *, work: Path, only: str | N
     else:
         store = build_features(target, seqs, work / "features", progress=budget.progress)
         feat_rec = {"tokens": store.n_tokens, "sequences": len(seqs), "seconds": round(time.perf_counter() - t0, 1),
+                    "data_sequences": n_all, "data_tokens": tokens_all, "max_tokens": max_tokens,
                     "feature_layers": list(target.feature_layers), "bytes": sum(
                         p.stat().st_size for p in (work / "features").glob("*.bin"))}
         if eval_seqs is not None:
@@ -219,6 +226,26 @@ def run_fit(target_ref: str, data: Path, out: Path, *, work: Path, only: str | N
     return results
 
 
+def sample_sequences(seqs: list[list[int]], max_tokens: int, *, seed: int) -> list[list[int]]:
+    """A seeded random sample of whole conversations holding at most ``max_tokens`` tokens, in file order (every
+    topic and length of the data stays represented, unlike a prefix of a length-sorted file)."""
+    import random
+
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be positive, got {max_tokens}")
+    order = list(range(len(seqs)))
+    random.Random(seed).shuffle(order)
+    keep, total = [], 0
+    for i in order:
+        if total + len(seqs[i]) > max_tokens:
+            continue
+        keep.append(i)
+        total += len(seqs[i])
+    if not keep:
+        raise ValueError(f"no conversation fits in {max_tokens} tokens")
+    return [seqs[i] for i in sorted(keep)]
+
+
 def run_ngram(seqs: list[list[int]], path: Path, *, order: int, min_count: int, progress: bool) -> dict[str, Any]:
     """An N-gram store over the distillation sequences (the target's own text, in its tokenizer)."""
     from dart_core.ngram.store import NgramStore, build_to_file
@@ -234,19 +261,51 @@ def run_ngram(seqs: list[list[int]], path: Path, *, order: int, min_count: int, 
     return rec
 
 
+SMOLLM2_STAGES = ("distill", "vocab", "ngram", "fit", "card")
+# What a lent GPU changes (``--gpu``): the distillation batch and the training batch grow to fill the device, and the
+# three drafters share a budget measured in the GPU's seconds; the data, vocabulary and losses are the recipe's own.
+SMOLLM2_GPU = {"distill_batch": 2048, "batch_windows": 64, "eval_every": 100, "time_budget_min": 2.0}
+
+
+def _smollm2_hp(args: argparse.Namespace) -> dict[str, Any]:
+    """The recipe's hyperparameters for this run: the full or quick set, the GPU sizes with ``--gpu``, then the
+    explicit overrides (``--distill-batch``, ``--batch-windows``, ``--time-budget``, ``--eval-every``)."""
+    hp = dict(SMOLLM2_QUICK if args.quick else SMOLLM2)
+    if args.gpu and not args.quick:
+        hp.update(SMOLLM2_GPU)
+    for key, value in (("distill_batch", args.distill_batch), ("batch_windows", args.batch_windows),
+                       ("time_budget_min", args.time_budget), ("eval_every", args.eval_every),
+                       ("fit_tokens", args.fit_tokens)):
+        if value is not None:
+            if value <= 0:
+                raise ValueError(f"--{key.replace('_', '-').replace('-min', '')} must be positive, got {value}")
+            hp[key] = value
+    return hp
+
+
+def _device_name(device: str | None) -> str:
+    """What ran a stage, for the recipe: the GPU's name, or the CPU's platform."""
+    import torch
+
+    if str(device or "cpu").startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.get_device_name(torch.device(device))
+    return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
 def cmd_smollm2(args: argparse.Namespace, command: str) -> int:
     """The embedded default bundle: prompts, the target's answers (training and held-out), the draft-vocabulary
     coverage behind its size, N-gram store, the three drafters on one time budget, model card. Every stage resumes
-    (answered prompts, stored features and training checkpoints are kept in ``--work`` and ``OUT/<drafter>``)."""
+    (answered prompts, stored features and training checkpoints are kept in ``--work`` and ``OUT/<drafter>``);
+    ``--stages`` runs some of them (a GPU distils and trains, a CPU builds the N-gram store and the card)."""
     from dart_core.loading.bundle_digests import record_digests
     from dart_core.loading.wheel_fetch import sha256_file
-    from dart_core.train.common import TrainConfig
     from dart_core.train.distill import distill_runs, read_sequences
     from dart_core.train.model_card import write_model_card
     from dart_core.train.prompt_set import chat_set, heldout_roles
     from dart_core.train.prompts import write_jsonl
 
-    hp = dict(SMOLLM2_QUICK if args.quick else SMOLLM2)
+    stages = parse_stages(args.stages)
+    hp = _smollm2_hp(args)
     out: Path = args.out
     work: Path = args.work or (out.parent / f".{out.name}-work")
     t_all = time.perf_counter()
@@ -264,37 +323,61 @@ def cmd_smollm2(args: argparse.Namespace, command: str) -> int:
         "eval": len(evals), "bench": len(bench),
         "split": "by topic (stable hash): no held-out topic is in training; eval and bench topics are disjoint"},
         command)
-    loaded = _load_target(hp["target"], args.device, args.dtype)
-    opts = {"device": args.device, "dtype": args.dtype, "max_new_tokens": hp["max_new_tokens"],
-            "batch_size": hp["distill_batch"], "temperature": 0.0, "seed": args.seed, "threads": args.threads,
-            "progress": not args.no_progress, "loaded": loaded}
-    for stage, prompts, name in (("distill", train, "distill.jsonl"), ("distill_eval", evals, "eval_distill.jsonl")):
-        rec = run_distill(hp["target"], prompts, work / name, **opts)
-        rec["file"]["sha256"] = sha256_file(work / name)  # the data stays out of git: this identifies it
-        rec["all_runs"] = distill_runs(work / name)  # a resumable stage: every run's clock and tokens
-        _record(out, stage, rec, command)
-    seqs = read_sequences(work / "distill.jsonl")
-    _record(out, "vocab", run_vocab(loaded[0].text_config, work / "distill.jsonl", work / "eval_distill.jsonl",
-                                    hp["vocab_sizes"]), command)
-    ng = run_ngram(seqs, out / "ngram" / "small.ngram", order=hp["ngram_order"],
-                   min_count=hp["ngram_min_count"], progress=not args.no_progress)
-    _record(out, "ngram", ng, command)
-    budget = TrainConfig(window=hp["window"], batch_windows=hp["batch_windows"], eval_windows=hp["eval_windows"],
-                         seed=args.seed, threads=args.threads, resume=True, progress=not args.no_progress,
-                         checkpoint_every=100, eval_every=hp["eval_every"], patience=hp["patience"],
-                         time_budget_s=hp["time_budget_min"] * 60 if hp["time_budget_min"] else None)
-    run_fit(hp["target"], work / "distill.jsonl", out, work=work, only=None, steps=hp["steps"],
-            draft_vocab=hp["draft_vocab"], intermediate=hp["drafter_intermediate"], budget=budget,
-            device=args.device, dtype=args.dtype, loaded=loaded, command=command, dflash_block=hp["dflash_block"],
-            eval_data=work / "eval_distill.jsonl")
-    data = _record(out, "bundle", {"hyperparameters": hp, "quick": bool(args.quick),
-                                   "total_seconds": round(time.perf_counter() - t_all, 1)}, command)
-    write_model_card(out, data)
-    record_digests(out)  # every model file's sha256 into bundle.json, checked when the bundle is opened
+    loaded = _load_target(hp["target"], args.device, args.dtype) if stages & {"distill", "vocab", "fit"} else None
+    if "distill" in stages:
+        opts = {"device": args.device, "dtype": args.dtype, "max_new_tokens": hp["max_new_tokens"],
+                "batch_size": hp["distill_batch"], "temperature": 0.0, "seed": args.seed, "threads": args.threads,
+                "progress": not args.no_progress, "loaded": loaded}
+        for stage, prompts, name in (("distill", train, "distill.jsonl"),
+                                     ("distill_eval", evals, "eval_distill.jsonl")):
+            rec = run_distill(hp["target"], prompts, work / name, **opts)
+            rec["file"]["sha256"] = sha256_file(work / name)  # the data stays out of git: this identifies it
+            rec["all_runs"] = distill_runs(work / name)  # a resumable stage: every run's clock and tokens
+            rec["device_name"] = _device_name(args.device)
+            _record(out, stage, rec, command)
+    if "vocab" in stages:
+        _record(out, "vocab", run_vocab(loaded[0].text_config, work / "distill.jsonl", work / "eval_distill.jsonl",
+                                        hp["vocab_sizes"]), command)
+    if "ngram" in stages:
+        ng = run_ngram(read_sequences(work / "distill.jsonl"), out / "ngram" / "small.ngram",
+                       order=hp["ngram_order"], min_count=hp["ngram_min_count"], progress=not args.no_progress)
+        _record(out, "ngram", ng, command)
+    if "fit" in stages:
+        from dart_core.train.common import TrainConfig
+
+        budget = TrainConfig(window=hp["window"], batch_windows=hp["batch_windows"],
+                             eval_windows=hp["eval_windows"], seed=args.seed, threads=args.threads, resume=True,
+                             progress=not args.no_progress, checkpoint_every=100, eval_every=hp["eval_every"],
+                             patience=hp["patience"],
+                             time_budget_s=hp["time_budget_min"] * 60 if hp["time_budget_min"] else None)
+        run_fit(hp["target"], work / "distill.jsonl", out, work=work, only=None, steps=hp["steps"],
+                draft_vocab=hp["draft_vocab"], intermediate=hp["drafter_intermediate"], budget=budget,
+                device=args.device, dtype=args.dtype, loaded=loaded, command=command,
+                dflash_block=hp["dflash_block"], eval_data=work / "eval_distill.jsonl", max_tokens=hp["fit_tokens"])
+        # the drafters' hyperparameters are this run's: a later run of other stages (the card) keeps them
+        _record(out, "fit", {"hyperparameters": hp, "device_name": _device_name(args.device)}, command)
+    if "card" in stages:
+        data = _record(out, "bundle", {"hyperparameters": hp, "quick": bool(args.quick),
+                                       "total_seconds": round(time.perf_counter() - t_all, 1)}, command)
+        write_model_card(out, data)
+        record_digests(out)  # every model file's sha256 into bundle.json, checked when the bundle is opened
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
-    print(f"[smollm2] bundle {size / 1e6:.1f} MB in {out} ({time.perf_counter() - t_all:.0f} s); "
-          f"work files in {work}")
+    print(f"[smollm2] stages {','.join(s for s in SMOLLM2_STAGES if s in stages)}: bundle {size / 1e6:.1f} MB in "
+          f"{out} ({time.perf_counter() - t_all:.0f} s); work files in {work}")
     return 0
+
+
+def parse_stages(text: str) -> set[str]:
+    """``--stages``: a comma-separated subset of :data:`SMOLLM2_STAGES` (``all``: every one); an unknown name is
+    refused, naming the known ones."""
+    names = {s.strip() for s in text.split(",") if s.strip()}
+    if names == {"all"}:
+        return set(SMOLLM2_STAGES)
+    unknown = sorted(names - set(SMOLLM2_STAGES))
+    if unknown or not names:
+        raise ValueError(f"unknown stage(s) {', '.join(unknown) or '(none given)'}: pick from "
+                         f"{', '.join(SMOLLM2_STAGES)} or all")
+    return names
 
 
 def run_vocab(text_config: Any, data: Path, eval_data: Path | None, sizes: list[int], *,
@@ -434,6 +517,24 @@ def add_smollm2_parser(sub: Any) -> None:
     p.add_argument("--work", type=Path, default=None,
                    help="where distillation data and features go (default: .<out name>-work beside OUT)")
     p.add_argument("--quick", action="store_true", help="a tiny variant of every stage, for CI (seconds)")
+    p.add_argument("--stages", default="all",
+                   help="comma-separated stages to run: " + ", ".join(SMOLLM2_STAGES) + " (default: all; the prompt "
+                        "files are always written). A GPU can distil and fit while a CPU builds the N-gram store and "
+                        "the card: --stages distill,fit there, --stages vocab,ngram,card here")
+    p.add_argument("--gpu", action="store_true",
+                   help="sizes for a lent GPU: distillation batch " + str(SMOLLM2_GPU["distill_batch"]) + ", "
+                        + str(SMOLLM2_GPU["batch_windows"]) + " windows a training step, a held-out evaluation "
+                        "every " + str(SMOLLM2_GPU["eval_every"]) + " steps, " + f"{SMOLLM2_GPU['time_budget_min']:g}"
+                        + " minutes per drafter (use with --device cuda)")
+    p.add_argument("--distill-batch", type=int, default=None, help="prompts answered together (overrides the recipe)")
+    p.add_argument("--batch-windows", type=int, default=None, help="training windows per step (overrides the recipe)")
+    p.add_argument("--time-budget", type=float, default=None, metavar="MIN",
+                   help="wall-clock minutes per drafter, the same for each (overrides the recipe's)")
+    p.add_argument("--eval-every", type=int, default=None,
+                   help="training steps between held-out evaluations (overrides the recipe's)")
+    p.add_argument("--fit-tokens", type=int, default=None, metavar="N",
+                   help="features and training over a seeded random sample of the conversations holding at most N "
+                        "tokens (default: all; a CPU's budget trains on fewer tokens than the distillation holds)")
     _common(p)
 
 

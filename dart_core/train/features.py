@@ -260,10 +260,14 @@ class StoredWindows:
         """(ids [B, n], features [B, n, 3H] float32, teacher log-probs [B, n, Vd] — or the head inputs [B, n, H]
         without ``head_weight``) of windows ``idx``."""
         starts = [(self.first + int(i)) * self.window for i in idx]
-        rows = np.concatenate([np.arange(s, s + self.window) for s in starts])
-        ids = torch.from_numpy(np.asarray(self.store.tokens[rows], dtype=np.int64)).view(len(starts), -1)
-        feats = torch.from_numpy(np.asarray(self.store.features[rows], dtype=np.float32))
-        last = torch.from_numpy(np.asarray(self.store.head_input[rows], dtype=np.float32)).to(self.device)
+        w = self.window
+
+        def take(arr: np.ndarray) -> torch.Tensor:  # contiguous slices, kept float16 until on ``device``
+            return torch.from_numpy(np.asarray(np.stack([arr[s : s + w] for s in starts])))
+
+        ids = take(self.store.tokens).long()
+        feats = take(self.store.features).to(self.device).float()
+        last = take(self.store.head_input).to(self.device).float().view(len(starts) * w, -1)
         if self.head is None:
             teach = last.view(len(starts), self.window, -1)
         else:

@@ -60,8 +60,10 @@ def _data_lines(st: dict[str, Any], hp: dict[str, Any]) -> list[str]:
 def _drafter_lines(st: dict[str, Any], hp: dict[str, Any]) -> list[str]:
     """The card's drafter section: the shared recipe and, per drafter, its run and held-out top-1 by depth."""
     budget = hp.get("time_budget_min")
+    where = st.get("fit", {}).get("device_name")
     lines = [
         "## Drafters",
+        *([f"Trained on {where}."] if where else []),
         f"All three: one layer, hidden 576 (the target's), MLP {hp.get('drafter_intermediate')}, target embedding "
         f"shared and frozen, windows of {hp.get('window')} tokens × {hp.get('batch_windows')} per step, AdamW, "
         "warmup + cosine, the same features"
@@ -97,8 +99,11 @@ def _time_lines(st: dict[str, Any], platform: str | None) -> list[str]:
     total = sum(float(r.get("seconds", 0)) for r in runs) + feats + sum(heads.values())
     d, de = runs
     dtypes = sorted({str(r.get("dtype")) for r in d.get("runs", [])})
+    devices = sorted({str(r.get("device")) for r in d.get("runs", [])} | {
+        str(st[k]["device_name"]) for k in ("distill", "fit") if st.get(k, {}).get("device_name")})
     return textwrap.wrap(
-        f"Recipe time on {platform}: distillation {float(d.get('seconds', 0)) / 3600:.2f} h over "
+        f"Recipe time (on {', '.join(devices) or platform}; the card written on {platform}): distillation "
+        f"{float(d.get('seconds', 0)) / 3600:.2f} h over "
         f"{len(d.get('runs', []))} run(s) of the same resumable command, {d.get('answer_tokens', 0):,} answer tokens "
         f"at {d.get('answer_tokens_per_s')} answer tokens/s overall ({', '.join(dtypes) or '?'}; each run in "
         f"`recipe.json`); held-out answers {float(de.get('seconds', 0)):.0f} s; features {feats:.0f} s (the last "
@@ -129,7 +134,7 @@ def write_model_card(out: Path, data: dict[str, Any]) -> Path:
         "",
         *_data_lines(st, hp),
         "",
-        *_drafter_lines(st, hp),
+        *_drafter_lines(st, st.get("fit", {}).get("hyperparameters") or hp),
         "",
         *_time_lines(st, data.get("platform")),
         "",
