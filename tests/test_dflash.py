@@ -491,7 +491,7 @@ def test_exact_proposals_match_upstream_where_the_bf16_head_flips_one(tmp_path: 
 def test_native_bf16_is_read_from_the_cpu_flags(tmp_path: Path, flags: set[str], native: bool) -> None:
     """The bf16 copy is made only where the CPU lists AVX512-BF16 or AMX-BF16 (oneDNN's own check answers True
     on any AVX-512 CPU); the flags come from /proc/cpuinfo's first ``flags`` line."""
-    from dart_core.engine.cpu import cpu_flags, cpu_has_native_bf16
+    from dart_core.engine.cpu import cpu_flags, cpu_has_native_bf16, cpu_model_name
 
     assert cpu_has_native_bf16(frozenset(flags)) is native
     info = tmp_path / "cpuinfo"
@@ -499,6 +499,7 @@ def test_native_bf16_is_read_from_the_cpu_flags(tmp_path: Path, flags: set[str],
                     "processor\t: 1\nflags\t\t: avx512_bf16\n")
     assert cpu_flags(info) == frozenset(flags)
     assert cpu_flags(tmp_path / "missing") == frozenset()
+    assert cpu_model_name(info) == "a CPU" and cpu_model_name(tmp_path / "missing") is None
 
 
 def test_exact_proposals_is_a_switch_on_every_command_line() -> None:

@@ -8,17 +8,27 @@ import os
 NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})  # /proc/cpuinfo's names of bf16 dot-product units
 
 
-def cpu_flags(cpuinfo: str | os.PathLike[str] = "/proc/cpuinfo") -> frozenset[str]:
-    """The CPU's feature flags as Linux lists them (the first ``flags`` line); empty where it does not."""
+def _cpuinfo_field(name: str, cpuinfo: str | os.PathLike[str]) -> str | None:
+    """The first ``name`` line's value in Linux's cpuinfo; None where there is none."""
     try:
         with open(cpuinfo, encoding="utf-8", errors="replace") as f:
             for line in f:
                 key, _, value = line.partition(":")
-                if key.strip() == "flags":
-                    return frozenset(value.split())
+                if key.strip() == name:
+                    return value.strip()
     except OSError:
         pass
-    return frozenset()
+    return None
+
+
+def cpu_flags(cpuinfo: str | os.PathLike[str] = "/proc/cpuinfo") -> frozenset[str]:
+    """The CPU's feature flags as Linux lists them (the first ``flags`` line); empty where it does not."""
+    return frozenset((_cpuinfo_field("flags", cpuinfo) or "").split())
+
+
+def cpu_model_name(cpuinfo: str | os.PathLike[str] = "/proc/cpuinfo") -> str | None:
+    """The CPU's model as Linux names it (``model name``), for records of where something ran."""
+    return _cpuinfo_field("model name", cpuinfo) or None
 
 
 def cpu_has_native_bf16(flags: frozenset[str] | None = None) -> bool:

@@ -289,7 +289,9 @@ def _device_name(device: str | None) -> str:
 
     if str(device or "cpu").startswith("cuda") and torch.cuda.is_available():
         return torch.cuda.get_device_name(torch.device(device))
-    return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    from dart_core.engine.cpu import cpu_model_name
+
+    return f"CPU ({cpu_model_name() or platform.machine()}, {torch.get_num_threads()} threads)"
 
 
 def cmd_smollm2(args: argparse.Namespace, command: str) -> int:

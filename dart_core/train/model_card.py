@@ -99,8 +99,8 @@ def _time_lines(st: dict[str, Any], platform: str | None) -> list[str]:
     total = sum(float(r.get("seconds", 0)) for r in runs) + feats + sum(heads.values())
     d, de = runs
     dtypes = sorted({str(r.get("dtype")) for r in d.get("runs", [])})
-    devices = sorted({str(r.get("device")) for r in d.get("runs", [])} | {
-        str(st[k]["device_name"]) for k in ("distill", "fit") if st.get(k, {}).get("device_name")})
+    named = {str(st[k]["device_name"]) for k in ("distill", "distill_eval", "fit") if st.get(k, {}).get("device_name")}
+    devices = sorted(named or {str(r.get("device")) for r in d.get("runs", [])})  # a GPU's name over "cuda:0"
     return textwrap.wrap(
         f"Recipe time (on {', '.join(devices) or platform}; the card written on {platform}): distillation "
         f"{float(d.get('seconds', 0)) / 3600:.2f} h over "
