@@ -157,7 +157,7 @@ def run_fit(target_ref: str, data: Path, out: Path, *, work: Path, only: str | N
 
     from dart_core.train.dart import train_dart
     from dart_core.train.dflash import train_dflash
-    from dart_core.train.distill import read_sequences
+    from dart_core.train.distill import read_sequences, sample_sequences
     from dart_core.train.eagle3 import train_eagle3
     from dart_core.train.features import build_features
 
@@ -224,26 +224,6 @@ def run_fit(target_ref: str, data: Path, out: Path, *, work: Path, only: str | N
               f"(ended by {rec.get('stopped', 'steps')}); held-out top-1 per depth "
               f"{[round(x, 3) for x in rec.get('eval_after', {}).get('top1', [])]} -> {out / name}")
     return results
-
-
-def sample_sequences(seqs: list[list[int]], max_tokens: int, *, seed: int) -> list[list[int]]:
-    """A seeded random sample of whole conversations holding at most ``max_tokens`` tokens, in file order (every
-    topic and length of the data stays represented, unlike a prefix of a length-sorted file)."""
-    import random
-
-    if max_tokens < 1:
-        raise ValueError(f"max_tokens must be positive, got {max_tokens}")
-    order = list(range(len(seqs)))
-    random.Random(seed).shuffle(order)
-    keep, total = [], 0
-    for i in order:
-        if total + len(seqs[i]) > max_tokens:
-            continue
-        keep.append(i)
-        total += len(seqs[i])
-    if not keep:
-        raise ValueError(f"no conversation fits in {max_tokens} tokens")
-    return [seqs[i] for i in sorted(keep)]
 
 
 def run_ngram(seqs: list[list[int]], path: Path, *, order: int, min_count: int, progress: bool) -> dict[str, Any]:

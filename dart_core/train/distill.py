@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import time
 from pathlib import Path
 from typing import Any
@@ -309,3 +310,21 @@ def read_sequences(path: str | os.PathLike[str], *, answers_only: bool = False) 
     contained = {id(ids_of[rid[:-2]]) for rid, ids in ids_of.items() if rid.endswith("/2") and rid[:-2] in ids_of
                  and ids[: len(ids_of[rid[:-2]])] == ids_of[rid[:-2]]}
     return [s for s in seqs if id(s) not in contained]
+
+
+def sample_sequences(seqs: list[list[int]], max_tokens: int, *, seed: int) -> list[list[int]]:
+    """A seeded random sample of whole conversations holding at most ``max_tokens`` tokens, in file order (every
+    topic and length of the data stays represented, unlike a prefix of a length-sorted file)."""
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be positive, got {max_tokens}")
+    order = list(range(len(seqs)))
+    random.Random(seed).shuffle(order)
+    keep, total = [], 0
+    for i in order:
+        if total + len(seqs[i]) > max_tokens:
+            continue
+        keep.append(i)
+        total += len(seqs[i])
+    if not keep:
+        raise ValueError(f"no conversation fits in {max_tokens} tokens")
+    return [seqs[i] for i in sorted(keep)]
