@@ -151,8 +151,8 @@ def run_fit(target_ref: str, data: Path, out: Path, *, work: Path, only: str | N
     set (else the last ``budget.eval_windows`` windows of the data).
     ``online``: no stored features, the target runs inside every step over per-conversation windows (for data too
     large to keep features of, on a GPU); the last ``eval_windows`` conversations are held out. ``max_tokens``:
-    features and training over a seeded random sample of the conversations holding at most that many tokens (a
-    CPU's budget trains on fewer tokens than a large distillation holds; the features of the rest would go unused)."""
+    features and training over a seeded random sample of the conversations holding at most that many tokens (for
+    when the features of all the data cost more time than there is)."""
     import torch
 
     from dart_core.train.dart import train_dart
@@ -305,7 +305,7 @@ def cmd_smollm2(args: argparse.Namespace, command: str) -> int:
         "eval": len(evals), "bench": len(bench),
         "split": "by topic (stable hash): no held-out topic is in training; eval and bench topics are disjoint"},
         command)
-    loaded = _load_target(hp["target"], args.device, args.dtype) if stages & {"distill", "vocab", "fit"} else None
+    loaded = _load_target(hp["target"], args.device, args.dtype) if stages & {"distill", "fit"} else None
     if "distill" in stages:
         opts = {"device": args.device, "dtype": args.dtype, "max_new_tokens": hp["max_new_tokens"],
                 "batch_size": hp["distill_batch"], "temperature": 0.0, "seed": args.seed, "threads": args.threads,
@@ -318,8 +318,8 @@ def cmd_smollm2(args: argparse.Namespace, command: str) -> int:
             rec["device_name"] = _device_name(args.device)
             _record(out, stage, rec, command)
     if "vocab" in stages:
-        _record(out, "vocab", run_vocab(loaded[0].text_config, work / "distill.jsonl", work / "eval_distill.jsonl",
-                                        hp["vocab_sizes"]), command)
+        _record(out, "vocab", run_vocab(_text_config(hp["target"]), work / "distill.jsonl",
+                                        work / "eval_distill.jsonl", hp["vocab_sizes"]), command)
     if "ngram" in stages:
         ng = run_ngram(read_sequences(work / "distill.jsonl"), out / "ngram" / "small.ngram",
                        order=hp["ngram_order"], min_count=hp["ngram_min_count"], progress=not args.no_progress)
@@ -382,15 +382,19 @@ def run_vocab(text_config: Any, data: Path, eval_data: Path | None, sizes: list[
             "target_vocab": int(text_config.vocab_size), "rows": rows}
 
 
-def cmd_vocab(args: argparse.Namespace) -> None:
-    """Print the draft-vocabulary coverage table."""
+def _text_config(target_ref: str) -> Any:
+    """The target's text config alone (its vocabulary size and EOS), without loading its weights."""
     from transformers import AutoConfig
 
     from dart_core.arena import resolve_model_ref
 
+    return AutoConfig.from_pretrained(resolve_model_ref(target_ref)).get_text_config(decoder=True)
+
+
+def cmd_vocab(args: argparse.Namespace) -> None:
+    """Print the draft-vocabulary coverage table."""
     sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
-    config = AutoConfig.from_pretrained(resolve_model_ref(args.target)).get_text_config(decoder=True)
-    rec = run_vocab(config, args.data, args.eval_data, sizes, rank_on=args.rank_on)
+    rec = run_vocab(_text_config(args.target), args.data, args.eval_data, sizes, rank_on=args.rank_on)
     names = [k for k in rec["rows"][0] if k != "size"]
     print(f"draft vocabulary ranked on {args.rank_on} tokens of {args.data} (target vocabulary "
           f"{rec['target_vocab']:,})")
@@ -516,7 +520,7 @@ def add_smollm2_parser(sub: Any) -> None:
                    help="training steps between held-out evaluations (overrides the recipe's)")
     p.add_argument("--fit-tokens", type=int, default=None, metavar="N",
                    help="features and training over a seeded random sample of the conversations holding at most N "
-                        "tokens (default: all; a CPU's budget trains on fewer tokens than the distillation holds)")
+                        "tokens (default: all; for when the features of all the data cost more time than there is)")
     _common(p)
 
 
