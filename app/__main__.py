@@ -23,6 +23,7 @@ from typing import Any
 from app import setup_logging
 from dart_core.bench.standings import models_identity, results_dir, suggest_command
 from dart_core.bundle import Bundle, BundleError, default_bundle_dir, open_bundle
+from dart_core.engine.cpu import AUTO_DTYPE_HELP
 from dart_core.engine.target import FAST_PATH_ROWS
 from dart_core.racers.registry import (
     BASELINE,
@@ -101,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--device", default=None,
                    help="cpu, cuda, cuda:N, or auto (spread the target over all GPUs); default: cuda if available")
     m.add_argument("--dtype", default="auto",
-                   help="auto (bfloat16 on CUDA, float32 on CPU), float32, float16 or bfloat16")
+                   help=AUTO_DTYPE_HELP)
     m.add_argument("--fast-path", type=int, nargs="?", const=FAST_PATH_ROWS, default=None, metavar="ROWS",
                    help="for GPUs: a static KV cache of ROWS rows (prompt + reply + one draft tree; default "
                         f"{FAST_PATH_ROWS}) and torch.compile'd decode and verify forwards (CUDA graphs); the same "

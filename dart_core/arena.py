@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from dart_core.engine.cpu import auto_dtype_name
 from dart_core.engine.drafter import Drafter
 from dart_core.engine.loop import Step, stream
 from dart_core.engine.target import TargetModel
@@ -43,11 +44,12 @@ class StoreMissingError(UserError, ValueError):
 
 
 def resolve_dtype(dtype: str | torch.dtype | None, device: str | torch.device) -> torch.dtype:
-    """``auto`` / None: bfloat16 on CUDA, float32 on CPU (CPU half precision is slow and inexact)."""
+    """``auto`` / None: bfloat16 on CUDA and on a CPU with native bf16, float32 on other CPUs
+    (:func:`~dart_core.engine.cpu.auto_dtype_name`)."""
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype in (None, "auto"):
-        return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+        return DTYPES[auto_dtype_name(torch.device(device).type)]
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose from auto, {', '.join(DTYPES)}")
     return DTYPES[dtype]

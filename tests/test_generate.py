@@ -250,15 +250,15 @@ def test_tree_defaults_per_device_and_overrides() -> None:
     assert (dart.default_settings("cuda"), eagle3.default_settings("cuda")) == (DartSettings(), Eagle3Settings())
     assert dart.default_settings("cuda:1").max_nodes == 60
     cpu_dart, cpu_eagle = dart.default_settings(torch.device("cpu")), eagle3.default_settings("cpu")
-    assert cpu_dart.max_nodes == 16 and cpu_dart.top_k == DartSettings().top_k
-    assert (cpu_eagle.total_tokens, cpu_eagle.depth, cpu_eagle.top_k) == (21, 6, 4)
+    assert cpu_dart.max_nodes == 12 and cpu_dart.top_k == DartSettings().top_k
+    assert (cpu_eagle.total_tokens, cpu_eagle.depth, cpu_eagle.top_k) == (13, 6, 4)
     p = argparse.ArgumentParser()
     add_tree_arguments(p)
     got = tree_settings(p.parse_args([]), "cpu")
     assert (got["dart"], got["eagle3"]) == (cpu_dart, cpu_eagle)
     got = tree_settings(p.parse_args(["--dart-nodes", "33", "--eagle3-depth", "3"]), "cpu")
     assert got["dart"].max_nodes == 33 and got["dart"].beam_width == cpu_dart.beam_width
-    assert got["eagle3"] == Eagle3Settings(21, 3, 4)
+    assert got["eagle3"] == Eagle3Settings(13, 3, 4)
     got = tree_settings(p.parse_args(["--dart-nodes", "33", "--dart-ngram-weight", "0"]), "cuda")
     assert got["dart"] == DartSettings(max_nodes=33, ngram_weight=0.0) and got["eagle3"] == Eagle3Settings()
     with pytest.raises(ValueError, match="--eagle3: depth must be between 1 and 32, got 0"):

@@ -188,6 +188,33 @@ def test_plan_memory_and_downloads(hub: Path) -> None:
         (QWEN3_8B["eagle3"], "model.safetensors"), (QWEN3_8B["ngram"], "small.trie")]
 
 
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_dtype_on_a_cpu_is_bfloat16_only_where_the_cpu_multiplies_it_natively(
+        hub: Path, native: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--dtype auto`` means one thing in the plan and in the loader: bf16 on CUDA and on a CPU listing AVX512-BF16
+    or AMX-BF16, float32 elsewhere; an explicit dtype wins, and a bf16 that the CPU would emulate is flagged."""
+    import torch
+
+    from dart_core.arena import resolve_dtype
+    from dart_core.engine import cpu
+
+    flags = frozenset({"avx512f", "avx512_bf16"} if native else {"avx512f", "avx512bw"})
+    monkeypatch.setattr(cpu, "cpu_flags", lambda cpuinfo="/proc/cpuinfo": flags)
+    auto = torch.bfloat16 if native else torch.float32
+    assert resolve_dtype("auto", "cpu") is auto and resolve_dtype(None, "cpu") is auto
+    assert resolve_dtype("auto", "cuda:0") is torch.bfloat16
+    assert resolve_dtype("float32", "cpu") is torch.float32 and resolve_dtype("bfloat16", "cpu") is torch.bfloat16
+    kwargs = {"base": QWEN3_8B["target"], "drafters": {"dart": QWEN3_8B["dart"]}, "device": "cpu"}
+    plan = launch.plan_launch(**kwargs)
+    assert plan.dtype == ("bfloat16" if native else "float32")
+    assert ("near-ties" in plan.device_note) is native and "emulated" not in plan.device_note
+    plan = launch.plan_launch(**kwargs, dtype="bfloat16")
+    assert plan.dtype == "bfloat16" and ("emulated" in plan.device_note) is not native
+    plan = launch.plan_launch(**kwargs, dtype="float32")
+    assert plan.dtype == "float32" and plan.device_note == ""
+
+
 # ------------------------------------------------------------------------------------------ bad input
 @pytest.mark.parametrize("part", ["ngram", "dart", "eagle3"])
 def test_a_missing_repo_is_named_before_the_target_is_touched(hub: Path, part: str, no_loading: list[str],

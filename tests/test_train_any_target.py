@@ -116,18 +116,6 @@ def test_distill_answers_are_the_targets_greedy_answers_and_resume(llama: Path, 
                                   "answer_tokens_per_s": None}
 
 
-def test_training_dtype_is_bf16_on_a_cpu_only_where_it_multiplies_bf16_natively(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    from dart_core.engine import cpu
-    from dart_core.train.any_target import training_dtype
-
-    for native in (True, False):
-        monkeypatch.setattr(cpu, "cpu_flags", lambda native=native: frozenset({"avx512_bf16"} if native else {"avx2"}))
-        assert training_dtype("auto", "cpu") == ("bfloat16" if native else "auto")
-        assert training_dtype("float32", "cpu") == "float32"
-        assert training_dtype("auto", "cuda") == "auto"  # the arena's own choice: bf16 on CUDA
-
-
 def test_stored_features_and_teacher_equal_a_fresh_forward(llama: Path, distilled: Path, tmp_path: Path) -> None:
     target, _ = load_target(llama, device="cpu", dtype="float32")
     seqs = read_sequences(distilled)

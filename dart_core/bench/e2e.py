@@ -35,6 +35,7 @@ from dart_core.bench.datasets import DATASETS, DatasetError, load_dataset
 from dart_core.bench.e2e_report import write_html
 from dart_core.bench.standings import command_line, models_identity, results_dir, run_record
 from dart_core.bundle import Bundle, BundleError, build_command, default_bundle_dir, open_bundle
+from dart_core.engine.cpu import AUTO_DTYPE_HELP
 from dart_core.engine.greedy_check import TopLogits, compare
 from dart_core.engine.loop import Step, summarize
 from dart_core.engine.target import FAST_PATH_ROWS
@@ -80,7 +81,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--ngram", help="N-gram store: a file, or a dir / Hub repo with small.trie / full.trie")
     m.add_argument("--small-ngram", action="store_true", help="use small.trie instead of full.trie with --ngram")
     m.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto; default: cuda if available")
-    m.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU), float32, float16, bfloat16")
+    m.add_argument("--dtype", default="auto", help=AUTO_DTYPE_HELP)
     m.add_argument("--fast-path", type=int, nargs="?", const=FAST_PATH_ROWS, default=None, metavar="ROWS",
                    help="for GPUs: a static KV cache of ROWS rows (prompt + reply + one draft tree; default "
                         f"{FAST_PATH_ROWS}) and torch.compile'd decode and verify forwards (CUDA graphs); the same "

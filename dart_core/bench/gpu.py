@@ -34,6 +34,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from dart_core.engine.cpu import AUTO_DTYPE_HELP
+
 
 @dataclass(frozen=True)
 class Shape:
@@ -98,7 +100,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"target shapes, comma-separated, from {', '.join(SHAPES)} (default 1.7b,8b)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: cuda if available, else cpu)")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
-                   help="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16, float16")
+                   help=AUTO_DTYPE_HELP)
     p.add_argument("--prefix", type=int, default=256, help="committed tokens before the measured steps (256)")
     p.add_argument("--repeats", type=int, default=10, help="timed steps per row, after the warm-ups (10)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per row before the timed ones (2)")

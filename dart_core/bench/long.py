@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dart_core.engine.cpu import AUTO_DTYPE_HELP
+
 PROMPT = "Write a long, detailed tutorial on sorting algorithms in Python, with code for each one."
 
 
@@ -26,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--methods", default=None, help="comma-separated drafting methods (default: every loaded one)")
     p.add_argument("--prompt", default=PROMPT, help="the prompt (chat template when the bundle is a chat bundle)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: cuda if available)")
-    p.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU), float32, float16, bfloat16")
+    p.add_argument("--dtype", default="auto", help=AUTO_DTYPE_HELP)
     p.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
 
 

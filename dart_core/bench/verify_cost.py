@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from dart_core.engine.cpu import AUTO_DTYPE_HELP
 from dart_core.engine.tree import DraftTree
 
 
@@ -23,7 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bundle", type=Path, default=None, help="bundle dir (default: the default bundle)")
     p.add_argument("--base", default=None, help="target model instead of the bundle's")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: cuda if available)")
-    p.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU), float32, float16, bfloat16")
+    p.add_argument("--dtype", default="auto", help=AUTO_DTYPE_HELP)
     p.add_argument("--prefix", type=int, default=200, help="committed tokens before the measured forward (200)")
     p.add_argument("--sizes", default="1,2,4,8,12,16,24,32,60", help="tree sizes (nodes incl. the root) to time")
     p.add_argument("--repeats", type=int, default=12, help="timed forwards per size, after 2 warm-ups (12)")

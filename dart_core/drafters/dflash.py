@@ -199,7 +199,7 @@ class DFlashTreeSettings:
 
     top_k: int = knob(25, 1, 1000, "candidates per block row", flag="top-k")
     beam_width: int = knob(20, 1, 1000, "beam width of the tree search", flag="beam")
-    max_nodes: int = knob(60, 1, 512, "nodes below the root", label="tree size", flag="nodes", cpu=16, ui=True)
+    max_nodes: int = knob(60, 1, 512, "nodes below the root", label="tree size", flag="nodes", cpu=12, ui=True)
     ngram_weight: float = knob(0.5, 0.0, 100.0, "weight of the N-gram term (0 = off)", flag="ngram-weight")
     exact_proposals: bool = knob(False, 0, 1, EXACT_HELP, label="exact proposals", flag="exact-proposals")
 

@@ -28,12 +28,12 @@ from dart_core.engine.timing import Stopwatch
 @dataclass(frozen=True)
 class NgramOnlySettings:
     """The store-only tree: levels, candidates per level, and DART's search settings (its defaults: beam width
-    20, 60 nodes, 16 on a CPU, N-gram weight 0.5)."""
+    20, 60 nodes, 12 on a CPU, N-gram weight 0.5)."""
 
     depth: int = knob(6, 1, 32, "levels of the tree (draft tokens along a path)", flag="depth")
     top_k: int = knob(8, 1, 256, "store continuations per level", flag="top-k")
     beam_width: int = knob(20, 1, 1000, "beam width of the tree search", flag="beam")
-    max_nodes: int = knob(60, 1, 512, "nodes below the root", label="tree size", flag="nodes", cpu=16, ui=True)
+    max_nodes: int = knob(60, 1, 512, "nodes below the root", label="tree size", flag="nodes", cpu=12, ui=True)
     ngram_weight: float = knob(0.5, 0.0, 100.0, "weight of the search's N-gram term (0 = the level probabilities "
                                "alone)", flag="ngram-weight")
 

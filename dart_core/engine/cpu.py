@@ -36,3 +36,18 @@ def cpu_has_native_bf16(flags: frozenset[str] | None = None) -> bool:
     (default :func:`cpu_flags`). Not oneDNN's ``_is_mkldnn_bf16_supported``: it answers True on any AVX-512 CPU,
     native bf16 or not."""
     return bool(NATIVE_BF16_FLAGS & (cpu_flags() if flags is None else flags))
+
+
+# ``--dtype auto``'s meaning, one sentence for every command's help
+AUTO_DTYPE_HELP = ("auto (bfloat16 on CUDA and on a CPU with native bf16, AVX512-BF16 or AMX; float32 on other CPUs), "
+                   "float32, float16, bfloat16")
+
+
+def auto_dtype_name(device_type: str, flags: frozenset[str] | None = None) -> str:
+    """What ``--dtype auto`` loads in on a device type (``cuda``, ``cpu``, ...): bfloat16 on CUDA and on a CPU with
+    native bf16 dot products, where plain decoding runs 1.5x as fast as in float32 and a 12-node verify costs 1.3
+    decoding steps instead of 1.6 (SmolLM2-135M, 2-core EPYC); float32 elsewhere, where bf16 is emulated and slower.
+    ``flags``: the CPU's (default :func:`cpu_flags`)."""
+    if device_type == "cuda" or (device_type == "cpu" and cpu_has_native_bf16(flags)):
+        return "bfloat16"
+    return "float32"

@@ -17,6 +17,7 @@ import torch
 
 from dart_core.arena import load_arena
 from dart_core.drafters.interface import check_settings
+from dart_core.engine.cpu import AUTO_DTYPE_HELP
 from dart_core.engine.loop import Step, summarize
 from dart_core.engine.verify import SamplingConfig
 from dart_core.loading.errors import report_error
@@ -43,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--small-ngram", action="store_true", help="use small.trie (quick demos) instead of full.trie")
     m.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (spread over GPUs); default: cuda if "
                    "available")
-    m.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU), float32, float16, bfloat16")
+    m.add_argument("--dtype", default="auto", help=AUTO_DTYPE_HELP)
     g = p.add_argument_group("generation")
     src = g.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="the prompt text")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from huggingface_hub import snapshot_download
 
+from dart_core.engine.cpu import AUTO_DTYPE_HELP, auto_dtype_name, cpu_has_native_bf16
 from dart_core.loading.hub import _offline as hub_offline
 from dart_core.loading.layouts import DTYPE_BYTES, DTYPE_NAMES
 from dart_core.preflight.checks import check_drafter, check_ngram, check_target
@@ -46,16 +47,20 @@ def plan_launch(
     cuda_like = shown.startswith(("cuda", "auto")) or plan.device_map == "auto"
     name = (dtype or "auto").lower().removeprefix("torch.")
     if name == "auto":
-        name = "bfloat16" if cuda_like or (device or "").startswith(("cuda", "auto")) else "float32"
+        cuda = cuda_like or (device or "").startswith(("cuda", "auto"))
+        name = auto_dtype_name("cuda" if cuda else plan.device.split(":")[0])
     if name not in DTYPE_BYTES:
-        plan.problems.append(Problem(f"--dtype {dtype} is not a dtype here.",
-                                     ["--dtype auto   (bfloat16 on CUDA, float32 on CPU), or float32 / float16 / "
-                                      "bfloat16"]))
+        plan.problems.append(Problem(f"--dtype {dtype} is not a dtype here.", [f"--dtype {AUTO_DTYPE_HELP}"]))
         name = "float32"
     plan.dtype = DTYPE_NAMES[name]
     dtype_bytes = DTYPE_BYTES[name]
     if plan.device == "cpu" and plan.dtype != "float32":
-        plan.device_note = f"{plan.dtype} on a CPU is slow and inexact; float32 is the CPU default"
+        if plan.dtype != "bfloat16" or not cpu_has_native_bf16():
+            plan.device_note = (f"{plan.dtype} on this CPU is emulated, slower than float32 and inexact; float32 "
+                                "is its default")
+        else:  # the default here: say what it changes
+            plan.device_note = ("bfloat16 (this CPU multiplies it natively; --dtype float32 for exact float32): "
+                                "outputs may part from float32 decoding at near-ties of the target's logits")
     target = check_target(base, plan, dtype_bytes, chat_template=chat_template)
     for key, ref in drafters.items():
         if ref:
