@@ -53,7 +53,9 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 @contextmanager
 def running_app(log_dir: Path, *extra: str) -> Iterator[Server]:
     """The app on the toy bundle as a subprocess (its own clean process, as users run it), ready to serve, killed
-    afterwards. ``extra`` flags come last, so they win. The model-free racers are off unless ``extra`` turns them
+    afterwards. ``extra`` flags come last, so they win. float32: the tests compare racers' outputs token for
+    token (``auto`` is bf16 on a CPU with native bf16, where near-ties may flip; its tie rule is tested on its own).
+    The model-free racers are off unless ``extra`` turns them
     on: the API takes the controls by position and these tests pass DART's and EAGLE-3's (the model-free ones race
     in the app in ``test_model_free``)."""
     port = free_port()
@@ -62,8 +64,8 @@ def running_app(log_dir: Path, *extra: str) -> Iterator[Server]:
     # One thread: the bundle's model is tiny, and on a shared 2-core CI box oversubscribed OpenMP threads can
     # slow every forward down a hundredfold. The tests check behaviour, not speed.
     env.setdefault("OMP_NUM_THREADS", "1")
-    cmd = [sys.executable, "-m", "app", "--bundle", str(BUNDLE), "--server-port", str(port), "--max-new-tokens",
-           str(MAX_NEW_TOKENS), *(f"--no-compare-{r.key}" for r in model_free_racers()), *extra]
+    cmd = [sys.executable, "-m", "app", "--bundle", str(BUNDLE), "--server-port", str(port), "--dtype", "float32",
+           "--max-new-tokens", str(MAX_NEW_TOKENS), *(f"--no-compare-{r.key}" for r in model_free_racers()), *extra]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=log_dir, stdout=log, stderr=subprocess.STDOUT, env=env)
     server = Server(f"http://127.0.0.1:{port}", log_path, proc)

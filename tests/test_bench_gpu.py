@@ -13,6 +13,7 @@ import torch
 
 from dart_core.bench import gpu
 from dart_core.bench.__main__ import main as bench_main
+from dart_core.engine.cpu import auto_dtype_name
 
 TINY_ARGS = ["gpu", "--shapes", "tiny", "--device", "cpu", "--repeats", "2", "--prefix", "32"]
 
@@ -30,7 +31,7 @@ def test_tiny_shape_on_cpu_gives_every_row(tmp_path: Path, capsys: pytest.Captur
         assert label in printed
     assert "floor unknown" in printed
     fig = json.loads(out.read_text())
-    assert fig["device"] == "cpu" and fig["dtype"] == "float32" and fig["prefix"] == 32
+    assert fig["device"] == "cpu" and fig["dtype"] == auto_dtype_name("cpu") and fig["prefix"] == 32  # --dtype auto
     (shape,) = fig["shapes"]
     assert shape["shape"] == "tiny" and shape["weight_bytes"] > 0
     assert shape["floor_ms"] is None and shape["bandwidth_bytes_per_s"] is None  # CPU, no --bandwidth

@@ -202,7 +202,8 @@ def test_summarize_counts_only_drafting_steps_and_pools_counts_before_dividing()
 def test_the_engine_verifies_the_rigged_trees_as_planned(rigged: dict[tuple[int, ...], tuple[Plan, ...]]) -> None:
     from dart_core.arena import load_arena
 
-    arena = load_arena(BUNDLE / "target", **{KEY: "builtin"}, device="cpu", progress=False)
+    arena = load_arena(BUNDLE / "target", **{KEY: "builtin"}, device="cpu", dtype="float32",
+                       progress=False)
     for ids, plan in rigged.items():
         ar = list(arena.stream("ar", list(ids), max_new_tokens=NEW_TOKENS))
         assert ar[-1].stop_reason == "max_new_tokens"  # the budget, not a stop token, ends these prompts

@@ -352,7 +352,7 @@ def test_truncated_shard_is_named(hub: Path, no_loading: list[str], capsys: pyte
 def test_not_enough_memory(hub: Path, no_loading: list[str], monkeypatch: pytest.MonkeyPatch,
                            capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(resources, "free_memory", lambda device, device_map: (300 << 20, "CPU RAM"))
-    code, _, err, _ = run_main(launch_args(), capsys)
+    code, _, err, _ = run_main(launch_args("--dtype", "float32"), capsys)
     assert code == 2 and not no_loading
     (text,) = problems(err)
     assert re.search(r"Not enough memory: the plan needs about \d+ MiB on CPU RAM \(target \d+ KiB", text)
