@@ -22,7 +22,7 @@ import torch
 
 # Best candidates recorded per emitted token: room for the multi-way ties of a coarse bf16 grid. 4 was too few: on
 # MT-bench (SmolLM2, bf16) five tokens lay within 0.375 of the best at one step, AR emitted the fifth of the
-# racer's run, and an exact tie was called a mismatch.
+# racer's run, and a tie was called a mismatch.
 RECORDED = 8
 # How many units in the last place (of the larger logit, in the model's dtype) two forwards of different shapes may
 # move the top-2 gap. A bf16 logit near 20 sits on a grid of 0.125, so a tie is a gap of at most 0.5 there; in
