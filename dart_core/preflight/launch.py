@@ -10,7 +10,7 @@ from pathlib import Path
 
 from huggingface_hub import snapshot_download
 
-from dart_core.engine.cpu import AUTO_DTYPE_HELP, auto_dtype_name, cpu_has_native_bf16
+from dart_core.engine.cpu import AUTO_DTYPE_HELP, auto_dtype_name
 from dart_core.loading.hub import _offline as hub_offline
 from dart_core.loading.layouts import DTYPE_BYTES, DTYPE_NAMES
 from dart_core.preflight.checks import check_drafter, check_ngram, check_target
@@ -55,7 +55,7 @@ def plan_launch(
     plan.dtype = DTYPE_NAMES[name]
     dtype_bytes = DTYPE_BYTES[name]
     if plan.device == "cpu" and plan.dtype != "float32":
-        if plan.dtype != "bfloat16" or not cpu_has_native_bf16():
+        if plan.dtype != auto_dtype_name("cpu"):  # not this CPU's default: bf16 emulated, or float16
             plan.device_note = (f"{plan.dtype} on this CPU is emulated, slower than float32 and inexact; float32 "
                                 "is its default")
         else:  # the default here: say what it changes
