@@ -43,7 +43,6 @@ def test_exact_multi_way_ties_in_any_order_are_ties() -> None:
     assert compare(AR[:2], ref, [5, 3], mine, torch.bfloat16).kind == "tie"
 
 
-
 def test_a_five_way_tie_is_recorded_whole_and_called_a_tie() -> None:
     """The case met on MT-bench in bf16 (SmolLM2, ulp 0.125 at 25): AR saw achieve / address / both at 25.0 and
     emitted "both"; the racer's tree forward saw address, achieve 25.25, resolve 25.125, navigate 25.0, both 24.875 and
@@ -58,6 +57,7 @@ def test_a_five_way_tie_is_recorded_whole_and_called_a_tie() -> None:
     assert both in racer_top[0][0]  # recorded, though four tokens lie at or above it
     verdict = compare([5, both], [SURE, *ar_top], [5, address], [SURE, *racer_top], torch.bfloat16)
     assert (verdict.kind, verdict.position) == ("tie", 1) and verdict.gaps == (0.0, 0.375)
+
 
 @pytest.mark.parametrize(("ref1", "mine1", "dtype", "why"), [
     (((7, 8, 3, 4), (20.0, 19.0, 1.0, 0.0)), ((8, 7, 3, 4), (20.0, 19.875, 1.0, 0.0)), torch.bfloat16,
