@@ -363,6 +363,11 @@ def test_smollm2_stages_split_across_machines(tmp_path: Path, capsys: pytest.Cap
     stages = json.loads((out / "recipe.json").read_text())["stages"]
     assert {"distill", "distill_eval"} <= set(stages) and not {"ngram", "dart", "bundle"} & set(stages)
     assert not (out / "dart").exists() and not (out / "README.md").exists()
+    # Run again with nothing left to answer (elsewhere, another batch): the records of the run that answered stand.
+    assert train_main([*base, "--stages", "distill", "--distill-batch", "5"]) == 0
+    again = json.loads((out / "recipe.json").read_text())["stages"]
+    assert again["distill"] == stages["distill"] and again["distill_eval"] == stages["distill_eval"]
+    assert stages["distill"]["answered"] > 0 and stages["distill"]["batch_size"] != 5
     sizes = [len(s) for s in read_sequences(work / "distill.jsonl")]
     cap = sum(sorted(sizes)[:3])  # room for some conversations, not all
     assert train_main([*base, "--stages", "vocab,ngram,fit,card", "--fit-tokens", str(cap)]) == 0
@@ -373,7 +378,7 @@ def test_smollm2_stages_split_across_machines(tmp_path: Path, capsys: pytest.Cap
     assert feats["tokens"] <= cap < feats["data_tokens"] == sum(sizes)
     assert 1 <= feats["sequences"] < feats["data_sequences"] == len(sizes)
     assert stages["fit"]["hyperparameters"]["fit_tokens"] == cap and "CPU" in stages["fit"]["device_name"]
-    assert len(recipe["history"]) == 2 and recipe["history"][1].endswith(f"--fit-tokens {cap}")
+    assert len(recipe["history"]) == 3 and recipe["history"][2].endswith(f"--fit-tokens {cap}")
     card = (out / "README.md").read_text()
     assert "Trained on CPU" in card and "| dart | 2 | steps |" in card
 

@@ -84,11 +84,17 @@ def _versions() -> dict[str, str]:
             "transformers": transformers.__version__}
 
 
+def _recipe(out: Path) -> dict[str, Any]:
+    """``out/recipe.json`` as recorded so far (empty before the first stage)."""
+    path = out / "recipe.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
 def _record(out: Path, stage: str, rec: dict[str, Any], command: str | None = None) -> dict[str, Any]:
     """Merge one stage's record into ``out/recipe.json`` (stages may run separately; ``history`` keeps every
     command that shaped the directory)."""
     path = out / "recipe.json"
-    data: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    data = _recipe(out)
     if command:
         data.setdefault("history", [])
         if not data["history"] or data["history"][-1] != command:
@@ -305,6 +311,8 @@ def cmd_smollm2(args: argparse.Namespace, command: str) -> int:
         for stage, prompts, name in (("distill", train, "distill.jsonl"),
                                      ("distill_eval", evals, "eval_distill.jsonl")):
             rec = run_distill(hp["target"], prompts, work / name, **opts)
+            if not rec["answered"] and stage in _recipe(out).get("stages", {}):
+                continue  # a resumed run with nothing left to answer: the record of the runs that did stands
             rec["file"]["sha256"] = sha256_file(work / name)  # the data stays out of git: this identifies it
             rec["all_runs"] = distill_runs(work / name)  # a resumable stage: every run's clock and tokens
             rec["device_name"] = _device_name(args.device)
