@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import dart_core.train.batch_decode as BD
 import tests.helpers_ckpt as C
 from dart_core.train.batch_decode import PreallocatedLayer, batch_answers
 from dart_core.train.distill import distill, followup_records
@@ -31,8 +32,11 @@ def _greedy(model: torch.nn.Module, prompt: list[int], steps: int) -> list[int]:
     return ids[0, len(prompt):].tolist()
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen3"])
-def test_rows_that_finish_early_are_dropped_and_every_answer_is_the_models_own(family: str) -> None:
+@pytest.mark.parametrize(("family", "prefill_tokens"), [("llama", 2400), ("qwen3", 2400), ("llama", 30)])
+def test_rows_that_finish_early_are_dropped_and_every_answer_is_the_models_own(
+        family: str, prefill_tokens: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 30 prompt tokens at a time: the 20 prompts (13 wide) run through the model 2 rows at a time and are joined
+    monkeypatch.setattr(BD, "CPU_PREFILL_TOKENS", prefill_tokens)
     model = C.tiny_target(family, vocab=V, layers=3, seed=4).float()
     prompts = _prompts(20)
     full = [_greedy(model, p, 24) for p in prompts]
@@ -56,6 +60,14 @@ def test_the_cache_layer_refuses_to_overflow_and_keeps_selected_rows() -> None:
     assert torch.equal(layer.keys, k[1:]) and torch.equal(layer.values, k[1:] + 100)
     with pytest.raises(ValueError, match="holds 4 positions"):
         layer.update(k[:1, :, :2], k[:1, :, :2])
+    # parts of a batch run apart are joined row after row, into a buffer with room to grow
+    other = PreallocatedLayer(capacity=3)
+    other.update(k[:1] + 7, k[:1] + 107)
+    joined = PreallocatedLayer.joined([layer, other], capacity=6)
+    assert joined.get_seq_length() == 3 and joined.key_buffer.shape[2] == 6
+    assert torch.equal(joined.keys, torch.cat([k[1:], k[:1] + 7])) and torch.equal(joined.values[1], k[0] + 107)
+    with pytest.raises(ValueError, match="equal length"):
+        PreallocatedLayer.joined([layer, PreallocatedLayer(capacity=3)], capacity=6)
 
 
 def test_sampling_is_reproducible_for_a_seed_and_not_greedy() -> None:

@@ -6,6 +6,9 @@ keep being computed until the longest one ends. Here each layer's keys and value
 the batch's whole length (``PreallocatedLayer``, a stock ``transformers`` cache layer that writes in place and hands
 the model a view), finished rows are dropped from the batch (and from every buffer) once enough of them have
 finished, and prompts of similar length share a batch (the caller sorts them), so little padding is computed.
+On a CPU the prompts go through the model a few rows at a time (their activations stay in the processor's caches)
+and their keys and values are joined into the batch's buffers; the greedy token is ``max(-1).indices`` (argmax's
+first-of-ties index; ``argmax`` itself takes about 5x longer over a bf16 vocabulary there).
 
 The model is the stock ``transformers`` model; only the cache layer and the loop are ours. Answers equal the model's
 own one-prompt greedy answers up to floating-point ties (a padded batch's matrix products may round differently)."""
@@ -22,6 +25,10 @@ from transformers.cache_utils import Cache, DynamicLayer
 # Drop finished rows once this share of the batch has finished: each drop copies the kept rows' keys and values
 # once, so dropping on every finished row would cost as much as the concatenation this module avoids.
 DROP_SHARE = 0.125
+# On a CPU the prompts are run through the model this many tokens at a time (whole rows): a batch's activations
+# then stay in the caches. Measured on a 2-core EPYC, bf16: 84 prompts of 400 tokens 27.6 s at once, 16.1 s in
+# 3,200-token parts, 17.7 s in 1,600; 256 of 50 tokens 5.6 s at once, 4.3 s in 1,600-token parts.
+CPU_PREFILL_TOKENS = 2400
 
 
 class PreallocatedLayer(DynamicLayer):
@@ -57,6 +64,18 @@ class PreallocatedLayer(DynamicLayer):
     def get_seq_length(self) -> int:
         return self.length
 
+    @classmethod
+    def joined(cls, parts: Sequence[PreallocatedLayer], capacity: int) -> PreallocatedLayer:
+        """One layer of ``capacity`` positions holding the rows of ``parts`` (equal lengths) one after another."""
+        length = parts[0].length
+        if any(p.length != length or not p.is_initialized for p in parts):
+            raise ValueError("only filled parts of equal length can be joined")
+        if length > capacity:
+            raise ValueError(f"the cache holds {capacity} positions; the parts hold {length}")
+        layer = cls(capacity)
+        layer.update(torch.cat([p.keys for p in parts]), torch.cat([p.values for p in parts]))
+        return layer
+
     def get_max_length(self) -> int:
         return self.capacity
 
@@ -81,9 +100,35 @@ def _num_layers(model: Any) -> int:
 
 def _next_tokens(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> torch.Tensor:
     if temperature <= 0:
-        return logits.argmax(-1)
+        return logits.max(-1).indices  # argmax's index (the first of ties), about 5x faster over a bf16 vocabulary
     probs = torch.softmax(logits.float() / temperature, dim=-1)
     return torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(1).to(logits.device)
+
+
+def _prefill(model: Any, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, capacity: int,
+             key: str) -> tuple[torch.Tensor, Cache]:
+    """The prompts' last logits and a cache of ``capacity`` positions holding their keys and values; on a CPU
+    computed ``CPU_PREFILL_TOKENS`` at a time and joined."""
+    batch, width = ids.shape
+    layers = _num_layers(model)
+    # the last column by index, not ``logits_to_keep=1``: the model would slice it as a strided view, which torch's
+    # CPU linear multiplies by copying the head once per row (measured: 14 s instead of 0.03 s at batch 128, bf16)
+    last = torch.tensor([width - 1], device=ids.device)
+    rows = max(1, CPU_PREFILL_TOKENS // width) if ids.device.type == "cpu" else batch
+    if rows >= batch:
+        cache = Cache(layers=[PreallocatedLayer(capacity) for _ in range(layers)])
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                       logits_to_keep=last, **{key: cache}).logits
+        return logits, cache
+    parts, logits = [], []
+    for a in range(0, batch, rows):
+        part = Cache(layers=[PreallocatedLayer(width) for _ in range(layers)])
+        logits.append(model(input_ids=ids[a : a + rows], attention_mask=mask[a : a + rows],
+                            position_ids=positions[a : a + rows], use_cache=True, logits_to_keep=last,
+                            **{key: part}).logits)
+        parts.append(part)
+    joined = [PreallocatedLayer.joined([p.layers[i] for p in parts], capacity) for i in range(layers)]
+    return torch.cat(logits), Cache(layers=joined)
 
 
 @torch.inference_mode()
@@ -110,13 +155,8 @@ def batch_answers(model: Any, prompts: Sequence[Sequence[int]], *, max_new_token
         mask[i, width - len(p):] = 1
     ids, mask, stops = ids.to(device), mask.to(device), stops.to(device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    cache = Cache(layers=[PreallocatedLayer(width + max_new_tokens) for _ in range(_num_layers(model))])
     key = _cache_kwarg(model)
-    # the last column by index, not ``logits_to_keep=1``: the model would slice it as a strided view, which torch's
-    # CPU linear multiplies by copying the head once per row (measured: 14 s instead of 0.03 s at batch 128, bf16)
-    last = torch.tensor([width - 1], device=device)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=last,
-                   **{key: cache}).logits
+    logits, cache = _prefill(model, ids, mask, positions, width + max_new_tokens, key)
     rows = torch.arange(batch, device=device)  # which prompt each live row answers
     next_pos = positions[:, -1] + 1
     answers: list[list[int]] = [[] for _ in prompts]
