@@ -185,6 +185,30 @@ def test_cache_equals_cache_free(tmp_path: Path, qwen: torch.nn.Module) -> None:
         seen = end
 
 
+def test_a_context_window_drafts_from_the_last_context_rows_only(tmp_path: Path, qwen: torch.nn.Module) -> None:
+    """With ``dflash_config.context_window`` 6 the block after 30 context rows (fed in steps) is drafted as from
+    the last 6 alone; without it, from all 30."""
+    cfg = dflash_config(layers=2)
+    cfg["dflash_config"]["context_window"] = 6
+    sd = dflash_state(cfg, seed=2)
+    windowed = DFlashDrafter.from_pretrained(write(tmp_path / "w", cfg, sd), target=qwen)
+    rng = random.Random(1)
+    tokens = [rng.randrange(V - 1) for _ in range(31)]
+    ctx = target_ctx(qwen, tokens, windowed.target_layer_ids)
+    block = [tokens[30]] + [V - 1] * 5
+    state = windowed.new_state()
+    windowed.draft_logits(ctx[:12], [tokens[12]] + [V - 1] * 5, state)
+    long = windowed.draft_logits(ctx[12:30], block, state)
+    short = windowed.draft_logits(ctx[24:30], block)
+    assert (long - short).abs().max().item() <= 1e-4  # positions differ; RoPE is relative
+    cfg["dflash_config"]["context_window"] = None
+    full = DFlashDrafter.from_pretrained(write(tmp_path / "f", cfg, sd), target=qwen)
+    assert (full.draft_logits(ctx[:30], block) - long).abs().max().item() > 1e-3
+    cfg["dflash_config"]["context_window"] = 0
+    with pytest.raises(ValueError, match="context_window must be an integer >= 1"):
+        DFlashDrafter.from_pretrained(write(tmp_path / "bad", cfg, sd), target=qwen)
+
+
 def test_default_target_layer_ids_rule(tmp_path: Path, qwen: torch.nn.Module) -> None:
     assert default_target_layer_ids(36, 1) == (18,)
     assert default_target_layer_ids(36, 5) == (1, 9, 17, 25, 33)  # the published Qwen3-8B drafter's ids

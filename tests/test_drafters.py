@@ -14,7 +14,7 @@ import torch
 
 from dart_core.drafters.dart import DartDrafter, DartSettings
 from dart_core.drafters.eagle3 import Eagle3Drafter
-from dart_core.drafters.layers import KVCache
+from dart_core.drafters.layers import KVCache, causal_mask, within_window
 from dart_core.engine.drafter import DraftInput
 from dart_core.loading.hub import HubFileError
 
@@ -183,6 +183,54 @@ def test_dart_loader_errors(tmp_path: Path, target: torch.nn.Module) -> None:
         drafter.draft_logits(torch.zeros(3, 3 * H), torch.tensor([1, 2]))
     with pytest.raises(ValueError, match="outside"):
         drafter.draft_logits(torch.zeros(2, 3 * H), torch.tensor([1, V]))
+
+
+# ------------------------------------------------------------------------------------------------ context window
+def test_within_window_cuts_each_rows_real_context_to_the_window() -> None:
+    # three new real rows at positions 3, 4, 5 after 3 past rows, then one scratch row anchored at the last real row
+    mask = within_window(causal_mask(3, 4, "cpu"), torch.tensor([3, 4, 5, 5]), real_end=6, window=2)
+    allowed = [set(torch.nonzero(row).flatten().tolist()) for row in mask]
+    assert allowed == [{2, 3}, {3, 4}, {4, 5}, {4, 5, 6}]
+    assert torch.equal(within_window(mask, torch.tensor([3, 4, 5, 5]), 6, None), mask)
+
+
+def windowed_dir(tmp: Path, kind: str, window: int | None) -> Path:
+    extra = {} if window is None else {"context_window": window}
+    cfg = C.drafter_config(kind, vocab=V, hidden=H, draft_vocab=48, **extra)
+    return C.write_drafter(tmp / f"{kind}-{window}", cfg, C.random_drafter_state(cfg, kind=kind, seed=5))
+
+
+def test_dart_with_a_context_window_drafts_from_the_last_rows_only(tmp_path: Path, target: torch.nn.Module) -> None:
+    """After 20 rows fed in three calls, a 5-row window drafts what the drafter drafts given only the last 5."""
+    g = torch.Generator().manual_seed(6)
+    feats, ids = torch.randn(20, 3 * H, generator=g), torch.randint(0, V, (20,), generator=g)
+    windowed = DartDrafter.from_pretrained(windowed_dir(tmp_path, "dart", 5), target=target)
+    state = windowed.new_state()
+    for a, b in itertools.pairwise([0, 9, 14, 20]):
+        long = windowed.draft_logits(feats[a:b], ids[a:b], state)
+    short = windowed.draft_logits(feats[-5:], ids[-5:], windowed.new_state())
+    torch.testing.assert_close(long, short, atol=1e-4, rtol=1e-4)  # positions differ; RoPE is relative
+    full = DartDrafter.from_pretrained(windowed_dir(tmp_path, "dart", None), target=target)
+    assert (full.draft_logits(feats, ids, full.new_state()) - long).abs().max() > 1e-3  # all 20 rows: not the same
+    with pytest.raises(ValueError, match="context_window must be a positive integer"):
+        cfg = C.drafter_config("dart", vocab=V, hidden=H, draft_vocab=48, context_window=0)
+        DartDrafter.from_pretrained(C.write_drafter(tmp_path / "bad", cfg, C.random_drafter_state(cfg, kind="dart")),
+                                    target=target)
+
+
+def test_eagle3_with_a_context_window_drafts_from_the_last_rows_only(tmp_path: Path,
+                                                                      target: torch.nn.Module) -> None:
+    g = torch.Generator().manual_seed(7)
+    feats, ids = torch.randn(20, 3 * H, generator=g), torch.randint(0, V, (20,), generator=g)
+    windowed = Eagle3Drafter.from_pretrained(windowed_dir(tmp_path, "eagle3", 6), target=target)
+    state = windowed.new_state()
+    windowed.context_pass(feats[:11], ids[:11], state)
+    long = windowed.draft_tree(feats[11:], ids[11:], 20, 4, 3, state)
+    short = windowed.draft_tree(feats[-6:], ids[-6:], 20, 4, 3, windowed.new_state())
+    assert long.tokens.tolist() == short.tokens.tolist() and long.parents.tolist() == short.parents.tolist()
+    np.testing.assert_allclose(long.scores, short.scores, atol=1e-4)
+    full = Eagle3Drafter.from_pretrained(windowed_dir(tmp_path, "eagle3", None), target=target)
+    assert np.abs(full.draft_tree(feats, ids, 20, 4, 3, full.new_state()).scores - long.scores).max() > 1e-3
 
 
 # ------------------------------------------------------------------------------------------------ EAGLE-3

@@ -224,6 +224,8 @@ def test_short_training_learns_and_round_trips(tmp_path: Path, target_dir: Path,
     assert (raw["d2t"] != 0).any()  # draft vocab is not a prefix of the target's: d2t is exercised
     trained = cls.from_pretrained(tmp_path / "trained", target=target_dir)
     assert trained.dtype == torch.float32
+    # drafting keeps to the context training showed: 31 real rows a window, DART's anchors 4 rows fewer
+    assert trained.config.context_window == (31 - 4 if kind == "dart" else 31)
 
     run(tmp_path / "untrained", 0)
     untrained = cls.from_pretrained(tmp_path / "untrained", target=target_dir)
@@ -301,6 +303,7 @@ def test_dflash_short_training_learns_and_round_trips(tmp_path: Path, target_dir
     assert cfg["block_size"] == 4 and cfg["num_target_layers"] == 8
     assert cfg["dflash_config"]["target_layer_ids"] == [i - 1 for i in target.feature_layers]
     assert cfg["dflash_config"]["mask_token_id"] == 0  # the smallest id the corpus (3..50) never holds
+    assert cfg["dflash_config"]["context_window"] == 32 - 4  # a block's anchor is at most window - block_size
     raw = load_file(str(tmp_path / "trained" / "model.safetensors"))
     assert set(raw) == set(dflash_shapes(DFlashConfig.from_dict(cfg)))
     assert all(t.dtype == torch.float16 for t in raw.values())

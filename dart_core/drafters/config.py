@@ -25,6 +25,9 @@ class DrafterConfig:
     draft_length: int | None = None
     aux_layer_ids: tuple[int, ...] | None = None
     architectures: tuple[str, ...] = ()
+    # Most context rows a drafted row attends to (its own row included): a drafter trained on windows of n tokens
+    # never saw more, and its deeper predictions fall apart past that (ours record it; null = all rows).
+    context_window: int | None = None
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], *, source: str = "config.json") -> DrafterConfig:
@@ -52,6 +55,7 @@ class DrafterConfig:
         aux = (raw.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
         if aux is not None and (len(aux) != 3 or not all(isinstance(i, int) for i in aux)):
             raise LoadError(source, f"eagle_aux_hidden_state_layer_ids must be three integers, got {aux!r}")
+        window = raw.get("context_window")
         scaling = raw.get("rope_scaling")
         if scaling is not None and not isinstance(scaling, dict):
             raise LoadError(source, f"rope_scaling must be null or an object, got {scaling!r}")
@@ -71,4 +75,5 @@ class DrafterConfig:
             draft_length=None if draft_length is None else positive("draft_length", draft_length),
             aux_layer_ids=None if aux is None else tuple(aux),
             architectures=tuple(raw.get("architectures") or ()),
+            context_window=None if window is None else positive("context_window", window),
         )

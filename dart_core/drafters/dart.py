@@ -18,7 +18,7 @@ from dart_core.drafters.checkpoint import (
 )
 from dart_core.drafters.config import DrafterConfig
 from dart_core.drafters.interface import knob
-from dart_core.drafters.layers import CacheRows, causal_mask
+from dart_core.drafters.layers import CacheRows, causal_mask, within_window
 from dart_core.engine.drafter import DraftInput, Proposal
 from dart_core.engine.timing import Stopwatch
 from dart_core.loading.layouts import SAFE_SINGLE
@@ -77,7 +77,9 @@ class DartDrafter(DrafterLayer):
         feats, ids = self._check_inputs(features, shifted_ids)
         d, n, past = self.draft_length, ids.shape[0], state.length
         positions = torch.arange(past, past + n + d, device=self.device)
-        mask = causal_mask(past, n + d, self.device)
+        # each real row's context ends at itself, the mask rows' at the last real row (as in training)
+        anchors = past + torch.arange(n + d, device=self.device).clamp(max=n - 1)
+        mask = within_window(causal_mask(past, n + d, self.device), anchors, past + n, self.config.context_window)
         # the mask rows are scratch rows of the cache: attended, then not committed
         logits = self.layer_logits(feats[None], ids[None], d, positions, mask, state.cache.at(past), last=d + 1)
         state.cache.commit(n)

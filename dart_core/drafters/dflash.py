@@ -73,6 +73,9 @@ class DFlashConfig:
     block_size: int
     mask_token_id: int
     target_layer_ids: tuple[int, ...]
+    # ``dflash_config.context_window``: most context rows a block attends to (ours: what training showed it; a
+    # block given far more predicts worse; null = all rows)
+    context_window: int | None = None
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], *, source: str = "config.json") -> DFlashConfig:
@@ -143,6 +146,8 @@ class DFlashConfig:
             block_size=block,
             mask_token_id=mask_id,
             target_layer_ids=tuple(int(i) for i in ids),
+            context_window=(None if dflash.get("context_window") is None
+                            else positive("dflash_config.context_window", dflash["context_window"])),
         )
         try:
             Rotary(cfg)  # type: ignore[arg-type]  # duck-typed: the fields Rotary reads
@@ -382,7 +387,11 @@ class DFlashDrafter(DrafterModule):
         n, b, past = feats.shape[0], ids.shape[0], state.length
         positions = torch.arange(past, past + n + b, device=self.device)
         cos, sin = self.rotary.cos_sin(positions, self.dtype)
-        h = self.block_hidden(feats[None], ids[None], cos, sin, caches=state.caches)[0]
+        mask = None
+        if self.config.context_window is not None:  # the block sees the last context_window context rows
+            mask = torch.ones(1, b, past + n + b, dtype=torch.bool, device=self.device)
+            mask[..., : max(0, past + n - self.config.context_window)] = False
+        h = self.block_hidden(feats[None], ids[None], cos, sin, caches=state.caches, mask=mask)[0]
         for cache in state.caches:
             cache.commit(n)  # the context rows stay; the block rows after them are scratch
         return self.logits(h[1:], head).float()

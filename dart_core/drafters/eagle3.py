@@ -18,7 +18,7 @@ from dart_core.drafters.checkpoint import (
 )
 from dart_core.drafters.config import DrafterConfig
 from dart_core.drafters.interface import knob
-from dart_core.drafters.layers import CacheRows, causal_mask
+from dart_core.drafters.layers import CacheRows, causal_mask, within_window
 from dart_core.engine.drafter import DraftInput, Proposal
 from dart_core.engine.timing import Stopwatch
 from dart_core.engine.tree import DraftTree
@@ -95,8 +95,8 @@ class Eagle3Drafter(DrafterLayer):
         feats, ids = self._check_inputs(features, shifted_ids)
         n, past = ids.shape[0], state.length
         positions = torch.arange(past, past + n, device=self.device)
-        h, _, _ = self.layer(ids[None], self.fc(feats)[None], positions, state.cache.at(past),
-                             causal_mask(past, n, self.device))
+        mask = within_window(causal_mask(past, n, self.device), positions, past + n, self.config.context_window)
+        h, _, _ = self.layer(ids[None], self.fc(feats)[None], positions, state.cache.at(past), mask)
         state.cache.commit(n)
         return h[0]
 
@@ -130,6 +130,7 @@ class Eagle3Drafter(DrafterLayer):
             rows_before = i * k  # every level runs k rows
             mask = torch.zeros(k, n + rows_before + k, dtype=torch.bool, device=self.device)
             mask[:, :n] = True
+            mask = within_window(mask, torch.full((k,), n - 1), n, self.config.context_window)
             for r, node in enumerate(frontier):
                 p = parents_flat[node]
                 while p >= 0:

@@ -278,6 +278,9 @@ def fit_drafter(kind: str, prepared: tuple[Any, ...], loss_fn: Any, sequences: S
     window = cfg.window
     if window < min_len:
         raise ValueError(f"training window of {window} tokens is too short (need >= {min_len})")
+    # the most real rows a trained row attends to (DART's mask rows: an anchor at most window - 1 - draft_length):
+    # drafting keeps to it, since the deeper predictions of a row given more context than training showed collapse
+    cfg_dict["context_window"] = window - 1 - int(cfg_dict.get("draft_length") or 0)
     if features is not None:
         head = target.model.get_output_embeddings()
         softcap = getattr(target.text_config, "final_logit_softcapping", None)

@@ -240,6 +240,8 @@ def train_dflash(
     out.mkdir(parents=True, exist_ok=True)
     if window < block_size + 1:
         raise ValueError(f"training window of {window} tokens is too short for block size {block_size}")
+    # the most context rows a training block sees (its anchor is at most window - block_size): drafting keeps to it
+    cfg_dict["dflash_config"]["context_window"] = window - block_size
     if features is not None:  # the head inputs, not a draft-vocab teacher: the loss scores the full vocabulary
         source, eval_source = stored_sources(features, window, budget.eval_windows, eval_features, device=device)
     else:
