@@ -88,6 +88,12 @@ def _drafter_lines(st: dict[str, Any], hp: dict[str, Any]) -> list[str]:
                      f"{r.get('stage_seconds', 0):.0f} | {r.get('bytes', 0) / 1e6:.1f} | {before} → {after} |")
     lines += ["", "DART's depths are its d+1 predicted positions (γ = 0.6 annealed KL); EAGLE-3's are its "
               "training-time-test steps; DFlash's are its block rows 1…B−1 (γ = 0.8 weighted cross-entropy)."]
+    window = hp.get("window")
+    if window:
+        dart, dflash = window - 1 - hp.get("draft_length", 8), window - hp.get("dflash_block", 8)
+        lines += ["", f"Drafting keeps to the context the {window}-token windows showed (`context_window` in each "
+                  f"config): DART {dart} rows, EAGLE-3 {window - 1}, DFlash {dflash} (docs/drafters.md, the "
+                  "context window)."]
     return lines
 
 
