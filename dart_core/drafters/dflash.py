@@ -27,7 +27,7 @@ from dart_core.drafters.checkpoint import (
     resolve_embedding,
 )
 from dart_core.drafters.interface import check_settings, knob
-from dart_core.drafters.layers import MLP, CacheRows, KVCache, RMSNorm, Rotary, apply_rotary
+from dart_core.drafters.layers import MLP, CacheRows, KVCache, RMSNorm, Rotary, apply_rotary, within_window
 from dart_core.drafters.module import DrafterModule
 from dart_core.engine.cpu import cpu_has_native_bf16
 from dart_core.engine.drafter import DraftInput, Proposal
@@ -389,8 +389,8 @@ class DFlashDrafter(DrafterModule):
         cos, sin = self.rotary.cos_sin(positions, self.dtype)
         mask = None
         if self.config.context_window is not None:  # the block sees the last context_window context rows
-            mask = torch.ones(1, b, past + n + b, dtype=torch.bool, device=self.device)
-            mask[..., : max(0, past + n - self.config.context_window)] = False
+            every = torch.ones(b, past + n + b, dtype=torch.bool, device=self.device)
+            mask = within_window(every, torch.full((b,), past + n - 1), past + n, self.config.context_window)[None]
         h = self.block_hidden(feats[None], ids[None], cos, sin, caches=state.caches, mask=mask)[0]
         for cache in state.caches:
             cache.commit(n)  # the context rows stay; the block rows after them are scratch

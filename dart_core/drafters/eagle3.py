@@ -125,12 +125,14 @@ class Eagle3Drafter(DrafterLayer):
         run_rows: dict[int, int] = {}  # pool index -> tree row (the cache's scratch row n + tree row)
         parents_flat = [-1] * k
         tokens_flat = (draft_ids + d2t[draft_ids]).tolist()
+        # every tree row sees the same context: the last context_window real rows (all of them without one)
+        context = within_window(torch.ones(k, n, dtype=torch.bool, device=self.device), torch.full((k,), n - 1), n,
+                                self.config.context_window)
         for i in range(depth):
             # Each frontier node sees the context, its already-run ancestors and itself.
             rows_before = i * k  # every level runs k rows
             mask = torch.zeros(k, n + rows_before + k, dtype=torch.bool, device=self.device)
-            mask[:, :n] = True
-            mask = within_window(mask, torch.full((k,), n - 1), n, self.config.context_window)
+            mask[:, :n] = context
             for r, node in enumerate(frontier):
                 p = parents_flat[node]
                 while p >= 0:

@@ -4,6 +4,7 @@ figures that a rebuild keeps."""
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -57,8 +58,12 @@ def _data_lines(st: dict[str, Any], hp: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _drafter_lines(st: dict[str, Any], hp: dict[str, Any]) -> list[str]:
-    """The card's drafter section: the shared recipe and, per drafter, its run and held-out top-1 by depth."""
+LABELS = {"dart": "DART", "eagle3": "EAGLE-3", "dflash": "DFlash"}
+
+
+def _drafter_lines(st: dict[str, Any], hp: dict[str, Any], windows: dict[str, int]) -> list[str]:
+    """The card's drafter section: the shared recipe and, per drafter, its run and held-out top-1 by depth, and
+    the context ``windows`` the heads' configs keep drafting to."""
     budget = hp.get("time_budget_min")
     where = st.get("fit", {}).get("device_name")
     lines = [
@@ -88,13 +93,26 @@ def _drafter_lines(st: dict[str, Any], hp: dict[str, Any]) -> list[str]:
                      f"{r.get('stage_seconds', 0):.0f} | {r.get('bytes', 0) / 1e6:.1f} | {before} → {after} |")
     lines += ["", "DART's depths are its d+1 predicted positions (γ = 0.6 annealed KL); EAGLE-3's are its "
               "training-time-test steps; DFlash's are its block rows 1…B−1 (γ = 0.8 weighted cross-entropy)."]
-    window = hp.get("window")
-    if window:
-        dart, dflash = window - 1 - hp.get("draft_length", 8), window - hp.get("dflash_block", 8)
-        lines += ["", f"Drafting keeps to the context the {window}-token windows showed (`context_window` in each "
-                  f"config): DART {dart} rows, EAGLE-3 {window - 1}, DFlash {dflash} (docs/drafters.md, the "
-                  "context window)."]
+    if windows:
+        lines += ["", f"Drafting keeps to the context the {hp.get('window')}-token windows showed (`context_window` "
+                  "in each config): " + ", ".join(f"{LABELS[k]} {v}" for k, v in windows.items())
+                  + " rows (docs/drafters.md, the context window)."]
     return lines
+
+
+def _context_windows(out: Path) -> dict[str, int]:
+    """Each head's ``context_window`` as its ``config.json`` in the bundle holds it (DFlash's in ``dflash_config``);
+    heads without one are left out."""
+    found = {}
+    for name in LABELS:
+        try:
+            cfg = json.loads((out / name / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        window = (cfg.get("dflash_config") or {}).get("context_window") or cfg.get("context_window")
+        if isinstance(window, int):
+            found[name] = window
+    return found
 
 
 def _time_lines(st: dict[str, Any], platform: str | None) -> list[str]:
@@ -140,7 +158,7 @@ def write_model_card(out: Path, data: dict[str, Any]) -> Path:
         "",
         *_data_lines(st, hp),
         "",
-        *_drafter_lines(st, st.get("fit", {}).get("hyperparameters") or hp),
+        *_drafter_lines(st, st.get("fit", {}).get("hyperparameters") or hp, _context_windows(out)),
         "",
         *_time_lines(st, data.get("platform")),
         "",
