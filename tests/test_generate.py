@@ -5,6 +5,7 @@ with the target often (deep accepted paths, KV compaction deep into the tree) â€
 from __future__ import annotations
 
 import random
+import zlib
 from pathlib import Path
 
 import helpers_ckpt as C
@@ -105,7 +106,7 @@ def test_greedy_lossless_all_methods(tmp_path: Path, family: str) -> None:
     rigged = drafters(tmp_path, model, oracle=True)
     deepest = {"dart": 0, "eagle3": 0}
     taus = {"dart": [], "eagle3": []}
-    for p_i, prompt in enumerate(prompts(seed=hash(family) % 1000)):
+    for p_i, prompt in enumerate(prompts(seed=zlib.crc32(family.encode()) % 1000)):
         truth = reference(model, prompt, NEW + 12)
         want = truth[:NEW]
         got, steps = generate(target, prompt, None, max_new_tokens=NEW)
