@@ -370,7 +370,9 @@ def test_smollm2_stages_split_across_machines(tmp_path: Path, capsys: pytest.Cap
     assert stages["distill"]["answered"] > 0 and stages["distill"]["batch_size"] != 5
     sizes = [len(s) for s in read_sequences(work / "distill.jsonl")]
     cap = sum(sorted(sizes)[:3])  # room for some conversations, not all
-    assert train_main([*base, "--stages", "vocab,ngram,fit,card", "--fit-tokens", str(cap)]) == 0
+    assert train_main([*base, "--stages", "fit", "--window", "0"]) == 2  # refused before any work
+    assert "--window must be positive" in capsys.readouterr().err and not (out / "dart").exists()
+    assert train_main([*base, "--stages", "vocab,ngram,fit,card", "--fit-tokens", str(cap), "--window", "24"]) == 0
     recipe = json.loads((out / "recipe.json").read_text())
     stages = recipe["stages"]
     assert {"distill", "vocab", "ngram", "features", "dart", "eagle3", "dflash", "fit", "bundle"} <= set(stages)
@@ -378,7 +380,13 @@ def test_smollm2_stages_split_across_machines(tmp_path: Path, capsys: pytest.Cap
     assert feats["tokens"] <= cap < feats["data_tokens"] == sum(sizes)
     assert 1 <= feats["sequences"] < feats["data_sequences"] == len(sizes)
     assert stages["fit"]["hyperparameters"]["fit_tokens"] == cap and "CPU" in stages["fit"]["device_name"]
-    assert len(recipe["history"]) == 3 and recipe["history"][2].endswith(f"--fit-tokens {cap}")
+    assert stages["fit"]["hyperparameters"]["window"] == 24
+    # each drafter keeps, when drafting, to the context its training windows gave it
+    configs = {kind: json.loads((out / kind / "config.json").read_text()) for kind in ("dart", "eagle3", "dflash")}
+    assert configs["dart"]["context_window"] == 24 - 1 - configs["dart"]["draft_length"]
+    assert configs["eagle3"]["context_window"] == 24 - 1
+    assert configs["dflash"]["dflash_config"]["context_window"] == 24 - configs["dflash"]["block_size"]
+    assert len(recipe["history"]) == 3 and recipe["history"][2].endswith(f"--fit-tokens {cap} --window 24")
     card = (out / "README.md").read_text()
     assert "Trained on CPU" in card and "| dart | 2 | steps |" in card
 

@@ -247,12 +247,13 @@ SMOLLM2_GPU = {"distill_batch": 2048, "batch_windows": 64, "eval_every": 100, "t
 
 def _smollm2_hp(args: argparse.Namespace) -> dict[str, Any]:
     """The recipe's hyperparameters for this run: the full or quick set, the GPU sizes with ``--gpu``, then the
-    explicit overrides (``--distill-batch``, ``--batch-windows``, ``--time-budget``, ``--eval-every``)."""
+    explicit overrides (``--distill-batch``, ``--batch-windows``, ``--window``, ``--time-budget``, ``--eval-every``,
+    ``--fit-tokens``)."""
     hp = dict(SMOLLM2_QUICK if args.quick else SMOLLM2)
     if args.gpu and not args.quick:
         hp.update(SMOLLM2_GPU)
     for key, value in (("distill_batch", args.distill_batch), ("batch_windows", args.batch_windows),
-                       ("time_budget_min", args.time_budget), ("eval_every", args.eval_every),
+                       ("window", args.window), ("time_budget_min", args.time_budget), ("eval_every", args.eval_every),
                        ("fit_tokens", args.fit_tokens)):
         if value is not None:
             if value <= 0:
@@ -514,6 +515,9 @@ def add_smollm2_parser(sub: Any) -> None:
                         + " minutes per drafter (use with --device cuda)")
     p.add_argument("--distill-batch", type=int, default=None, help="prompts answered together (overrides the recipe)")
     p.add_argument("--batch-windows", type=int, default=None, help="training windows per step (overrides the recipe)")
+    p.add_argument("--window", type=int, default=None, metavar="N",
+                   help=f"tokens per training window (default {SMOLLM2['window']}); each drafter's context_window "
+                        "follows from it: the most real rows it attends to when drafting, as in training")
     p.add_argument("--time-budget", type=float, default=None, metavar="MIN",
                    help="wall-clock minutes per drafter, the same for each (overrides the recipe's)")
     p.add_argument("--eval-every", type=int, default=None,
