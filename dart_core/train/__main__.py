@@ -263,14 +263,16 @@ STAGES = {"tokenizer": [stage_tokenizer], "target": [stage_target], "ngram": [st
 
 
 def main(argv: list[str] | None = None) -> int:
-    from dart_core.train import any_target
+    from dart_core.train import any_target, smollm2
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in any_target.COMMANDS:
         return any_target.main(argv)
+    if argv and argv[0] == "smollm2":
+        return smollm2.main(argv[1:])
     p = argparse.ArgumentParser(prog="python -m dart_core.train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("stage", choices=[*any_target.COMMANDS, *STAGES],
+    p.add_argument("stage", choices=[*any_target.COMMANDS, "smollm2", *STAGES],
                    help="distill / fit / smollm2: see above (each has its own --help). Stdlib toy: tokenizer: BPE + "
                         "held-out prompts; target: train the Qwen3 target (needs the tokenizer); "
                         "ngram: order-3 store over the training split (needs the tokenizer); drafters: the DART "

@@ -1,12 +1,12 @@
 """Training DART, EAGLE-3 and DFlash for ANY Hugging Face causal LM, by self-distillation (as the DART paper
-trains), and the recipe of the embedded SmolLM2 bundle built on it. Same code on a CPU and a CUDA GPU; the target runs
-in bfloat16 where the hardware multiplies it natively (CUDA, or a CPU with AVX512-BF16 / AMX), float32 otherwise.
+trains); the default bundle's recipe (``dart_core.train.smollm2``) is built on these stages. Same code on a CPU and
+a CUDA GPU; the target runs in bfloat16 where the hardware multiplies it natively (CUDA, or a CPU with AVX512-BF16 /
+AMX), float32 otherwise.
 
     python -m dart_core.train prompts --out P.jsonl                                   # the seeded prompt set
     python -m dart_core.train distill --target T --prompts P.jsonl --out WORK/distill.jsonl
     python -m dart_core.train vocab --target T --data WORK/distill.jsonl            # draft-vocabulary coverage
     python -m dart_core.train fit --target T --data WORK/distill.jsonl --out DIR      # DIR/{dart,eagle3,dflash}
-    python -m dart_core.train smollm2 --out assets/smollm2 [--quick]                  # the whole default bundle
 
 ``distill`` writes the target's own answers (resumable). ``fit`` runs the target once over that data and keeps its
 features on disk (``WORK/features``, resumable), ranks the draft vocabulary by the data's token counts, then trains
@@ -25,56 +25,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-# The SmolLM2 bundle's recipe: the seeded chat prompt set's first ``train_prompts`` prompts answered by the target
-# (follow-up turns included), held-out prompts in two topic-disjoint roles (``eval``: the held-out loss that stops
-# training; ``bench``: the bundle's prompts.jsonl), and the three drafters trained for the same wall clock. Sizes
-# and the decisions below were measured on a 2-core CPU (see the bundle's README and recipe.json). Draft vocabulary
-# 4,096: it covers ~93 % of the training answers' tokens and ~90 % of the held-out ones (8,192: ~98 / 95 %), but
-# 8,192 adds 4.7 MB to each of the DART and EAGLE-3 heads and takes the bundle past its 40 MB. MLP 1,024: 1,536 made
-# a DART training step 13 % slower (0.95 s instead of 0.84 s on one core, bf16 autocast) and adds 1.8 MB per head.
-SMOLLM2 = {
-    "target": "smollm2",
-    "train_prompts": 18944,
-    "eval_prompts": 384,
-    "bench_prompts": 64,
-    "max_new_tokens": 256,
-    "distill_batch": 256,
-    "draft_vocab": 4096,
-    "drafter_intermediate": 1024,
-    "window": 128,
-    "batch_windows": 8,
-    "eval_windows": 256,
-    "time_budget_min": 30.0,
-    "eval_every": 250,
-    "patience": 4,
-    "steps": {"dart": 100_000, "eagle3": 100_000, "dflash": 100_000},  # bounds only: the time budget ends each
-    "dflash_block": 8,
-    "ngram_order": 4,
-    "ngram_min_count": 2,
-    "vocab_sizes": [2048, 4096, 8192],
-    "fit_tokens": None,  # all of the data
-}
-SMOLLM2_QUICK = {
-    **SMOLLM2,
-    "train_prompts": 6,
-    "eval_prompts": 3,
-    "bench_prompts": 4,
-    "max_new_tokens": 24,
-    "distill_batch": 6,
-    "draft_vocab": 256,
-    "drafter_intermediate": 1024,
-    "window": 32,
-    "batch_windows": 2,
-    "eval_windows": 2,
-    "time_budget_min": None,
-    "eval_every": 1,
-    "patience": 0,
-    "steps": {"dart": 2, "eagle3": 2, "dflash": 2},
-    "ngram_order": 3,
-    "ngram_min_count": 1,
-    "vocab_sizes": [64, 256],
-}
-
 
 def _versions() -> dict[str, str]:
     import torch
@@ -84,17 +34,17 @@ def _versions() -> dict[str, str]:
             "transformers": transformers.__version__}
 
 
-def _recipe(out: Path) -> dict[str, Any]:
+def read_recipe(out: Path) -> dict[str, Any]:
     """``out/recipe.json`` as recorded so far (empty before the first stage)."""
     path = out / "recipe.json"
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def _record(out: Path, stage: str, rec: dict[str, Any], command: str | None = None) -> dict[str, Any]:
+def record_stage(out: Path, stage: str, rec: dict[str, Any], command: str | None = None) -> dict[str, Any]:
     """Merge one stage's record into ``out/recipe.json`` (stages may run separately; ``history`` keeps every
     command that shaped the directory)."""
     path = out / "recipe.json"
-    data = _recipe(out)
+    data = read_recipe(out)
     if command:
         data.setdefault("history", [])
         if not data["history"] or data["history"][-1] != command:
@@ -107,7 +57,7 @@ def _record(out: Path, stage: str, rec: dict[str, Any], command: str | None = No
     return data
 
 
-def _load_target(ref: str, device: str | None, dtype: str | None) -> Any:
+def load_training_target(ref: str, device: str | None, dtype: str | None) -> Any:
     """The target for distillation and features; ``auto`` is the arena's choice (bfloat16 on a CPU with native bf16
     too: distillation and features run about twice as fast as in float32 there, measured on a 2-core EPYC)."""
     from dart_core.arena import load_target
@@ -126,7 +76,7 @@ def run_distill(target_ref: str, records: list[dict[str, Any]], out: Path, *, de
 
     if threads:
         torch.set_num_threads(threads)
-    target, tok = loaded or _load_target(target_ref, device, dtype)
+    target, tok = loaded or load_training_target(target_ref, device, dtype)
     t0 = time.perf_counter()
     stats = distill(target.model, tok, records, out, stop_ids=stop_token_ids(tok, target.config),
                     max_new_tokens=max_new_tokens, batch_size=batch_size, temperature=temperature, seed=seed,
@@ -166,7 +116,7 @@ def run_fit(target_ref: str, data: Path, out: Path, *, work: Path, only: str | N
     if max_tokens is not None:
         seqs = sample_sequences(seqs, max_tokens, seed=budget.seed)
     eval_seqs = read_sequences(eval_data) if eval_data is not None else None
-    target, _ = loaded or _load_target(target_ref, device, dtype)
+    target, _ = loaded or load_training_target(target_ref, device, dtype)
     t0 = time.perf_counter()
     eval_store = None
     if online:
@@ -185,7 +135,7 @@ def run_fit(target_ref: str, data: Path, out: Path, *, work: Path, only: str | N
         if eval_seqs is not None:
             eval_store = build_features(target, eval_seqs, work / "eval_features", progress=budget.progress)
             feat_rec.update(eval_tokens=eval_store.n_tokens, eval_sequences=len(eval_seqs), eval_data=str(eval_data))
-    _record(out, "features", feat_rec, command)
+    record_stage(out, "features", feat_rec, command)
     overrides = {"intermediate_size": intermediate} if intermediate else None
     dev = str(target.device) if device in (None, "auto") else device
     budget = budget.with_(device=dev)
@@ -216,7 +166,7 @@ def run_fit(target_ref: str, data: Path, out: Path, *, work: Path, only: str | N
                    eval_windows=budget.eval_windows, eval_data=str(eval_data) if eval_data else None,
                    time_budget_s=budget.time_budget_s, eval_every=budget.eval_every, patience=budget.patience,
                    data=str(data), bytes=sum(p.stat().st_size for p in (out / name).glob("*") if p.is_file()))
-        _record(out, name, rec, command)
+        record_stage(out, name, rec, command)
         results[name] = rec
         print(f"[{name}] {rec.get('steps_done', steps[name])} steps in {rec['stage_seconds']:.0f} s "
               f"(ended by {rec.get('stopped', 'steps')}); held-out top-1 per depth "
@@ -239,130 +189,6 @@ def run_ngram(seqs: list[list[int]], path: Path, *, order: int, min_count: int, 
     return rec
 
 
-SMOLLM2_STAGES = ("distill", "vocab", "ngram", "fit", "card")
-# What a lent GPU changes (``--gpu``): the distillation batch and the training batch grow to fill the device, and the
-# three drafters share a budget measured in the GPU's seconds; the data, vocabulary and losses are the recipe's own.
-SMOLLM2_GPU = {"distill_batch": 2048, "batch_windows": 64, "eval_every": 100, "time_budget_min": 2.0}
-
-
-def _smollm2_hp(args: argparse.Namespace) -> dict[str, Any]:
-    """The recipe's hyperparameters for this run: the full or quick set, the GPU sizes with ``--gpu``, then the
-    explicit overrides (``--distill-batch``, ``--batch-windows``, ``--window``, ``--time-budget``, ``--eval-every``,
-    ``--fit-tokens``)."""
-    hp = dict(SMOLLM2_QUICK if args.quick else SMOLLM2)
-    if args.gpu and not args.quick:
-        hp.update(SMOLLM2_GPU)
-    for key, value in (("distill_batch", args.distill_batch), ("batch_windows", args.batch_windows),
-                       ("window", args.window), ("time_budget_min", args.time_budget), ("eval_every", args.eval_every),
-                       ("fit_tokens", args.fit_tokens)):
-        if value is not None:
-            if value <= 0:
-                raise ValueError(f"--{key.replace('_', '-').replace('-min', '')} must be positive, got {value}")
-            hp[key] = value
-    return hp
-
-
-def _device_name(device: str | None) -> str:
-    """What ran a stage, for the recipe: the GPU's name, or the CPU's platform."""
-    import torch
-
-    if str(device or "cpu").startswith("cuda") and torch.cuda.is_available():
-        return torch.cuda.get_device_name(torch.device(device))
-    from dart_core.engine.cpu import cpu_model_name
-
-    return f"CPU ({cpu_model_name() or platform.machine()}, {torch.get_num_threads()} threads)"
-
-
-def cmd_smollm2(args: argparse.Namespace, command: str) -> int:
-    """The embedded default bundle: prompts, the target's answers (training and held-out), the draft-vocabulary
-    coverage behind its size, N-gram store, the three drafters on one time budget, model card. Every stage resumes
-    (answered prompts, stored features and training checkpoints are kept in ``--work`` and ``OUT/<drafter>``);
-    ``--stages`` runs some of them (a GPU distils and trains, a CPU builds the N-gram store and the card)."""
-    from dart_core.loading.bundle_digests import record_digests
-    from dart_core.loading.wheel_fetch import sha256_file
-    from dart_core.train.distill import distill_runs, read_sequences
-    from dart_core.train.model_card import write_model_card
-    from dart_core.train.prompt_set import chat_set, heldout_roles
-    from dart_core.train.prompts import write_jsonl
-
-    stages = parse_stages(args.stages)
-    hp = _smollm2_hp(args)
-    out: Path = args.out
-    work: Path = args.work or (out.parent / f".{out.name}-work")
-    t_all = time.perf_counter()
-    train = chat_set(seed=args.seed, n=hp["train_prompts"])
-    evals, bench = heldout_roles(chat_set(heldout=True, seed=args.seed), n_eval=hp["eval_prompts"],
-                                 n_bench=hp["bench_prompts"])
-    write_jsonl(work / "train_prompts.jsonl", train)
-    write_jsonl(work / "eval_prompts.jsonl", evals)
-    write_jsonl(out / "prompts.jsonl", [{"id": p["id"], "category": p["category"], "prompt": p["prompt"]}
-                                       for p in bench])
-    (out / "bundle.json").write_text(json.dumps({"target": hp["target"], "mode": "chat"}, indent=1) + "\n")
-    _record(out, "prompts", {
-        "generator": "dart_core.train.prompt_set.chat_set", "seed": args.seed, "set_size": len(chat_set(
-            seed=args.seed)), "train": len(train), "with_followup": sum(1 for p in train if p.get("followups")),
-        "eval": len(evals), "bench": len(bench),
-        "split": "by topic (stable hash): no held-out topic is in training; eval and bench topics are disjoint"},
-        command)
-    loaded = _load_target(hp["target"], args.device, args.dtype) if stages & {"distill", "fit"} else None
-    if "distill" in stages:
-        opts = {"device": args.device, "dtype": args.dtype, "max_new_tokens": hp["max_new_tokens"],
-                "batch_size": hp["distill_batch"], "temperature": 0.0, "seed": args.seed, "threads": args.threads,
-                "progress": not args.no_progress, "loaded": loaded}
-        for stage, prompts, name in (("distill", train, "distill.jsonl"),
-                                     ("distill_eval", evals, "eval_distill.jsonl")):
-            rec = run_distill(hp["target"], prompts, work / name, **opts)
-            if not rec["answered"] and stage in _recipe(out).get("stages", {}):
-                continue  # a resumed run with nothing left to answer: the record of the runs that did stands
-            rec["file"]["sha256"] = sha256_file(work / name)  # the data stays out of git: this identifies it
-            rec["all_runs"] = distill_runs(work / name)  # a resumable stage: every run's clock and tokens
-            rec["device_name"] = _device_name(args.device)
-            _record(out, stage, rec, command)
-    if "vocab" in stages:
-        _record(out, "vocab", run_vocab(_text_config(hp["target"]), work / "distill.jsonl",
-                                        work / "eval_distill.jsonl", hp["vocab_sizes"]), command)
-    if "ngram" in stages:
-        ng = run_ngram(read_sequences(work / "distill.jsonl"), out / "ngram" / "small.ngram",
-                       order=hp["ngram_order"], min_count=hp["ngram_min_count"], progress=not args.no_progress)
-        _record(out, "ngram", ng, command)
-    if "fit" in stages:
-        from dart_core.train.common import TrainConfig
-
-        budget = TrainConfig(window=hp["window"], batch_windows=hp["batch_windows"],
-                             eval_windows=hp["eval_windows"], seed=args.seed, threads=args.threads, resume=True,
-                             progress=not args.no_progress, checkpoint_every=100, eval_every=hp["eval_every"],
-                             patience=hp["patience"],
-                             time_budget_s=hp["time_budget_min"] * 60 if hp["time_budget_min"] else None)
-        run_fit(hp["target"], work / "distill.jsonl", out, work=work, only=None, steps=hp["steps"],
-                draft_vocab=hp["draft_vocab"], intermediate=hp["drafter_intermediate"], budget=budget,
-                device=args.device, dtype=args.dtype, loaded=loaded, command=command,
-                dflash_block=hp["dflash_block"], eval_data=work / "eval_distill.jsonl", max_tokens=hp["fit_tokens"])
-        # the drafters' hyperparameters are this run's: a later run of other stages (the card) keeps them
-        _record(out, "fit", {"hyperparameters": hp, "device_name": _device_name(args.device)}, command)
-    if "card" in stages:
-        data = _record(out, "bundle", {"hyperparameters": hp, "quick": bool(args.quick),
-                                       "total_seconds": round(time.perf_counter() - t_all, 1)}, command)
-        write_model_card(out, data)
-        record_digests(out)  # every model file's sha256 into bundle.json, checked when the bundle is opened
-    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
-    print(f"[smollm2] stages {','.join(s for s in SMOLLM2_STAGES if s in stages)}: bundle {size / 1e6:.1f} MB in "
-          f"{out} ({time.perf_counter() - t_all:.0f} s); work files in {work}")
-    return 0
-
-
-def parse_stages(text: str) -> set[str]:
-    """``--stages``: a comma-separated subset of :data:`SMOLLM2_STAGES` (``all``: every one); an unknown name is
-    refused, naming the known ones."""
-    names = {s.strip() for s in text.split(",") if s.strip()}
-    if names == {"all"}:
-        return set(SMOLLM2_STAGES)
-    unknown = sorted(names - set(SMOLLM2_STAGES))
-    if unknown or not names:
-        raise ValueError(f"unknown stage(s) {', '.join(unknown) or '(none given)'}: pick from "
-                         f"{', '.join(SMOLLM2_STAGES)} or all")
-    return names
-
-
 def run_vocab(text_config: Any, data: Path, eval_data: Path | None, sizes: list[int], *,
               rank_on: str = "all") -> dict[str, Any]:
     """The draft-vocabulary coverage record (``dart_core.train.vocab_coverage``): per size, the share of the
@@ -383,7 +209,7 @@ def run_vocab(text_config: Any, data: Path, eval_data: Path | None, sizes: list[
             "target_vocab": int(text_config.vocab_size), "rows": rows}
 
 
-def _text_config(target_ref: str) -> Any:
+def target_text_config(target_ref: str) -> Any:
     """The target's text config alone (its vocabulary size and EOS), without loading its weights."""
     from transformers import AutoConfig
 
@@ -395,7 +221,7 @@ def _text_config(target_ref: str) -> Any:
 def cmd_vocab(args: argparse.Namespace) -> None:
     """Print the draft-vocabulary coverage table."""
     sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
-    rec = run_vocab(_text_config(args.target), args.data, args.eval_data, sizes, rank_on=args.rank_on)
+    rec = run_vocab(target_text_config(args.target), args.data, args.eval_data, sizes, rank_on=args.rank_on)
     names = [k for k in rec["rows"][0] if k != "size"]
     print(f"draft vocabulary ranked on {args.rank_on} tokens of {args.data} (target vocabulary "
           f"{rec['target_vocab']:,})")
@@ -446,7 +272,7 @@ def add_distill_parser(sub: Any) -> None:
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=16, help="prompts answered together (default 16)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy answers (default)")
-    _common(p)
+    add_common_options(p)
 
 
 def add_fit_parser(sub: Any) -> None:
@@ -492,43 +318,10 @@ def add_fit_parser(sub: Any) -> None:
                    help="no stored features: the target runs inside every training step over per-conversation "
                         "windows (for data too large to keep features of, on a GPU; --eval-windows then counts "
                         "held-out conversations)")
-    _common(p)
+    add_common_options(p)
 
 
-def add_smollm2_parser(sub: Any) -> None:
-    p = sub.add_parser("smollm2", help="rebuild the default bundle (SmolLM2-135M-Instruct) end to end",
-                       description="Prompts, the target's answers, N-gram store, DART drafter, EAGLE-3 head, "
-                                   "DFlash drafter and model card for the packaged SmolLM2-135M-Instruct; every "
-                                   "stage resumes.")
-    p.add_argument("--out", required=True, type=Path, help="bundle dir (e.g. assets/smollm2)")
-    p.add_argument("--work", type=Path, default=None,
-                   help="where distillation data and features go (default: .<out name>-work beside OUT)")
-    p.add_argument("--quick", action="store_true", help="a tiny variant of every stage, for CI (seconds)")
-    p.add_argument("--stages", default="all",
-                   help="comma-separated stages to run: " + ", ".join(SMOLLM2_STAGES) + " (default: all; the prompt "
-                        "files are always written). A GPU can distil and fit while a CPU builds the N-gram store and "
-                        "the card: --stages distill,fit there, --stages vocab,ngram,card here")
-    p.add_argument("--gpu", action="store_true",
-                   help="sizes for a lent GPU: distillation batch " + str(SMOLLM2_GPU["distill_batch"]) + ", "
-                        + str(SMOLLM2_GPU["batch_windows"]) + " windows a training step, a held-out evaluation "
-                        "every " + str(SMOLLM2_GPU["eval_every"]) + " steps, " + f"{SMOLLM2_GPU['time_budget_min']:g}"
-                        + " minutes per drafter (use with --device cuda)")
-    p.add_argument("--distill-batch", type=int, default=None, help="prompts answered together (overrides the recipe)")
-    p.add_argument("--batch-windows", type=int, default=None, help="training windows per step (overrides the recipe)")
-    p.add_argument("--window", type=int, default=None, metavar="N",
-                   help=f"tokens per training window (default {SMOLLM2['window']}); each drafter's context_window "
-                        "follows from it: the most real rows it attends to when drafting, as in training")
-    p.add_argument("--time-budget", type=float, default=None, metavar="MIN",
-                   help="wall-clock minutes per drafter, the same for each (overrides the recipe's)")
-    p.add_argument("--eval-every", type=int, default=None,
-                   help="training steps between held-out evaluations (overrides the recipe's)")
-    p.add_argument("--fit-tokens", type=int, default=None, metavar="N",
-                   help="features and training over a seeded random sample of the conversations holding at most N "
-                        "tokens (default: all; for when the features of all the data cost more time than there is)")
-    _common(p)
-
-
-def _common(p: argparse.ArgumentParser) -> None:
+def add_common_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N")
     p.add_argument("--dtype", default="auto",
                    help="target dtype: auto (bf16 on CUDA and on CPUs with native bf16, else fp32), float32, bfloat16, "
@@ -538,7 +331,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
-COMMANDS = ("prompts", "distill", "vocab", "fit", "smollm2")
+COMMANDS = ("prompts", "distill", "vocab", "fit")
 
 
 def main(argv: list[str]) -> int:
@@ -551,7 +344,6 @@ def main(argv: list[str]) -> int:
     add_distill_parser(sub)
     add_vocab_parser(sub)
     add_fit_parser(sub)
-    add_smollm2_parser(sub)
     args = p.parse_args(argv)
     command = "python -m dart_core.train " + " ".join(argv)
     try:
@@ -594,7 +386,7 @@ def main(argv: list[str]) -> int:
                     intermediate=args.drafter_intermediate, budget=budget, device=args.device, dtype=args.dtype,
                     online=args.online, command=command, eval_data=args.eval_data)
         else:
-            return cmd_smollm2(args, command)
+            raise AssertionError(f"unhandled command {args.command}")  # argparse admits only COMMANDS
     except (DistillError, ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
