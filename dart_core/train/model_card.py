@@ -9,6 +9,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from dart_core.racers.registry import label
+
 
 def target_origin_lines() -> list[str]:
     """Where the target's weights come from (a Q4_1 GGUF, dequantized) and what that means: the card's opening."""
@@ -58,7 +60,7 @@ def _data_lines(st: dict[str, Any], hp: dict[str, Any]) -> list[str]:
     return lines
 
 
-LABELS = {"dart": "DART", "eagle3": "EAGLE-3", "dflash": "DFlash"}
+HEADS = ("dart", "eagle3", "dflash")  # the bundle's drafter directories, named by their racers' keys
 
 
 def _drafter_lines(st: dict[str, Any], hp: dict[str, Any], windows: dict[str, int]) -> list[str]:
@@ -83,7 +85,7 @@ def _drafter_lines(st: dict[str, Any], hp: dict[str, Any], windows: dict[str, in
         "| head | steps | ended by | seconds | MB | held-out top-1 by depth (before → after) |",
         "|---|---|---|---|---|---|",
     ]
-    for name in ("dart", "eagle3", "dflash"):
+    for name in HEADS:
         r = st.get(name, {})
         if not r:
             continue
@@ -95,7 +97,7 @@ def _drafter_lines(st: dict[str, Any], hp: dict[str, Any], windows: dict[str, in
               "training-time-test steps; DFlash's are its block rows 1…B−1 (γ = 0.8 weighted cross-entropy)."]
     if windows:
         lines += ["", f"Drafting keeps to the context the {hp.get('window')}-token windows showed (`context_window` "
-                  "in each config): " + ", ".join(f"{LABELS[k]} {v}" for k, v in windows.items())
+                  "in each config): " + ", ".join(f"{label(k)} {v}" for k, v in windows.items())
                   + " rows (docs/drafters.md, the context window)."]
     return lines
 
@@ -104,7 +106,7 @@ def _context_windows(out: Path) -> dict[str, int]:
     """Each head's ``context_window`` as its ``config.json`` in the bundle holds it (DFlash's in ``dflash_config``);
     heads without one are left out."""
     found = {}
-    for name in LABELS:
+    for name in HEADS:
         try:
             cfg = json.loads((out / name / "config.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -118,7 +120,7 @@ def _context_windows(out: Path) -> dict[str, int]:
 def _time_lines(st: dict[str, Any], platform: str | None) -> list[str]:
     """What the recipe cost: distillation over all its runs (answer tokens/s), features, each drafter, the sum."""
     runs = [st.get(k, {}).get("all_runs") or {} for k in ("distill", "distill_eval")]
-    heads = {k: float(st.get(k, {}).get("stage_seconds", 0)) for k in ("dart", "eagle3", "dflash")}
+    heads = {k: float(st.get(k, {}).get("stage_seconds", 0)) for k in HEADS}
     feats = float(st.get("features", {}).get("seconds", 0))
     total = sum(float(r.get("seconds", 0)) for r in runs) + feats + sum(heads.values())
     d, de = runs
