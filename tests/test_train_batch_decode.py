@@ -1,5 +1,7 @@
 """The distillation's batched decoder: every row's answer equals the model's own one-prompt greedy answer while
-rows finish at different steps and are dropped from the batch; a preallocated cache layer refuses to overflow;
+rows finish at different steps and are dropped from the batch; on a CPU the prompts run through the model in parts
+only as wide as their own longest prompt; a preallocated cache layer refuses to overflow and joins ragged parts
+right-aligned, zeros before;
 sampling is reproducible for a seed; follow-up turns are answered after the first turn, on the target's own
 answer."""
 
@@ -51,7 +53,20 @@ def test_rows_that_finish_early_are_dropped_and_every_answer_is_the_models_own(
     assert got == want
 
 
-def test_the_cache_layer_refuses_to_overflow_and_keeps_selected_rows() -> None:
+def test_prompts_are_prefilled_in_parts_only_as_wide_as_their_longest_prompt(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(BD, "CPU_PREFILL_TOKENS", 30)
+    # rows x longest prompt <= 30; a prompt longer than that alone is a part of its own
+    assert BD._prefill_parts([3, 3, 4, 10, 12, 3, 40]) == [(0, 3), (3, 5), (5, 6), (6, 7)]
+    model = C.tiny_target("llama", vocab=V, layers=2, seed=2).float()
+    prompts = [[5] * n for n in (3, 3, 4, 10, 12, 3)]
+    shapes: list[tuple[int, int]] = []
+    model.register_forward_pre_hook(lambda _m, _a, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+    got = batch_answers(model, prompts, max_new_tokens=2, stop_ids={1}, pad_id=0)
+    assert shapes[:3] == [(3, 4), (2, 12), (1, 3)]  # not three parts 12 wide
+    assert got == [_greedy(model, p, 2) for p in prompts]
+
+
+def test_the_cache_layer_refuses_to_overflow_and_keeps_selected_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     layer = PreallocatedLayer(capacity=4)
     k = torch.arange(2 * 1 * 3 * 2, dtype=torch.float32).view(2, 1, 3, 2)
     keys, _ = layer.update(k, k + 100)
@@ -66,8 +81,22 @@ def test_the_cache_layer_refuses_to_overflow_and_keeps_selected_rows() -> None:
     joined = PreallocatedLayer.joined([layer, other], capacity=6)
     assert joined.get_seq_length() == 3 and joined.key_buffer.shape[2] == 6
     assert torch.equal(joined.keys, torch.cat([k[1:], k[:1] + 7])) and torch.equal(joined.values[1], k[0] + 107)
-    with pytest.raises(ValueError, match="equal length"):
+    # a shorter part is right-aligned, the columns before it zeros (the left padding the mask hides), even where
+    # the fresh buffer held NaN: a masked NaN would still reach the attention's output
+    short = PreallocatedLayer(capacity=2)
+    short.update(k[:1, :, 1:] + 9, k[:1, :, 1:] + 109)
+    monkeypatch.setattr(torch.Tensor, "new_empty",
+                        lambda self, size, **kw: torch.full(size, float("nan"), dtype=self.dtype))
+    ragged = PreallocatedLayer.joined([layer, short], capacity=6)
+    assert ragged.get_seq_length() == 3
+    assert torch.equal(ragged.keys[0], k[1]) and torch.equal(ragged.keys[1, :, 1:], k[0, :, 1:] + 9)
+    assert torch.equal(ragged.values[1, :, 1:], k[0, :, 1:] + 109)
+    assert torch.equal(ragged.keys[1, :, :1], torch.zeros(1, 1, 2))
+    assert torch.equal(ragged.values[1, :, :1], torch.zeros(1, 1, 2))
+    with pytest.raises(ValueError, match="only filled parts"):
         PreallocatedLayer.joined([layer, PreallocatedLayer(capacity=3)], capacity=6)
+    with pytest.raises(ValueError, match="holds 2 positions"):
+        PreallocatedLayer.joined([layer], capacity=2)
 
 
 def test_sampling_is_reproducible_for_a_seed_and_not_greedy() -> None:

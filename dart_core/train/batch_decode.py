@@ -6,9 +6,10 @@ keep being computed until the longest one ends. Here each layer's keys and value
 the batch's whole length (``PreallocatedLayer``, a stock ``transformers`` cache layer that writes in place and hands
 the model a view), finished rows are dropped from the batch (and from every buffer) once enough of them have
 finished, and prompts of similar length share a batch (the caller sorts them), so little padding is computed.
-On a CPU the prompts go through the model a few rows at a time (their activations stay in the processor's caches)
-and their keys and values are joined into the batch's buffers; the greedy token is ``max(-1).indices`` (argmax's
-first-of-ties index; ``argmax`` itself takes about 5x longer over a bf16 vocabulary there).
+On a CPU the prompts go through the model a few rows at a time (their activations stay in the processor's caches),
+each part only as wide as its longest prompt, and their keys and values are joined into the batch's buffers; the
+greedy token is ``max(-1).indices`` (argmax's first-of-ties index; ``argmax`` itself takes about 5x longer over a
+bf16 vocabulary there).
 
 The model is the stock ``transformers`` model; only the cache layer and the loop are ours. Answers equal the model's
 own one-prompt greedy answers up to floating-point ties (a padded batch's matrix products may round differently)."""
@@ -41,10 +42,13 @@ class PreallocatedLayer(DynamicLayer):
         self.length = 0
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        self.device = key_states.device
-        b, h, _, dk = key_states.shape
-        self.key_buffer = key_states.new_empty((b, h, self.capacity, dk))
-        self.value_buffer = value_states.new_empty((b, h, self.capacity, value_states.shape[-1]))
+        self._allocate(key_states.shape[0], key_states, value_states)
+
+    def _allocate(self, rows: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Buffers of ``rows`` rows and ``capacity`` positions; heads, width, dtype, device as ``keys``/``values``."""
+        self.device = keys.device
+        self.key_buffer = keys.new_empty((rows, keys.shape[1], self.capacity, keys.shape[-1]))
+        self.value_buffer = values.new_empty((rows, values.shape[1], self.capacity, values.shape[-1]))
         self.is_initialized = True
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
@@ -66,14 +70,27 @@ class PreallocatedLayer(DynamicLayer):
 
     @classmethod
     def joined(cls, parts: Sequence[PreallocatedLayer], capacity: int) -> PreallocatedLayer:
-        """One layer of ``capacity`` positions holding the rows of ``parts`` (equal lengths) one after another."""
-        length = parts[0].length
-        if any(p.length != length or not p.is_initialized for p in parts):
-            raise ValueError("only filled parts of equal length can be joined")
+        """One layer of ``capacity`` positions holding the rows of ``parts`` one after another, right-aligned: a
+        part shorter than the longest starts that many columns later, its columns before zeros (left padding, which
+        the mask hides; zeros, not stale memory, since a masked NaN would still reach the output)."""
+        if not parts or any(not p.is_initialized for p in parts):
+            raise ValueError("only filled parts can be joined")
+        length = max(p.length for p in parts)
         if length > capacity:
             raise ValueError(f"the cache holds {capacity} positions; the parts hold {length}")
+        rows = sum(p.keys.shape[0] for p in parts)
         layer = cls(capacity)
-        layer.update(torch.cat([p.keys for p in parts]), torch.cat([p.values for p in parts]))
+        layer._allocate(rows, parts[0].keys, parts[0].values)
+        a = 0
+        for p in parts:
+            b, pad = a + p.keys.shape[0], length - p.length
+            for buffer, part in ((layer.key_buffer, p.keys), (layer.value_buffer, p.values)):
+                buffer[a:b, :, :pad] = 0
+                buffer[a:b, :, pad:length] = part
+            a = b
+        layer.length = length
+        layer.keys = layer.key_buffer[:, :, :length]
+        layer.values = layer.value_buffer[:, :, :length]
         return layer
 
     def get_max_length(self) -> int:
@@ -105,25 +122,42 @@ def _next_tokens(logits: torch.Tensor, temperature: float, generator: torch.Gene
     return torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(1).to(logits.device)
 
 
+def _prefill_parts(lengths: Sequence[int]) -> list[tuple[int, int]]:
+    """Consecutive row ranges of at most ``CPU_PREFILL_TOKENS`` tokens each (at least one row), a part's tokens
+    being its rows times its longest prompt: rows sorted by length give parts of nearly equal lengths."""
+    parts, a = [], 0
+    while a < len(lengths):
+        b, longest = a + 1, lengths[a]
+        while b < len(lengths) and (b + 1 - a) * max(longest, lengths[b]) <= CPU_PREFILL_TOKENS:
+            longest = max(longest, lengths[b])
+            b += 1
+        parts.append((a, b))
+        a = b
+    return parts
+
+
 def _prefill(model: Any, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, capacity: int,
              key: str) -> tuple[torch.Tensor, Cache]:
-    """The prompts' last logits and a cache of ``capacity`` positions holding their keys and values; on a CPU
-    computed ``CPU_PREFILL_TOKENS`` at a time and joined."""
+    """The prompts' last logits and a cache of ``capacity`` positions holding their keys and values. On a CPU
+    they are computed ``CPU_PREFILL_TOKENS`` at a time, each part only as wide as its longest prompt (a batch
+    spanning short and long prompts would otherwise run every short one through the model at the longest width),
+    and joined right-aligned, as the left-padded batch has them."""
     batch, width = ids.shape
     layers = _num_layers(model)
-    # the last column by index, not ``logits_to_keep=1``: the model would slice it as a strided view, which torch's
-    # CPU linear multiplies by copying the head once per row (measured: 14 s instead of 0.03 s at batch 128, bf16)
-    last = torch.tensor([width - 1], device=ids.device)
-    rows = min(batch, max(1, CPU_PREFILL_TOKENS // width)) if ids.device.type == "cpu" else batch
-    whole = rows == batch  # one part: its cache is the batch's, with room to grow
+    lengths = mask.sum(1).tolist()
+    ranges = _prefill_parts(lengths) if ids.device.type == "cpu" else [(0, batch)]
     parts, logits = [], []
-    for a in range(0, batch, rows):
-        part = Cache(layers=[PreallocatedLayer(capacity if whole else width) for _ in range(layers)])
-        logits.append(model(input_ids=ids[a : a + rows], attention_mask=mask[a : a + rows],
-                            position_ids=positions[a : a + rows], use_cache=True, logits_to_keep=last,
+    for a, b in ranges:
+        w = width if len(ranges) == 1 else max(lengths[a:b])
+        part = Cache(layers=[PreallocatedLayer(capacity if len(ranges) == 1 else w) for _ in range(layers)])
+        # the last column by index, not ``logits_to_keep=1``: the model would slice it as a strided view, which
+        # torch's CPU linear multiplies by copying the head once per row (14 s instead of 0.03 s at batch 128, bf16)
+        last = torch.tensor([w - 1], device=ids.device)
+        logits.append(model(input_ids=ids[a:b, width - w:], attention_mask=mask[a:b, width - w:],
+                            position_ids=positions[a:b, width - w:], use_cache=True, logits_to_keep=last,
                             **{key: part}).logits)
         parts.append(part)
-    if whole:
+    if len(ranges) == 1:  # one part: its cache is the batch's, with room to grow
         return logits[0], parts[0]
     joined = [PreallocatedLayer.joined([p.layers[i] for p in parts], capacity) for i in range(layers)]
     return torch.cat(logits), Cache(layers=joined)
