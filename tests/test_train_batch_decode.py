@@ -1,9 +1,8 @@
 """The distillation's batched decoder: every row's answer equals the model's own one-prompt greedy answer while
 rows finish at different steps and are dropped from the batch; on a CPU the prompts run through the model in parts
 only as wide as their own longest prompt; a preallocated cache layer refuses to overflow and joins ragged parts
-right-aligned, zeros before;
-sampling is reproducible for a seed; follow-up turns are answered after the first turn, on the target's own
-answer."""
+right-aligned, zeros before; sampling is reproducible for a seed; follow-up turns are answered after the first
+turn, on the target's own answer."""
 
 from __future__ import annotations
 
