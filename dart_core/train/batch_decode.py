@@ -61,9 +61,13 @@ class PreallocatedLayer(DynamicLayer):
         self.key_buffer[:, :, self.length:end] = key_states
         self.value_buffer[:, :, self.length:end] = value_states
         self.length = end
-        self.keys = self.key_buffer[:, :, :end]
-        self.values = self.value_buffer[:, :, :end]
+        self._expose()
         return self.keys, self.values
+
+    def _expose(self) -> None:
+        """``keys``/``values``: the buffers' first ``length`` positions, the view the model attends to."""
+        self.keys = self.key_buffer[:, :, : self.length]
+        self.values = self.value_buffer[:, :, : self.length]
 
     def get_seq_length(self) -> int:
         return self.length
@@ -89,8 +93,7 @@ class PreallocatedLayer(DynamicLayer):
                 buffer[a:b, :, pad:length] = part
             a = b
         layer.length = length
-        layer.keys = layer.key_buffer[:, :, :length]
-        layer.values = layer.value_buffer[:, :, :length]
+        layer._expose()
         return layer
 
     def get_max_length(self) -> int:
@@ -100,8 +103,7 @@ class PreallocatedLayer(DynamicLayer):
         if self.is_initialized:
             self.key_buffer = self.key_buffer[indices]
             self.value_buffer = self.value_buffer[indices]
-            self.keys = self.key_buffer[:, :, : self.length]
-            self.values = self.value_buffer[:, :, : self.length]
+            self._expose()
 
 
 def _cache_kwarg(model: Any) -> str:
