@@ -137,6 +137,17 @@ def test_stored_features_and_teacher_equal_a_fresh_forward(llama: Path, distille
     logits = target.model(torch.tensor([seqs[0][:8]])).logits[0]
     torch.testing.assert_close(teach[0], torch.log_softmax(logits[:, draft_ids], -1), atol=5e-3, rtol=5e-3)
     assert ids.shape == (1, 8) and feats.shape == (1, 8, 3 * 32)
+    # A copy held in device memory (made once, shared by every source of the store) gathers the same windows as
+    # the memory maps, for any first window and any order.
+    assert StoredWindows(store, 8, head.weight, draft_ids).arrays is None, "a CPU reads the memory maps"
+    idx = torch.tensor([2, 0, 1, 2])
+    for first in (0, 1):
+        mapped = StoredWindows(store, 8, head.weight, draft_ids, first=first, resident=False).get(idx)
+        held = StoredWindows(store, 8, head.weight, draft_ids, first=first, resident=True)
+        assert held.arrays is not None and held.arrays[1].dtype == torch.float16
+        for a, b in zip(held.get(idx), mapped, strict=True):
+            assert torch.equal(a, b)
+    assert list(store.copies) == ["cpu"]
     # Resume a partial store: forget the last sequences, rebuild, same bytes.
     before = store.features.copy()
     meta = json.loads((tmp_path / "f/meta.json").read_text())

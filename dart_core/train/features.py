@@ -17,7 +17,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ class FeatureStore:
     tokens: np.ndarray
     features: np.ndarray
     head_input: np.ndarray
+    copies: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = field(default_factory=dict, repr=False)
 
     @property
     def n_tokens(self) -> int:
@@ -75,6 +76,24 @@ class FeatureStore:
                 raise ValueError(f"{path}: expected {want} bytes for {shape} {np.dtype(dtype).name}, found {have}")
             arrays[name] = np.memmap(path, dtype=dtype, mode=mode, shape=shape)
         return cls(root, meta, arrays["tokens"], arrays["features"], arrays["head_input"])
+
+    def nbytes(self) -> int:
+        return int(self.tokens.nbytes + self.features.nbytes + self.head_input.nbytes)
+
+    def on_device(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``tokens``, ``features`` and ``head_input`` copied once into ``device``'s memory (same dtypes), in
+        64 MB chunks, and kept for every later caller: the three drafters trained on one store share one copy."""
+        key = str(device)
+        if key not in self.copies:
+            out = []
+            for arr in (self.tokens, self.features, self.head_input):
+                t = torch.empty(arr.shape, dtype=torch.from_numpy(arr[:0]).dtype, device=device)
+                rows = max(1, (64 << 20) // max(1, arr[:1].nbytes))
+                for i in range(0, len(arr), rows):
+                    t[i : i + rows].copy_(torch.from_numpy(np.asarray(arr[i : i + rows])))
+                out.append(t)
+            self.copies[key] = (out[0], out[1], out[2])
+        return self.copies[key]
 
     def complete(self) -> bool:
         return int(self.meta["done_sequences"]) == int(self.meta["n_sequences"])
@@ -231,7 +250,8 @@ class StoredWindows:
     def __init__(self, store: FeatureStore, window: int, head_weight: torch.Tensor | None = None,
                  draft_ids: torch.Tensor | None = None, *, head_bias: torch.Tensor | None = None,
                  softcap: float | None = None,
-                 device: torch.device | str = "cpu", first: int = 0, count: int | None = None) -> None:
+                 device: torch.device | str = "cpu", first: int = 0, count: int | None = None,
+                 resident: bool | None = None) -> None:
         if not store.complete():
             raise ValueError(f"feature store {store.root} is incomplete ({store.meta['done_sequences']} of "
                              f"{store.meta['n_sequences']} sequences): run the features stage again to finish it")
@@ -252,6 +272,11 @@ class StoredWindows:
             self.head = head_weight.detach().float().to(self.device)[ids]
             self.bias = None if head_bias is None else head_bias.detach().float().to(self.device)[ids]
         self.softcap = softcap
+        if resident is None:  # on a GPU with room (or a copy made already): stacking host slices and copying them
+            # over took most of a step there
+            resident = str(self.device) in store.copies or (
+                self.device.type == "cuda" and store.nbytes() <= torch.cuda.mem_get_info(self.device)[0] // 2)
+        self.arrays = store.on_device(self.device) if resident else None
 
     def __len__(self) -> int:
         return self.n
@@ -259,20 +284,24 @@ class StoredWindows:
     def get(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(ids [B, n], features [B, n, 3H] float32, teacher log-probs [B, n, Vd] — or the head inputs [B, n, H]
         without ``head_weight``) of windows ``idx``."""
-        starts = [(self.first + int(i)) * self.window for i in idx]
         w = self.window
-
-        def take(arr: np.ndarray) -> torch.Tensor:  # contiguous slices, kept float16 until on ``device``
-            return torch.from_numpy(np.asarray(np.stack([arr[s : s + w] for s in starts])))
-
-        ids = take(self.store.tokens).long()
-        feats = take(self.store.features).to(self.device).float()
-        last = take(self.store.head_input).to(self.device).float().view(len(starts) * w, -1)
+        if self.arrays is not None:  # gathered where the copy lives
+            rows = ((idx.to(self.device).long()[:, None] + self.first) * w
+                    + torch.arange(w, device=self.device)).reshape(-1)
+            tokens, features, head_input = (a.index_select(0, rows).view(len(idx), w, *a.shape[1:])
+                                            for a in self.arrays)
+        else:  # contiguous slices of the memory maps, kept float16 until on ``device``
+            starts = [(self.first + int(i)) * w for i in idx]
+            tokens, features, head_input = (torch.from_numpy(np.asarray(np.stack([a[s : s + w] for s in starts])))
+                                            for a in (self.store.tokens, self.store.features, self.store.head_input))
+        ids = tokens.long()
+        feats = features.to(self.device).float()
+        last = head_input.to(self.device).float().view(len(idx) * w, -1)
         if self.head is None:
-            teach = last.view(len(starts), self.window, -1)
+            teach = last.view(len(idx), self.window, -1)
         else:
             logits = torch.nn.functional.linear(last, self.head, self.bias)
             if self.softcap:
                 logits = torch.tanh(logits / self.softcap) * self.softcap
-            teach = torch.log_softmax(logits, dim=-1).view(len(starts), self.window, -1)
-        return ids.to(self.device), feats.view(len(starts), self.window, -1).to(self.device), teach
+            teach = torch.log_softmax(logits, dim=-1).view(len(idx), self.window, -1)
+        return ids.to(self.device), feats.view(len(idx), self.window, -1).to(self.device), teach
