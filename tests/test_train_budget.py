@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from dart_core.train.common import TrainConfig
-from dart_core.train.loop import Checkpointer, EarlyStop, make_optimizer, train_loop
+from dart_core.train.loop import Checkpointer, EarlyStop, JsonlLog, make_optimizer, train_loop
 
 
 class Source:
@@ -129,3 +129,13 @@ def test_bad_budgets_are_refused(tmp_path: Path) -> None:
         run(tmp_path, None, time_budget_s=0.0)
     with pytest.raises(TypeError, match="unknown training option"):
         TrainConfig().with_(budget_minutes=3)
+
+
+def test_the_training_log_keeps_five_significant_digits(tmp_path: Path) -> None:
+    log = JsonlLog(tmp_path / "log.jsonl")
+    log.write({"step": 3, "loss": 1 / 3, "eval": {"kl": [2 / 3, 12345.678], "top1": (0.123456,)}, "lr": 1e-7,
+               "name": "dart"})
+    log.close()
+    line = (tmp_path / "log.jsonl").read_text()
+    assert line == ('{"step":3,"loss":0.33333,"eval":{"kl":[0.66667,12346.0],"top1":[0.12346]},"lr":1e-07,'
+                    '"name":"dart"}\n')

@@ -6,7 +6,9 @@ So every distillation sequence goes through the target once: per token, the thre
 (``[3·H]``) and the input of the output head (``[H]``, from which the teacher distribution over any draft vocab is
 one small matmul), both float16, in flat memory-mapped files. The sequences are packed end to end; training windows
 are cut from that stream. Each sequence's features come from its own forward (exact), only the drafter's window
-may span the end of one conversation and the start of the next, as a multi-turn context would.
+may span the end of one conversation and the start of the next, as a multi-turn context would. On a GPU with room
+the files are copied once into its memory and every step gathers its windows there (a step that stacked host slices
+and copied them over spent most of its time doing so: 3,821 DART steps in 96 s on an H200, 7,000 in 107 s after).
 
 Building is resumable: the files are preallocated, ``meta.json`` records how many sequences are done and is
 rewritten atomically after each chunk, and a digest of the sequences guards against resuming on other data."""
@@ -16,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,12 +89,14 @@ class FeatureStore:
         key = str(device)
         if key not in self.copies:
             out = []
-            for arr in (self.tokens, self.features, self.head_input):
-                t = torch.empty(arr.shape, dtype=torch.from_numpy(arr[:0]).dtype, device=device)
-                rows = max(1, (64 << 20) // max(1, arr[:1].nbytes))
-                for i in range(0, len(arr), rows):
-                    t[i : i + rows].copy_(torch.from_numpy(np.asarray(arr[i : i + rows])))
-                out.append(t)
+            with warnings.catch_warnings():  # the read-only maps are only read: copied to the device
+                warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+                for arr in (self.tokens, self.features, self.head_input):
+                    t = torch.empty(arr.shape, dtype=torch.from_numpy(arr[:0]).dtype, device=device)
+                    rows = max(1, (64 << 20) // max(1, arr[:1].nbytes))
+                    for i in range(0, len(arr), rows):
+                        t[i : i + rows].copy_(torch.from_numpy(np.asarray(arr[i : i + rows])))
+                    out.append(t)
             self.copies[key] = (out[0], out[1], out[2])
         return self.copies[key]
 

@@ -36,15 +36,28 @@ def make_optimizer(model: nn.Module, lr: float, steps: int, warmup: int, weight_
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
 
+def rounded(value: Any, digits: int = 5) -> Any:
+    """``value`` with every float (in lists and dicts too) kept to ``digits`` significant digits: a training log
+    ships in the bundle, whose size is capped, and digits past the fifth say nothing about a run."""
+    if isinstance(value, float):
+        return float(f"{value:.{digits}g}")
+    if isinstance(value, list | tuple):
+        return [rounded(v, digits) for v in value]
+    if isinstance(value, dict):
+        return {k: rounded(v, digits) for k, v in value.items()}
+    return value
+
+
 class JsonlLog:
-    """Append-only JSON-lines log (one object per logged step) in the output directory."""
+    """Append-only JSON-lines log (one object per logged step) in the output directory, floats to 5 significant
+    digits, no spaces."""
 
     def __init__(self, path: Path, append: bool = False) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.f = path.open("a" if append else "w")
 
     def write(self, record: dict[str, Any]) -> None:
-        self.f.write(json.dumps(record) + "\n")
+        self.f.write(json.dumps(rounded(record), separators=(",", ":")) + "\n")
         self.f.flush()
 
     def close(self) -> None:
