@@ -277,8 +277,7 @@ class StoredWindows:
             self.head = head_weight.detach().float().to(self.device)[ids]
             self.bias = None if head_bias is None else head_bias.detach().float().to(self.device)[ids]
         self.softcap = softcap
-        if resident is None:  # on a GPU with room (or a copy made already): stacking host slices and copying them
-            # over took most of a step there
+        if resident is None:  # a copy made already, or a GPU with room (there host slices took most of a step)
             resident = str(self.device) in store.copies or (
                 self.device.type == "cuda" and store.nbytes() <= torch.cuda.mem_get_info(self.device)[0] // 2)
         self.arrays = store.on_device(self.device) if resident else None
@@ -299,14 +298,12 @@ class StoredWindows:
             starts = [(self.first + int(i)) * w for i in idx]
             tokens, features, head_input = (torch.from_numpy(np.asarray(np.stack([a[s : s + w] for s in starts])))
                                             for a in (self.store.tokens, self.store.features, self.store.head_input))
-        ids = tokens.long()
-        feats = features.to(self.device).float()
-        last = head_input.to(self.device).float().view(len(idx) * w, -1)
+        last = head_input.to(self.device).float()  # [B, n, H], like ``features`` [B, n, 3H]
         if self.head is None:
-            teach = last.view(len(idx), self.window, -1)
+            teach = last
         else:
             logits = torch.nn.functional.linear(last, self.head, self.bias)
             if self.softcap:
                 logits = torch.tanh(logits / self.softcap) * self.softcap
-            teach = torch.log_softmax(logits, dim=-1).view(len(idx), self.window, -1)
-        return ids.to(self.device), feats.view(len(idx), self.window, -1).to(self.device), teach
+            teach = torch.log_softmax(logits, dim=-1)
+        return tokens.long().to(self.device), features.to(self.device).float(), teach
