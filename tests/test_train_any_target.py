@@ -102,7 +102,8 @@ def test_distill_answers_are_the_targets_greedy_answers_and_resume(llama: Path, 
     # The run ledger: each run's answers and clock, summed over runs (a file built over several sessions).
     answer_tokens = [len(json.loads(x)["ids"]) - json.loads(x)["n_prompt"] for x in lines]
     first = distill_runs(distilled)
-    assert [(r["answered"], r["dtype"], r["batch_size"]) for r in first["runs"]] == [(6, "float32", 4)]
+    assert [(r["answered"], r["dtype"], r["batch_size"], r["attention"]) for r in first["runs"]] == [
+        (6, "float32", 4, "native")]
     assert first["answer_tokens"] == sum(answer_tokens) and first["seconds"] > 0
     distill(target.model, tok, recs, copy, stop_ids=stops, max_new_tokens=40, batch_size=4, progress=False)
     resumed = distill_runs(copy)

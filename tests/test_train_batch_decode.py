@@ -65,6 +65,31 @@ def test_prompts_are_prefilled_in_parts_only_as_wide_as_their_longest_prompt(mon
     assert got == [_greedy(model, p, 2) for p in prompts]
 
 
+@pytest.mark.parametrize("prefill_tokens", [2400, 40])
+def test_a_prefix_every_prompt_shares_goes_through_the_model_once(prefill_tokens: int,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # 40 tokens at a time: the suffixes run in several parts after the shared prefix, and are joined
+    monkeypatch.setattr(BD, "CPU_PREFILL_TOKENS", prefill_tokens)
+    model = C.tiny_target("qwen3", vocab=V, layers=2, seed=6).float()
+    system = [(11 * j) % (V - 3) + 3 for j in range(10)]
+    prompts = [system + [(5 * i + 3 * j) % (V - 3) + 3 for j in range(1 + (i * 7) % 9)] for i in range(12)]
+    assert BD.shared_prefix(prompts) == 10
+    shapes: list[tuple[int, int]] = []
+    model.register_forward_pre_hook(lambda _m, _a, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+    got = batch_answers(model, prompts, max_new_tokens=10, stop_ids={V + 1}, pad_id=0)
+    assert shapes[0] == (1, 10), "the shared prefix first, for one row"
+    assert all(s[1] <= 9 for s in shapes[1:]), "then only the suffixes"
+    assert (len(shapes) - 9 > 2) == (prefill_tokens == 40)  # several parts, or one
+    assert got == [_greedy(model, p, 10) for p in prompts]
+
+
+def test_the_shared_prefix_leaves_each_prompt_a_token_and_is_used_only_when_long() -> None:
+    assert BD.shared_prefix([[7] * 12, [7] * 15]) == 11  # the shortest prompt's last token stays its own
+    assert BD.shared_prefix([[7] * 9 + [1, 4], [7] * 9 + [2]]) == 9
+    assert BD.shared_prefix([[7] * 7 + [1], [7] * 7 + [2]]) == 0  # below MIN_PREFIX: not worth a forward
+    assert BD.shared_prefix([[3] * 20]) == 19
+
+
 def test_the_cache_layer_refuses_to_overflow_and_keeps_selected_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     layer = PreallocatedLayer(capacity=4)
     k = torch.arange(2 * 1 * 3 * 2, dtype=torch.float32).view(2, 1, 3, 2)

@@ -4,24 +4,30 @@
 ``torch.cat`` every step, copying every row's whole key/value history once per token, and rows that have finished
 keep being computed until the longest one ends. Here each layer's keys and values live in one buffer allocated for
 the batch's whole length (``PreallocatedLayer``, a stock ``transformers`` cache layer that writes in place and hands
-the model a view), finished rows are dropped from the batch (and from every buffer) once enough of them have
-finished, and prompts of similar length share a batch (the caller sorts them), so little padding is computed.
-On a CPU the prompts go through the model a few rows at a time (their activations stay in the processor's caches),
-each part only as wide as its longest prompt, and their keys and values are joined into the batch's buffers; the
-greedy token is ``max(-1).indices`` (argmax's first-of-ties index; ``argmax`` itself takes about 5x longer over a
-bf16 vocabulary there).
+the model a view), finished rows are dropped from the batch (moved up in place in every buffer) once enough of them
+have finished, and prompts of similar length share a batch (the caller sorts them), so little padding is computed.
+The prefix every prompt of a batch shares (a chat template's system turn) goes through the model once. On a CPU
+the prompts go through the model a few rows at a time (their activations stay in the processor's caches), each
+part only as wide as its longest prompt, and their keys and values are joined into the batch's buffers; the decode
+steps attend with our native kernel (``cpu_attention``); the greedy token is ``max(-1).indices`` (argmax's
+first-of-ties index; ``argmax`` itself takes about 5x longer over a bf16 vocabulary there).
 
-The model is the stock ``transformers`` model; only the cache layer and the loop are ours. Answers equal the model's
-own one-prompt greedy answers up to floating-point ties (a padded batch's matrix products may round differently)."""
+The model is the stock ``transformers`` model; only the cache layer, the attention function it is handed through
+transformers' ``AttentionInterface`` and the loop are ours. Answers equal the model's own one-prompt greedy answers
+up to floating-point ties (a padded batch's matrix products may round differently)."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
+
+from dart_core.train.cpu_attention import native_decode_attention
 
 # Drop finished rows once this share of the batch has finished: each drop copies the kept rows' keys and values
 # once, so dropping on every finished row would cost as much as the concatenation this module avoids.
@@ -30,6 +36,10 @@ DROP_SHARE = 0.125
 # then stay in the caches. Measured on a 2-core EPYC, bf16: 84 prompts of 400 tokens 27.6 s at once, 16.1 s in
 # 3,200-token parts, 17.7 s in 1,600; 256 of 50 tokens 5.6 s at once, 4.3 s in 1,600-token parts.
 CPU_PREFILL_TOKENS = 2400
+ATTENTION_CHOICES = ("native", "sdpa")
+# A prefix all of a batch's prompts share is run once when it is at least this long (SmolLM2's system turn is 24
+# tokens of a 45-token first turn on average: half of the prefill).
+MIN_PREFIX = 8
 
 
 class PreallocatedLayer(DynamicLayer):
@@ -100,10 +110,37 @@ class PreallocatedLayer(DynamicLayer):
         return self.capacity
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        if self.is_initialized:
-            self.key_buffer = self.key_buffer[indices]
-            self.value_buffer = self.value_buffer[indices]
-            self._expose()
+        """Keep the rows ``indices`` (increasing), moved up in place: only their filled positions are copied and
+        nothing is allocated (a new buffer per drop cost 14 ms a layer at batch 256 on a CPU, mostly first-touch
+        page faults; this about a tenth)."""
+        if not self.is_initialized:
+            return
+        for dst, src, n in _moves(indices.tolist()):
+            for buffer in (self.key_buffer, self.value_buffer):
+                buffer[dst:dst + n, :, : self.length] = buffer[src:src + n, :, : self.length]
+        self.key_buffer = self.key_buffer[: len(indices)]
+        self.value_buffer = self.value_buffer[: len(indices)]
+        self._expose()
+
+
+def _moves(rows: Sequence[int]) -> list[tuple[int, int, int]]:
+    """(to, from, count) row-block copies that put ``rows`` (increasing) at 0, 1, ...: blocks of rows that move
+    by the same offset, cut to at most that offset so that no copy reads a row another has written or overlaps
+    itself; done in order, each reads rows not yet overwritten."""
+    if any(b <= a for a, b in itertools.pairwise(rows)):
+        raise ValueError("rows to keep must be increasing")
+    moves: list[tuple[int, int, int]] = []
+    dst = 0
+    while dst < len(rows):
+        offset = rows[dst] - dst
+        end = dst + 1
+        while end < len(rows) and rows[end] - end == offset:
+            end += 1
+        if offset:
+            for a in range(dst, end, offset):
+                moves.append((a, a + offset, min(offset, end - a)))
+        dst = end
+    return moves
 
 
 def _cache_kwarg(model: Any) -> str:
@@ -138,40 +175,76 @@ def _prefill_parts(lengths: Sequence[int]) -> list[tuple[int, int]]:
     return parts
 
 
-def _prefill(model: Any, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, capacity: int,
-             key: str) -> tuple[torch.Tensor, Cache]:
-    """The prompts' last logits and a cache of ``capacity`` positions holding their keys and values. On a CPU
-    they are computed ``CPU_PREFILL_TOKENS`` at a time, each part only as wide as its longest prompt (a batch
-    spanning short and long prompts would otherwise run every short one through the model at the longest width),
-    and joined right-aligned, as the left-padded batch has them."""
+def shared_prefix(prompts: Sequence[Sequence[int]]) -> int:
+    """How many leading tokens every prompt shares (a chat template's system turn), at most the shortest prompt
+    but one (each row's last prompt token must go through the model for its logits); 0 below ``MIN_PREFIX``."""
+    shortest = min(len(p) for p in prompts)
+    n = 0
+    while n < shortest - 1 and all(p[n] == prompts[0][n] for p in prompts):
+        n += 1
+    return n if n >= MIN_PREFIX else 0
+
+
+def _prefill(model: Any, ids: torch.Tensor, mask: torch.Tensor, capacity: int, key: str,
+             prefix: int) -> tuple[torch.Tensor, Cache, torch.Tensor]:
+    """The prompts' last logits, a cache of ``capacity`` positions holding their keys and values, and the mask of
+    which of its columns each row attends to. The ``prefix`` tokens every prompt starts with go through the model
+    once, for one row, and their keys and values are copied into every row's cache (positions 0..prefix-1, as in
+    each row); the rest of each prompt (its suffix) follows them. On a CPU the suffixes are computed
+    ``CPU_PREFILL_TOKENS`` at a time, each part only as wide as its longest suffix (a batch spanning short and long
+    prompts would otherwise run every short one through the model at the longest width), and joined
+    right-aligned. A row's columns: zeros up to its part's width, the prefix, padding, its suffix."""
     batch, width = ids.shape
     layers = _num_layers(model)
-    lengths = mask.sum(1).tolist()
+    suffix = mask.sum(1) - prefix
+    longest = width - prefix  # the longest suffix
+    # the last column by index, not ``logits_to_keep=1``: the model would slice it as a strided view, which torch's
+    # CPU linear multiplies by copying the head once per row (14 s instead of 0.03 s at batch 128, bf16)
+    shared = None
+    if prefix:
+        first = ids[:1, width - int(suffix[0]) - prefix: width - int(suffix[0])]
+        shared = Cache(layers=[PreallocatedLayer(prefix) for _ in range(layers)])
+        model(input_ids=first, position_ids=torch.arange(prefix, device=ids.device)[None], use_cache=True,
+              logits_to_keep=torch.tensor([prefix - 1], device=ids.device), **{key: shared})
+    columns = torch.arange(longest, device=ids.device)
+    suffix_mask = (columns[None] >= (longest - suffix)[:, None]).long()  # each suffix right-aligned
+    suffix_pos = prefix + (suffix_mask.cumsum(-1) - 1).clamp(min=0)
+    suffix_ids = ids[:, prefix:]
+    lengths = suffix.tolist()
     ranges = _prefill_parts(lengths) if ids.device.type == "cpu" else [(0, batch)]
-    parts, logits = [], []
     whole = len(ranges) == 1  # one part: its cache is the batch's, with room to grow
+    parts, logits, part_width = [], [], torch.empty(batch, dtype=torch.long, device=ids.device)
     for a, b in ranges:
         w = max(lengths[a:b])
-        part = Cache(layers=[PreallocatedLayer(capacity if whole else w) for _ in range(layers)])
-        # the last column by index, not ``logits_to_keep=1``: the model would slice it as a strided view, which
-        # torch's CPU linear multiplies by copying the head once per row (14 s instead of 0.03 s at batch 128, bf16)
-        last = torch.tensor([w - 1], device=ids.device)
-        logits.append(model(input_ids=ids[a:b, width - w:], attention_mask=mask[a:b, width - w:],
-                            position_ids=positions[a:b, width - w:], use_cache=True, logits_to_keep=last,
-                            **{key: part}).logits)
+        part_width[a:b] = w
+        part = Cache(layers=[PreallocatedLayer(capacity if whole else prefix + w) for _ in range(layers)])
+        if shared is not None:
+            for layer, common in zip(part.layers, shared.layers, strict=True):
+                layer.update(common.keys.expand(b - a, -1, -1, -1), common.values.expand(b - a, -1, -1, -1))
+        part_mask = torch.cat([suffix_mask.new_ones((b - a, prefix)), suffix_mask[a:b, longest - w:]], dim=1)
+        logits.append(model(input_ids=suffix_ids[a:b, longest - w:], attention_mask=part_mask,
+                            position_ids=suffix_pos[a:b, longest - w:], use_cache=True,
+                            logits_to_keep=torch.tensor([w - 1], device=ids.device), **{key: part}).logits)
         parts.append(part)
+    every = torch.arange(width, device=ids.device)[None]
+    start = (longest - part_width)[:, None]  # where a row's prefix starts in the joined cache
+    cache_mask = (((every >= start) & (every < start + prefix)) | (every >= width - suffix[:, None])).long()
     if whole:
-        return logits[0], parts[0]
+        return logits[0], parts[0], cache_mask
     joined = [PreallocatedLayer.joined([p.layers[i] for p in parts], capacity) for i in range(layers)]
-    return torch.cat(logits), Cache(layers=joined)
+    return torch.cat(logits), Cache(layers=joined), cache_mask
 
 
 @torch.inference_mode()
 def batch_answers(model: Any, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, stop_ids: Iterable[int],
-                  pad_id: int, temperature: float = 0.0, generator: torch.Generator | None = None) -> list[list[int]]:
+                  pad_id: int, temperature: float = 0.0, generator: torch.Generator | None = None,
+                  attention: str = "native") -> list[list[int]]:
     """Each prompt's continuation, ending with its stop token or after ``max_new_tokens`` tokens: greedy, or
     sampled at ``temperature`` (> 0) with ``generator``. Prompts are left-padded to one width; give prompts of
-    similar length for little padding."""
+    similar length for little padding. ``attention``: "native" (on a CPU, the decode steps attend through
+    ``dart_core.train.cpu_attention``) or "sdpa" (the model's own attention throughout)."""
+    if attention not in ATTENTION_CHOICES:
+        raise ValueError(f"attention must be one of {', '.join(ATTENTION_CHOICES)}, not {attention!r}")
     if not prompts:
         return []
     if max_new_tokens < 1:
@@ -189,12 +262,19 @@ def batch_answers(model: Any, prompts: Sequence[Sequence[int]], *, max_new_token
         ids[i, width - len(p):] = torch.as_tensor(list(p), dtype=torch.long)
         mask[i, width - len(p):] = 1
     ids, mask, stops = ids.to(device), mask.to(device), stops.to(device)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    with native_decode_attention(model) if attention == "native" else contextlib.nullcontext():
+        return _decode(model, ids, mask, stops, shared_prefix(prompts), max_new_tokens, temperature, generator)
+
+
+def _decode(model: Any, ids: torch.Tensor, mask: torch.Tensor, stops: torch.Tensor, prefix: int,
+            max_new_tokens: int, temperature: float, generator: torch.Generator | None) -> list[list[int]]:
+    """``batch_answers`` on the left-padded ``ids``: prefill, then one token per live row per step."""
+    device, (batch, width) = ids.device, ids.shape
+    next_pos = mask.sum(1)  # each row's next position: its prompt's length
     key = _cache_kwarg(model)
-    logits, cache = _prefill(model, ids, mask, positions, width + max_new_tokens, key)
+    logits, cache, mask = _prefill(model, ids, mask, width + max_new_tokens, key, prefix)
     rows = torch.arange(batch, device=device)  # which prompt each live row answers
-    next_pos = positions[:, -1] + 1
-    answers: list[list[int]] = [[] for _ in prompts]
+    answers: list[list[int]] = [[] for _ in range(batch)]
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
     for step in range(max_new_tokens):
         token = _next_tokens(logits[:, -1], temperature, generator)

@@ -199,9 +199,11 @@ def distill(
     temperature: float = 0.0,
     seed: int = 0,
     progress: bool = True,
+    attention: str = "native",
 ) -> dict[str, Any]:
     """Answer every record the target has not answered yet in ``out_path`` and append them there; then the
-    second turns of records with ``followups`` (see ``followup_records``). Returns counts of this run and, under
+    second turns of records with ``followups`` (see ``followup_records``). ``attention``: see ``batch_answers``.
+    Returns counts of this run and, under
     ``file``, the totals of the whole file (a resumed run answers only what was missing)."""
     if not stop_ids:
         raise DistillError("no end-of-turn token known for the target: cannot tell where an answer ends")
@@ -215,9 +217,10 @@ def distill(
     ledger = _RunLedger(out, {"batch_size": batch_size, "max_new_tokens": max_new_tokens,
                               "dtype": str(param.dtype).removeprefix("torch.") if param is not None else None,
                               "device": str(param.device) if param is not None else None,
-                              "threads": torch.get_num_threads()})
+                              "threads": torch.get_num_threads(), "attention": attention})
     opts = {"stop_ids": stop_ids, "max_new_tokens": max_new_tokens, "batch_size": batch_size,
-            "temperature": temperature, "generator": generator, "progress": progress, "ledger": ledger}
+            "temperature": temperature, "generator": generator, "progress": progress, "ledger": ledger,
+            "attention": attention}
     _answer_all(model, tokenizer, records, out, done, stats, desc="distill", **opts)
     wanted = {str(r["id"]) for r in records if r.get("followups") and f"{r['id']}/2" not in done}
     second = followup_records(records, _answers_of(out, wanted))
@@ -229,7 +232,7 @@ def distill(
 def _answer_all(model: Any, tokenizer: Any, records: list[dict[str, Any]], out: Path, done: set[str],
                 stats: dict[str, Any], *, stop_ids: list[int], max_new_tokens: int, batch_size: int,
                 temperature: float, generator: torch.Generator, progress: bool, desc: str,
-                ledger: _RunLedger) -> None:
+                ledger: _RunLedger, attention: str) -> None:
     """Answer the records not in ``done``, a batch at a time, each finished batch appended, flushed and synced."""
     from tqdm.auto import tqdm
 
@@ -258,7 +261,7 @@ def _answer_all(model: Any, tokenizer: Any, records: list[dict[str, Any]], out: 
         for i in range(0, len(todo), batch_size):
             batch = todo[i : i + batch_size]
             answers = batch_answers(model, [p for _, p in batch], max_new_tokens=max_new_tokens, stop_ids=stop_ids,
-                                    pad_id=pad, temperature=temperature, generator=generator)
+                                    pad_id=pad, temperature=temperature, generator=generator, attention=attention)
             for (rec, p), answer in zip(batch, answers, strict=True):
                 hit_limit = bool(answer) and answer[-1] not in stop_ids
                 text = tokenizer.decode(answer, skip_special_tokens=True)

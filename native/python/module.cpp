@@ -6,10 +6,12 @@ namespace py = pybind11;
 void register_ngram(py::module_& m);
 void register_tree(py::module_& m);
 void register_bench(py::module_& m);
+void register_attention(py::module_& m);
 
 PYBIND11_MODULE(_native, m) {
-  m.doc() = "DART Arena native core: N-gram store and N-gram-guided tree search";
+  m.doc() = "DART Arena native core: N-gram store, N-gram-guided tree search, one-token attention over a cache";
   register_ngram(m);
   register_tree(m);
   register_bench(m);
+  register_attention(m);
 }
