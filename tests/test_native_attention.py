@@ -143,7 +143,7 @@ def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         calls.append(1)
         decode_attention(*args)
 
-    monkeypatch.setattr(CA, "decode_attention", counting)
+    monkeypatch.setattr(CA._native, "decode_attention", counting)
     return calls
 
 

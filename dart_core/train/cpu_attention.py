@@ -19,7 +19,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from dart_core._native import decode_attention
+from dart_core import _native
 
 ATTN_IMPLEMENTATION = "dart_cpu_decode"
 # keyword arguments that change what attention computes: the kernel knows none of them
@@ -75,7 +75,7 @@ def native_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
     if q.stride(-1) != 1:
         q = q.contiguous()
     scale = float(scaling) if scaling is not None else dim ** -0.5
-    decode_attention(_bits(q), _bits(key), _bits(value), None if keep is None else keep.numpy(), scale,
+    _native.decode_attention(_bits(q), _bits(key), _bits(value), None if keep is None else keep.numpy(), scale,
                      _bits(out.view(batch, kv_heads, group, dim)), torch.get_num_threads())
     return out, None
 
