@@ -17,16 +17,9 @@ of commands); ``drafters`` (and ``all``) add ``dart/``, ``eagle3/`` and a ``READ
 
 from __future__ import annotations
 
-import os
-
-# torch's OpenMP threads (GNU libgomp in its CPU wheels) spin for a while after every op before they sleep, and
-# the distillation's native attention kernel starts its own threads between two ops: the spinning thread then
-# holds the core the kernel needs (a decode step's attention took 128 ms instead of 71 at batch 256 on 2 cores).
-# libgomp reads this once, as torch loads, so it is set here, before anything imports torch; a user's value stands.
-os.environ.setdefault("GOMP_SPINCOUNT", "1000")
-
 import argparse
 import json
+import os
 import platform
 import sys
 import time
@@ -327,5 +320,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def shorten_openmp_spinning() -> None:
+    """torch's OpenMP threads (GNU libgomp in its CPU wheels) spin for a while after every op before they sleep,
+    and the distillation's native attention kernel starts its own threads between two ops: the spinning thread then
+    holds the core the kernel needs (a decode step's attention took 128 ms instead of 71 at batch 256 on 2 cores).
+    libgomp reads this once, as torch loads: the command line sets it before anything imports torch (this module's
+    imports do not), and only for its own process; a value the user set stands."""
+    os.environ.setdefault("GOMP_SPINCOUNT", "1000")
+
+
 if __name__ == "__main__":
+    shorten_openmp_spinning()
     raise SystemExit(main())
