@@ -57,9 +57,9 @@ def native_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
         and query.device.type == "cpu"
         and query.dtype in (torch.float32, torch.bfloat16)
         and key.dtype == value.dtype == query.dtype
-        and value.shape[-1] == dim <= 256
+        and value.shape[-1] == dim <= _native.DECODE_ATTENTION_MAX_HEAD_DIM
         and heads % kv_heads == 0
-        and heads // kv_heads <= 16
+        and heads // kv_heads <= _native.DECODE_ATTENTION_MAX_GROUP
         and key.shape[0] == value.shape[0] == batch
         and key.stride(-1) == value.stride(-1) == 1
         and not (torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad))

@@ -111,4 +111,6 @@ void register_attention(py::module_& m) {
         "One new token's attention per row over its cached keys and values, grouped-query heads together: "
         "query/out [batch, kv_heads, group, dim], keys/values [batch, kv_heads, length, dim], keep None or "
         "[batch, length] (False = masked). float32, or bfloat16 as 16-bit integers; writes out.");
+  m.attr("DECODE_ATTENTION_MAX_GROUP") = dart::kMaxGroup;
+  m.attr("DECODE_ATTENTION_MAX_HEAD_DIM") = dart::kMaxHeadDim;
 }
