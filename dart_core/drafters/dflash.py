@@ -29,6 +29,7 @@ from dart_core.drafters.checkpoint import (
 from dart_core.drafters.interface import check_settings, knob
 from dart_core.drafters.layers import MLP, CacheRows, KVCache, RMSNorm, Rotary, apply_rotary, within_window
 from dart_core.drafters.module import DrafterModule
+from dart_core.engine.attention import sdpa_backends
 from dart_core.engine.cpu import cpu_has_native_bf16
 from dart_core.engine.drafter import DraftInput, Proposal
 from dart_core.engine.hf_config import num_layers
@@ -255,9 +256,10 @@ class DFlashAttention(nn.Module):
         wide = torch.promote_types(a.dtype, torch.float32)
         grouped = q.reshape(w, self.kv_heads, rep * r, self.hd)
         attn_mask = None if mask is None else mask.repeat(1, rep, 1)[:, None]
-        out = nn.functional.scaled_dot_product_attention(grouped.to(wide), keys.to(wide), values.to(wide),
-                                                         attn_mask=attn_mask)
-        out = out.to(a.dtype).view(w, self.heads, r, self.hd).transpose(1, 2).reshape(w, r, self.heads * self.hd)
+        with sdpa_backends(a.device):
+            out = nn.functional.scaled_dot_product_attention(grouped.to(wide), keys.to(wide), values.to(wide),
+                                                             attn_mask=attn_mask)
+        out = out.to(a.dtype).reshape(w, self.heads, r, self.hd).transpose(1, 2).reshape(w, r, self.heads * self.hd)
         return self.o_proj(out)
 
 

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from dart_core.drafters.config import DrafterConfig
+from dart_core.engine.attention import sdpa_backends
 
 
 def _at_least_fp32(dtype: torch.dtype) -> torch.dtype:
@@ -199,9 +200,11 @@ class Attention(nn.Module):
         rep = self.heads // self.kv_heads
         grouped = q.reshape(b, self.kv_heads, rep * t, self.hd)
         wide = _at_least_fp32(x.dtype)  # softmax in float32 (float64 stays float64)
-        out = nn.functional.scaled_dot_product_attention(grouped.to(wide), keys.to(wide), values.to(wide),
-                                                         attn_mask=mask.repeat(rep, 1)).to(x.dtype)
-        out = out.view(b, self.heads, t, self.hd)
+        with sdpa_backends(x.device):
+            out = nn.functional.scaled_dot_product_attention(grouped.to(wide), keys.to(wide), values.to(wide),
+                                                             attn_mask=mask.repeat(rep, 1)).to(x.dtype)
+        # reshape, not view: a GPU's SDPA kernels may return their output in another memory layout
+        out = out.reshape(b, self.heads, t, self.hd)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, self.heads * self.hd)), k, v
 
 

@@ -31,6 +31,7 @@ import torch
 from transformers import DynamicCache, StaticCache
 from transformers.cache_utils import DynamicLayer, StaticLayer
 
+from dart_core.engine.attention import sdpa_backends
 from dart_core.engine.hf_config import feature_layer_ids, text_config
 from dart_core.engine.tree import DraftTree
 
@@ -240,7 +241,7 @@ class TargetModel:
             # instead of 4 ms for SmolLM2's 49k-token head at one prompt)
             kwargs["logits_to_keep"] = torch.tensor([ids.shape[-1] - 1], device=ids.device)
         forward = self.model if eager or self._compiled is None else self._compiled
-        with torch.no_grad():
+        with torch.no_grad(), sdpa_backends(ids.device):
             out = forward(**kwargs)
         dev = self.feature_device
         feats = torch.cat([out.hidden_states[i][0].to(dev) for i in layers], dim=-1) if features else None
