@@ -2,7 +2,8 @@
 rows finish at different steps and are dropped from the batch; on a CPU the prompts run through the model in parts
 only as wide as their own longest prompt; a preallocated cache layer refuses to overflow and joins ragged parts
 right-aligned, zeros before; sampling is reproducible for a seed; follow-up turns are answered after the first
-turn, on the target's own answer."""
+turn, on the target's own answer, from the first turn's keys and values where the chat template re-tokenizes that
+answer as the target wrote it, and equal to answering the whole conversation afresh."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import torch
 
 import dart_core.train.batch_decode as BD
 import tests.helpers_ckpt as C
-from dart_core.train.batch_decode import PreallocatedLayer, batch_answers
+from dart_core.train.batch_decode import PreallocatedLayer, batch_answers, batch_answers_keeping, continue_answers
 from dart_core.train.distill import distill, followup_records
 
 V = 97
@@ -33,16 +34,28 @@ def _greedy(model: torch.nn.Module, prompt: list[int], steps: int) -> list[int]:
     return ids[0, len(prompt):].tolist()
 
 
-@pytest.mark.parametrize(("family", "prefill_tokens"), [("llama", 2400), ("qwen3", 2400), ("llama", 30)])
-def test_rows_that_finish_early_are_dropped_and_every_answer_is_the_models_own(
-        family: str, prefill_tokens: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    # 30 prompt tokens at a time: the 20 prompts (13 wide) run through the model 2 rows at a time and are joined
+# (family, CPU prefill tokens): at 30 tokens a time, the prompts run through the model a few rows at a time, joined
+PREFILLS = [("llama", 2400), ("qwen3", 2400), ("llama", 30)]
+
+
+Run = tuple[torch.nn.Module, list[list[int]], list[list[int]], set[int]]
+
+
+def _ragged_run(family: str, prefill_tokens: int, monkeypatch: pytest.MonkeyPatch, n: int, steps: int,
+                cuts: tuple[tuple[int, int], ...]) -> Run:
+    """A tiny model, ``n`` prompts, their ``steps``-token greedy answers and stop tokens taken from those answers
+    at ``cuts`` (row, step), so rows end at many different steps (some never) and the batch shrinks often."""
     monkeypatch.setattr(BD, "CPU_PREFILL_TOKENS", prefill_tokens)
     model = C.tiny_target(family, vocab=V, layers=3, seed=4).float()
-    prompts = _prompts(20)
-    full = [_greedy(model, p, 24) for p in prompts]
-    # Stop tokens chosen so the rows end at many different steps (some never): the batch shrinks several times.
-    stops = {full[i][k] for i, k in ((0, 3), (5, 9), (11, 15))}
+    prompts = _prompts(n)
+    full = [_greedy(model, p, steps) for p in prompts]
+    return model, prompts, full, {full[i][k] for i, k in cuts}
+
+
+@pytest.mark.parametrize(("family", "prefill_tokens"), PREFILLS)
+def test_rows_that_finish_early_are_dropped_and_every_answer_is_the_models_own(
+        family: str, prefill_tokens: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    model, prompts, full, stops = _ragged_run(family, prefill_tokens, monkeypatch, 20, 24, ((0, 3), (5, 9), (11, 15)))
     want = []
     for seq in full:
         cut = next((i + 1 for i, t in enumerate(seq) if t in stops), len(seq))
@@ -50,6 +63,35 @@ def test_rows_that_finish_early_are_dropped_and_every_answer_is_the_models_own(
     assert len({len(w) for w in want}) >= 4, "the rows should finish at several different steps"
     got = batch_answers(model, prompts, max_new_tokens=24, stop_ids=stops, pad_id=0)
     assert got == want
+
+
+@pytest.mark.parametrize(("family", "prefill_tokens"), PREFILLS)
+def test_a_kept_conversation_goes_on_as_if_run_again_from_its_start(
+        family: str, prefill_tokens: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    model, prompts, _, stops = _ragged_run(family, prefill_tokens, monkeypatch, 16, 12, ((0, 2), (5, 6), (11, 9)))
+    keep = list(range(0, 16, 2))
+    answers, kept = batch_answers_keeping(model, prompts, max_new_tokens=12, stop_ids=stops, pad_id=0, keep=keep)
+    assert answers == batch_answers(model, prompts, max_new_tokens=12, stop_ids=stops, pad_id=0)
+    assert sorted(kept) == keep
+    lengths = {len(answers[i]) for i in keep}
+    assert len(lengths) >= 3 and 12 in lengths, "kept rows should end at several steps, some at the limit"
+    # each kept row: its prompt and its answer but the last token, which never went through the model
+    assert all(kept[i].length == len(prompts[i]) + len(answers[i]) - 1 for i in keep)
+    turns = {i: [(7 * i) % (V - 3) + 3, 40 + i % 5, 60][: 1 + i % 3] for i in keep}  # ragged next turns
+    got = continue_answers(model, [kept[i] for i in keep], [[answers[i][-1], *turns[i]] for i in keep],
+                           max_new_tokens=10, stop_ids=stops, pad_id=0)
+    afresh = [prompts[i] + answers[i] + turns[i] for i in keep]
+    assert got == batch_answers(model, afresh, max_new_tokens=10, stop_ids=stops, pad_id=0)
+    assert got == [_greedy(model, p, 10)[: len(g)] for p, g in zip(afresh, got, strict=True)]
+    with pytest.raises(ValueError, match="2 kept conversations but 1 inputs"):
+        continue_answers(model, [kept[0], kept[2]], [[3]], max_new_tokens=2, stop_ids=stops, pad_id=0)
+    with pytest.raises(ValueError, match="empty input"):
+        continue_answers(model, [kept[0]], [[]], max_new_tokens=2, stop_ids=stops, pad_id=0)
+    with pytest.raises(ValueError, match="keep names rows outside the 16 prompts"):
+        batch_answers_keeping(model, prompts, max_new_tokens=2, stop_ids=stops, pad_id=0, keep=[16])
+    other = C.tiny_target(family, vocab=V, layers=2, seed=4).float()
+    with pytest.raises(ValueError, match="model's 2 layers"):
+        continue_answers(other, [kept[0]], [[3]], max_new_tokens=2, stop_ids=stops, pad_id=0)
 
 
 def test_prompts_are_prefilled_in_parts_only_as_wide_as_their_longest_prompt(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -155,6 +197,10 @@ def test_followups_are_asked_after_the_targets_own_first_answer(tmp_path: Path) 
     stats = distill(model, tok, recs, out, stop_ids=[1], max_new_tokens=6, batch_size=2, progress=False)
     rows = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
     assert set(rows) == {"a", "b", "a/2"} and stats["followups"] == 1 and rows["a/2"]["parent"] == "a"
+    assert stats["continued"] == 1  # asked from the first turn's keys and values
+    second = rows["a/2"]["ids"]
+    assert second[rows["a/2"]["n_prompt"]:] == batch_answers(model, [second[: rows["a/2"]["n_prompt"]]],
+                                                             max_new_tokens=6, stop_ids=[1], pad_id=0)[0]
     convo = [{"role": "user", "content": "w3 w4 w5"}, {"role": "assistant", "content": rows["a"]["answer"]},
              {"role": "user", "content": "w9 w10"}]
     want = tok.apply_chat_template(convo, add_generation_prompt=True, tokenize=True, return_dict=False)
@@ -163,6 +209,34 @@ def test_followups_are_asked_after_the_targets_own_first_answer(tmp_path: Path) 
     # A resumed run answers nothing twice, second turns included.
     again = distill(model, tok, recs, out, stop_ids=[1], max_new_tokens=6, batch_size=2, progress=False)
     assert again["answered"] == 0 and again["skipped_done"] == 3
+
+
+def test_a_followup_whose_prompt_retokenizes_the_answer_goes_on_from_the_tokens_both_share(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kept keys and values are reused only as far as the second turn's prompt repeats the tokens the target
+    wrote; from the first token the template tokenizes otherwise, the conversation goes through the model again."""
+    import dart_core.train.distill as D
+    from tests.test_train_any_target import CHAT
+
+    model = C.tiny_target("llama", vocab=V, layers=2, seed=2).float()
+    tok = C.word_tokenizer(V)
+    tok.chat_template = CHAT
+    real = D.prompt_ids
+
+    def retokenized(tokenizer: object, rec: dict) -> list[int]:
+        ids = real(tokenizer, rec)
+        return [*ids[:2], 5, *ids[2:]] if rec.get("parent") else ids  # one token more, early in the first turn
+
+    monkeypatch.setattr(D, "prompt_ids", retokenized)
+    recs = [{"id": "a", "prompt": "w3 w4 w5", "followups": ["w9 w10"]}, {"id": "b", "prompt": "w6 w7"}]
+    out = tmp_path / "d.jsonl"
+    stats = distill(model, tok, recs, out, stop_ids=[1], max_new_tokens=6, batch_size=2, progress=False)
+    rows = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert stats["followups"] == 1 and stats["continued"] == 1
+    n = rows["a/2"]["n_prompt"]
+    assert rows["a/2"]["ids"][2] == 5
+    assert rows["a/2"]["ids"][n:] == batch_answers(model, [rows["a/2"]["ids"][:n]], max_new_tokens=6,
+                                                   stop_ids=[1], pad_id=0)[0]
 
 
 def test_vocab_coverage_counts_the_answer_tokens_inside_each_draft_vocabulary() -> None:

@@ -374,8 +374,9 @@ def main(argv: list[str]) -> int:
                              max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
                              temperature=args.temperature, seed=args.seed, threads=args.threads,
                              progress=not args.no_progress, attention=args.attention)
-            print(f"[distill] {st['answered']} answered ({st['skipped_done']} already done), "
-                  f"{st['answer_tokens']:,} tokens, {st['answer_tokens_per_s']} tok/s -> {args.out}")
+            print(f"[distill] {st['answered']} answered ({st['skipped_done']} already done; "
+                  f"{st['followups']} follow-up turns, {st['continued']} of them from the first turn's keys and "
+                  f"values), {st['answer_tokens']:,} tokens, {st['answer_tokens_per_s']} tok/s -> {args.out}")
         elif args.command == "vocab":
             cmd_vocab(args)
         elif args.command == "fit":

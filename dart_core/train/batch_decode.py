@@ -12,6 +12,11 @@ part only as wide as its longest prompt, and their keys and values are joined in
 steps attend with our native kernel (``cpu_attention``); the greedy token is ``max(-1).indices`` (argmax's
 first-of-ties index; ``argmax`` itself takes about 5x longer over a bf16 vocabulary there).
 
+A conversation that goes on (a follow-up turn asked after the target's own answer) need not be run through the
+model again: ``batch_answers_keeping`` hands back the keys and values of the rows asked for (``Kept``, copied out
+of the batch when the row is dropped), and ``continue_answers`` answers the next turn from them, running only the
+new tokens through the model.
+
 The model is the stock ``transformers`` model; only the cache layer, the attention function it is handed through
 transformers' ``AttentionInterface`` and the loop are ours. Answers equal the model's own one-prompt greedy answers
 up to floating-point ties (a padded batch's matrix products may round differently)."""
@@ -21,7 +26,8 @@ from __future__ import annotations
 import contextlib
 import inspect
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -143,6 +149,31 @@ def _moves(rows: Sequence[int]) -> list[tuple[int, int, int]]:
     return moves
 
 
+@dataclass
+class Kept:
+    """One finished row's keys and values, per layer ``[kv_heads, length, head_dim]`` in position order: its prompt
+    and its answer but the answer's last token (which never went through the model), to go on from."""
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+
+    @property
+    def length(self) -> int:
+        return int(self.keys[0].shape[1])
+
+    def first(self, n: int) -> Kept:
+        """The first ``n`` positions only (where a conversation goes on from fewer of its tokens)."""
+        if not 0 < n <= self.length:
+            raise ValueError(f"cannot keep {n} of {self.length} positions")
+        return Kept([k[:, :n] for k in self.keys], [v[:, :n] for v in self.values])
+
+
+def _kept(cache: Cache, row: int, columns: torch.Tensor) -> Kept:
+    """Row ``row`` of every layer of ``cache``, only its ``columns`` (copied: the batch's buffers are reused)."""
+    return Kept([layer.keys[row].index_select(1, columns) for layer in cache.layers],
+                [layer.values[row].index_select(1, columns) for layer in cache.layers])
+
+
 def _cache_kwarg(model: Any) -> str:
     """transformers renamed ``past_key_values`` to ``cache`` (5.2x); pass the name the installed version takes."""
     params = inspect.signature(model.forward).parameters
@@ -235,7 +266,6 @@ def _prefill(model: Any, ids: torch.Tensor, mask: torch.Tensor, capacity: int, k
     return torch.cat(logits), Cache(layers=joined), cache_mask
 
 
-@torch.inference_mode()
 def batch_answers(model: Any, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, stop_ids: Iterable[int],
                   pad_id: int, temperature: float = 0.0, generator: torch.Generator | None = None,
                   attention: str = "native") -> list[list[int]]:
@@ -243,17 +273,28 @@ def batch_answers(model: Any, prompts: Sequence[Sequence[int]], *, max_new_token
     sampled at ``temperature`` (> 0) with ``generator``. Prompts are left-padded to one width; give prompts of
     similar length for little padding. ``attention``: "native" (on a CPU, the decode steps attend through
     ``dart_core.train.cpu_attention``) or "sdpa" (the model's own attention throughout)."""
+    return batch_answers_keeping(model, prompts, max_new_tokens=max_new_tokens, stop_ids=stop_ids, pad_id=pad_id,
+                                 temperature=temperature, generator=generator, attention=attention)[0]
+
+
+@torch.inference_mode()
+def batch_answers_keeping(model: Any, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
+                          stop_ids: Iterable[int], pad_id: int, keep: Collection[int] = (), temperature: float = 0.0,
+                          generator: torch.Generator | None = None,
+                          attention: str = "native") -> tuple[list[list[int]], dict[int, Kept]]:
+    """``batch_answers``, and for the prompts at the indices ``keep`` the keys and values their conversation
+    holds once answered (``Kept``), for ``continue_answers``."""
     if attention not in ATTENTION_CHOICES:
         raise ValueError(f"attention must be one of {', '.join(ATTENTION_CHOICES)}, not {attention!r}")
     if not prompts:
-        return []
+        return [], {}
     if max_new_tokens < 1:
         raise ValueError("max_new_tokens must be at least 1")
     if any(len(p) == 0 for p in prompts):
         raise ValueError("an empty prompt has no next token to predict")
-    stops = torch.tensor(sorted(set(stop_ids)), dtype=torch.long)
-    if not len(stops):
-        raise ValueError("no stop token: cannot tell where an answer ends")
+    if any(not 0 <= i < len(prompts) for i in keep):
+        raise ValueError(f"keep names rows outside the {len(prompts)} prompts")
+    stops = _stop_tensor(stop_ids)
     device = next(model.parameters()).device
     batch, width = len(prompts), max(len(p) for p in prompts)
     ids = torch.full((batch, width), pad_id, dtype=torch.long)
@@ -262,19 +303,119 @@ def batch_answers(model: Any, prompts: Sequence[Sequence[int]], *, max_new_token
         ids[i, width - len(p):] = torch.as_tensor(list(p), dtype=torch.long)
         mask[i, width - len(p):] = 1
     ids, mask, stops = ids.to(device), mask.to(device), stops.to(device)
-    with native_decode_attention(model) if attention == "native" else contextlib.nullcontext():
-        return _decode(model, ids, mask, stops, shared_prefix(prompts), max_new_tokens, temperature, generator)
-
-
-def _decode(model: Any, ids: torch.Tensor, mask: torch.Tensor, stops: torch.Tensor, prefix: int,
-            max_new_tokens: int, temperature: float, generator: torch.Generator | None) -> list[list[int]]:
-    """``batch_answers`` on the left-padded ``ids``: prefill, then one token per live row per step."""
-    device, (batch, width) = ids.device, ids.shape
-    next_pos = mask.sum(1)  # each row's next position: its prompt's length
     key = _cache_kwarg(model)
-    logits, cache, mask = _prefill(model, ids, mask, width + max_new_tokens, key, prefix)
+    with native_decode_attention(model) if attention == "native" else contextlib.nullcontext():
+        logits, cache, mask = _prefill(model, ids, mask, width + max_new_tokens, key,
+                                       shared_prefix(prompts))
+        return _decode(model, logits, cache, mask, mask[:, :width].sum(1), stops, max_new_tokens, temperature,
+                       generator, frozenset(keep))
+
+
+@torch.inference_mode()
+def continue_answers(model: Any, kept: Sequence[Kept], inputs: Sequence[Sequence[int]], *, max_new_tokens: int,
+                     stop_ids: Iterable[int], pad_id: int, temperature: float = 0.0,
+                     generator: torch.Generator | None = None, attention: str = "native") -> list[list[int]]:
+    """Each conversation's next answer: ``kept[i]`` holds the keys and values of its first tokens (from
+    ``batch_answers_keeping``), ``inputs[i]`` the tokens that follow them (the last answer's last token, the next
+    user turn, the generation prompt); only those go through the model before the answer is decoded as in
+    ``batch_answers``. The rows go in order of their inputs' length and, on a CPU, ``CPU_PREFILL_TOKENS`` input
+    tokens at a time, each part only as wide as its longest input (``_continue_part``); the parts' caches are
+    joined right-aligned."""
+    if attention not in ATTENTION_CHOICES:
+        raise ValueError(f"attention must be one of {', '.join(ATTENTION_CHOICES)}, not {attention!r}")
+    if len(kept) != len(inputs):
+        raise ValueError(f"{len(kept)} kept conversations but {len(inputs)} inputs")
+    if not kept:
+        return []
+    if max_new_tokens < 1:
+        raise ValueError("max_new_tokens must be at least 1")
+    if any(len(x) == 0 for x in inputs):
+        raise ValueError("an empty input has no next token to predict")
+    layers = _num_layers(model)
+    if any(len(k.keys) != layers for k in kept):
+        raise ValueError(f"kept keys and values must hold the model's {layers} layers")
+    stops = _stop_tensor(stop_ids)
+    device = next(model.parameters()).device
+    order = sorted(range(len(kept)), key=lambda r: len(inputs[r]))
+    lengths = [len(inputs[r]) for r in order]
+    ranges = _prefill_parts(lengths) if device.type == "cpu" else [(0, len(order))]
+    key = _cache_kwarg(model)
+    with native_decode_attention(model) if attention == "native" else contextlib.nullcontext():
+        parts = [_continue_part(model, [kept[r] for r in order[a:b]], [inputs[r] for r in order[a:b]], pad_id,
+                                max_new_tokens if len(ranges) == 1 else 0, key) for a, b in ranges]
+        if len(parts) == 1:
+            logits, cache, mask = parts[0]
+        else:
+            width = max(m.shape[1] for _, _, m in parts)
+            cache = Cache(layers=[PreallocatedLayer.joined([c.layers[i] for _, c, _ in parts], width + max_new_tokens)
+                                  for i in range(layers)])
+            mask = torch.cat([torch.nn.functional.pad(m, (width - m.shape[1], 0)) for _, _, m in parts])
+            logits = torch.cat([lg for lg, _, _ in parts])
+        next_pos = torch.tensor([kept[r].length + len(inputs[r]) for r in order], device=device)
+        answers = _decode(model, logits, cache, mask, next_pos, stops.to(device), max_new_tokens, temperature,
+                          generator, frozenset())[0]
+    out: list[list[int]] = [[] for _ in kept]
+    for j, r in enumerate(order):
+        out[r] = answers[j]
+    return out
+
+
+def _continue_part(model: Any, kept: Sequence[Kept], inputs: Sequence[Sequence[int]], pad_id: int, room: int,
+                   key: str) -> tuple[torch.Tensor, Cache, torch.Tensor]:
+    """Some rows' inputs through the model after their kept keys and values: their last logits, their cache
+    (``room`` positions to spare) and its mask. Columns: ``[pad | kept | pad | inputs]``, as wide as the longest
+    of each."""
+    device = next(model.parameters()).device
+    batch, held, width = len(kept), max(k.length for k in kept), max(len(x) for x in inputs)
+    cache = Cache(layers=[PreallocatedLayer(held + width + room) for _ in range(_num_layers(model))])
+    for i, layer in enumerate(cache.layers):
+        layer._allocate(batch, kept[0].keys[i][None], kept[0].values[i][None])
+        for buffer, part in ((layer.key_buffer, "keys"), (layer.value_buffer, "values")):
+            buffer[:, :, :held] = 0  # masked, but a NaN in stale memory would still reach the output
+            for r, k in enumerate(kept):
+                buffer[r, :, held - k.length: held] = getattr(k, part)[i]
+        layer.length = held
+        layer._expose()
+    ids = torch.full((batch, width), pad_id, dtype=torch.long)
+    mask = torch.zeros((batch, held + width), dtype=torch.long)
+    positions = torch.zeros((batch, width), dtype=torch.long)
+    for r, (k, x) in enumerate(zip(kept, inputs, strict=True)):
+        ids[r, width - len(x):] = torch.as_tensor(list(x), dtype=torch.long)
+        mask[r, held - k.length: held] = 1
+        mask[r, held + width - len(x):] = 1
+        positions[r, width - len(x):] = torch.arange(k.length, k.length + len(x))
+    ids, mask, positions = ids.to(device), mask.to(device), positions.to(device)
+    # the last column by index (see _prefill)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                   logits_to_keep=torch.tensor([width - 1], device=device), **{key: cache}).logits
+    return logits, cache, mask
+
+
+def _stop_tensor(stop_ids: Iterable[int]) -> torch.Tensor:
+    stops = torch.tensor(sorted(set(stop_ids)), dtype=torch.long)
+    if not len(stops):
+        raise ValueError("no stop token: cannot tell where an answer ends")
+    return stops
+
+
+def _decode(model: Any, logits: torch.Tensor, cache: Cache, mask: torch.Tensor, next_pos: torch.Tensor,
+            stops: torch.Tensor, max_new_tokens: int, temperature: float, generator: torch.Generator | None,
+            keep: frozenset[int]) -> tuple[list[list[int]], dict[int, Kept]]:
+    """From a filled cache (``mask``: which of its columns each row attends to; ``logits``: each row's last),
+    one token per live row per step. The rows in ``keep`` are copied out (``Kept``) when they are dropped or at
+    the end: their columns in ``mask`` before the first answer column, then their answer's fed tokens."""
+    device, batch = logits.device, logits.shape[0]
+    key, start = _cache_kwarg(model), mask.shape[1]  # the first answer token's column
     rows = torch.arange(batch, device=device)  # which prompt each live row answers
     answers: list[list[int]] = [[] for _ in range(batch)]
+    kept: dict[int, Kept] = {}
+
+    def keep_rows(which: torch.Tensor) -> None:
+        for j, r in zip(which.tolist(), rows[which].tolist(), strict=True):
+            if r in keep and r not in kept:
+                fed = torch.arange(start, start + len(answers[r]) - 1, device=device)
+                kept[r] = _kept(cache, j, torch.cat([mask[j, :start].nonzero().squeeze(1), fed]))
+
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
     for step in range(max_new_tokens):
         token = _next_tokens(logits[:, -1], temperature, generator)
@@ -285,12 +426,16 @@ def _decode(model: Any, ids: torch.Tensor, mask: torch.Tensor, stops: torch.Tens
         if step + 1 == max_new_tokens or bool(finished.all()):
             break
         if int(finished.sum()) >= max(1, int(DROP_SHARE * len(rows))):
-            keep = (~finished).nonzero().squeeze(1)
-            cache.batch_select_indices(keep)
-            rows, token, mask, next_pos = rows[keep], token[keep], mask[keep], next_pos[keep]
-            finished = finished[keep]
+            if keep:
+                keep_rows(finished.nonzero().squeeze(1))
+            kept_rows = (~finished).nonzero().squeeze(1)
+            cache.batch_select_indices(kept_rows)
+            rows, token, mask, next_pos = rows[kept_rows], token[kept_rows], mask[kept_rows], next_pos[kept_rows]
+            finished = finished[kept_rows]
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
         logits = model(input_ids=token[:, None], attention_mask=mask, position_ids=next_pos[:, None],
                        use_cache=True, **{key: cache}).logits
         next_pos = next_pos + 1
-    return answers
+    if keep:
+        keep_rows(torch.arange(len(rows), device=device))
+    return answers, kept

@@ -201,17 +201,19 @@ def distill(
     progress: bool = True,
     attention: str = "native",
 ) -> dict[str, Any]:
-    """Answer every record the target has not answered yet in ``out_path`` and append them there; then the
-    second turns of records with ``followups`` (see ``followup_records``). ``attention``: see ``batch_answers``.
-    Returns counts of this run and, under
-    ``file``, the totals of the whole file (a resumed run answers only what was missing)."""
+    """Answer every record the target has not answered yet in ``out_path`` and append them there, and the
+    second turns of records with ``followups`` (see ``followup_records``): asked, a batch of them at a time, from
+    the first turns' keys and values kept (only the new turn goes through the model; ``continued`` counts them);
+    those of first turns answered by an earlier run, after every first turn. ``attention``: see ``batch_answers``.
+    Returns counts of this run and, under ``file``, the totals of the whole file (a resumed run answers only what
+    was missing)."""
     if not stop_ids:
         raise DistillError("no end-of-turn token known for the target: cannot tell where an answer ends")
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     done, totals = _resume(out, stop_ids)
     stats = {"skipped_done": len(done), "answered": 0, "raw": 0, "answer_tokens": 0, "hit_limit": 0,
-             "followups": 0, "file": totals}
+             "followups": 0, "continued": 0, "file": totals}
     generator = torch.Generator().manual_seed(seed)
     param = next(model.parameters(), None)
     ledger = _RunLedger(out, {"batch_size": batch_size, "max_new_tokens": max_new_tokens,
@@ -222,21 +224,33 @@ def distill(
             "temperature": temperature, "generator": generator, "progress": progress, "ledger": ledger,
             "attention": attention}
     _answer_all(model, tokenizer, records, out, done, stats, desc="distill", **opts)
+    # what the first pass could not go on from: answered by an earlier, stopped run, or a first answer whose text
+    # the chat template tokenizes differently from the tokens the target wrote
     wanted = {str(r["id"]) for r in records if r.get("followups") and f"{r['id']}/2" not in done}
     second = followup_records(records, _answers_of(out, wanted))
-    stats["followups"] = len(second)
+    stats["followups"] += len(second)
     _answer_all(model, tokenizer, second, out, done, stats, desc="distill (2nd turns)", **opts)
     return stats
+
+
+def _common_prefix(a: list[int], b: list[int], limit: int) -> int:
+    """How many leading tokens ``a`` and ``b`` share, at most ``limit``."""
+    n = 0
+    while n < limit and n < len(a) and n < len(b) and a[n] == b[n]:
+        n += 1
+    return n
 
 
 def _answer_all(model: Any, tokenizer: Any, records: list[dict[str, Any]], out: Path, done: set[str],
                 stats: dict[str, Any], *, stop_ids: list[int], max_new_tokens: int, batch_size: int,
                 temperature: float, generator: torch.Generator, progress: bool, desc: str,
                 ledger: _RunLedger, attention: str) -> None:
-    """Answer the records not in ``done``, a batch at a time, each finished batch appended, flushed and synced."""
+    """Answer the records not in ``done``, a batch at a time, each finished batch appended, flushed and synced;
+    a record with ``followups`` keeps its conversation's keys and values, and once ``batch_size`` of them wait,
+    their second turns are answered from there (``continue_answers``) and appended too."""
     from tqdm.auto import tqdm
 
-    from dart_core.train.batch_decode import batch_answers
+    from dart_core.train.batch_decode import batch_answers_keeping, continue_answers
 
     totals = stats["file"]
     todo: list[tuple[dict[str, Any], list[int]]] = []
@@ -250,35 +264,76 @@ def _answer_all(model: Any, tokenizer: Any, records: list[dict[str, Any]], out: 
             todo.append((rec, prompt_ids(tokenizer, rec)))
     todo = _length_sorted(todo, batch_size * 8)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_ids[0]
+    decode = {"max_new_tokens": max_new_tokens, "stop_ids": stop_ids, "pad_id": pad, "temperature": temperature,
+              "generator": generator, "attention": attention}
+
+    def goes_on(rec: dict[str, Any]) -> bool:
+        return bool(rec.get("followups")) and f"{rec['id']}/2" not in done
+
     with out.open("a", encoding="utf-8") as f:
+        def write(rec: dict[str, Any], p: list[int], answer: list[int]) -> str:
+            hit_limit = bool(answer) and answer[-1] not in stop_ids
+            text = tokenizer.decode(answer, skip_special_tokens=True)
+            row = {"id": str(rec["id"]), "ids": p + answer, "n_prompt": len(p), "answer": text}
+            if "parent" in rec:
+                row["parent"] = rec["parent"]
+            f.write(json.dumps(row) + "\n")  # ASCII escapes: no raw line separator can split a record
+            stats["answer_tokens"] += len(answer)
+            stats["answered"] += 1
+            stats["hit_limit"] += hit_limit
+            done.add(str(rec["id"]))
+            _count(totals, len(p) + len(answer), len(answer), hit_limit)
+            return text
+
+        def synced(n: int) -> None:
+            f.flush()
+            os.fsync(f.fileno())
+            ledger.update(stats["answered"], stats["answer_tokens"])
+            bar.update(n)
+            bar.set_postfix(tokens=stats["answer_tokens"])
+
+        waiting: list[tuple[dict[str, Any], list[int], Any]] = []  # second turn, its prompt ids, the kept rows
+
+        def answer_waiting() -> None:
+            answers = continue_answers(model, [k for _, _, k in waiting], [p[k.length:] for _, p, k in waiting],
+                                       **decode)
+            for (rec, p, _), answer in zip(waiting, answers, strict=True):
+                write(rec, p, answer)
+            stats["followups"] += len(waiting)
+            stats["continued"] += len(waiting)
+            synced(len(waiting))
+            waiting.clear()
+
         for rec in raw:
             ids = [int(t) for t in tokenizer.encode(rec["text"], add_special_tokens=False)]
             f.write(json.dumps({"id": str(rec["id"]), "ids": ids, "n_prompt": 0, "answer": rec["text"]}) + "\n")
             stats["raw"] += 1
             _count(totals, len(ids), len(ids), False)
         f.flush()
-        bar = tqdm(total=len(todo), desc=desc, unit="prompt", disable=not progress)
+        going_on = sum(goes_on(rec) for rec, _ in todo)
+        bar = tqdm(total=len(todo) + going_on, desc=desc, unit="prompt", disable=not progress)
         for i in range(0, len(todo), batch_size):
             batch = todo[i : i + batch_size]
-            answers = batch_answers(model, [p for _, p in batch], max_new_tokens=max_new_tokens, stop_ids=stop_ids,
-                                    pad_id=pad, temperature=temperature, generator=generator, attention=attention)
-            for (rec, p), answer in zip(batch, answers, strict=True):
-                hit_limit = bool(answer) and answer[-1] not in stop_ids
-                text = tokenizer.decode(answer, skip_special_tokens=True)
-                row = {"id": str(rec["id"]), "ids": p + answer, "n_prompt": len(p), "answer": text}
-                if "parent" in rec:
-                    row["parent"] = rec["parent"]
-                f.write(json.dumps(row) + "\n")  # ASCII escapes: no raw line separator can split a record
-                stats["answer_tokens"] += len(answer)
-                stats["answered"] += 1
-                stats["hit_limit"] += hit_limit
-                done.add(str(rec["id"]))
-                _count(totals, len(p) + len(answer), len(answer), hit_limit)
-            f.flush()
-            os.fsync(f.fileno())
-            ledger.update(stats["answered"], stats["answer_tokens"])
-            bar.update(len(batch))
-            bar.set_postfix(tokens=stats["answer_tokens"])
+            keep = [j for j, (rec, _) in enumerate(batch) if goes_on(rec)]
+            answers, kept = batch_answers_keeping(model, [p for _, p in batch], keep=keep, **decode)
+            skipped = 0
+            for j, ((rec, p), answer) in enumerate(zip(batch, answers, strict=True)):
+                text = write(rec, p, answer)
+                if j in kept:
+                    second = followup_records([rec], {str(rec["id"]): text})[0]
+                    p2 = prompt_ids(tokenizer, second)
+                    # the keys and values hold as far as the template re-tokenizes the answer as it was written
+                    # (a text cut mid-word by the token limit may tokenize otherwise); the rest is run again
+                    same = _common_prefix(p + answer, p2, kept[j].length)
+                    if same:
+                        waiting.append((second, p2, kept[j].first(same)))
+                    else:  # asked in the later pass, the whole conversation run again
+                        skipped += 1
+            synced(len(batch) + skipped)
+            if len(waiting) >= batch_size:
+                answer_waiting()
+        if waiting:
+            answer_waiting()
         bar.close()
 
 
