@@ -284,14 +284,10 @@ def batch_answers_keeping(model: Any, prompts: Sequence[Sequence[int]], *, max_n
                           attention: str = "native") -> tuple[list[list[int]], dict[int, Kept]]:
     """``batch_answers``, and for the prompts at the indices ``keep`` the keys and values their conversation
     holds once answered (``Kept``), for ``continue_answers``."""
-    if attention not in ATTENTION_CHOICES:
-        raise ValueError(f"attention must be one of {', '.join(ATTENTION_CHOICES)}, not {attention!r}")
+    _check_attention(attention)
     if not prompts:
         return [], {}
-    if max_new_tokens < 1:
-        raise ValueError("max_new_tokens must be at least 1")
-    if any(len(p) == 0 for p in prompts):
-        raise ValueError("an empty prompt has no next token to predict")
+    _check_rows(prompts, max_new_tokens, "prompt")
     if any(not 0 <= i < len(prompts) for i in keep):
         raise ValueError(f"keep names rows outside the {len(prompts)} prompts")
     stops = _stop_tensor(stop_ids)
@@ -321,16 +317,12 @@ def continue_answers(model: Any, kept: Sequence[Kept], inputs: Sequence[Sequence
     ``batch_answers``. The rows go in order of their inputs' length and, on a CPU, ``CPU_PREFILL_TOKENS`` input
     tokens at a time, each part only as wide as its longest input (``_continue_part``); the parts' caches are
     joined right-aligned."""
-    if attention not in ATTENTION_CHOICES:
-        raise ValueError(f"attention must be one of {', '.join(ATTENTION_CHOICES)}, not {attention!r}")
+    _check_attention(attention)
     if len(kept) != len(inputs):
         raise ValueError(f"{len(kept)} kept conversations but {len(inputs)} inputs")
     if not kept:
         return []
-    if max_new_tokens < 1:
-        raise ValueError("max_new_tokens must be at least 1")
-    if any(len(x) == 0 for x in inputs):
-        raise ValueError("an empty input has no next token to predict")
+    _check_rows(inputs, max_new_tokens, "input")
     layers = _num_layers(model)
     if any(len(k.keys) != layers for k in kept):
         raise ValueError(f"kept keys and values must hold the model's {layers} layers")
@@ -389,6 +381,19 @@ def _continue_part(model: Any, kept: Sequence[Kept], inputs: Sequence[Sequence[i
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
                    logits_to_keep=torch.tensor([width - 1], device=device), **{key: cache}).logits
     return logits, cache, mask
+
+
+def _check_attention(attention: str) -> None:
+    if attention not in ATTENTION_CHOICES:
+        raise ValueError(f"attention must be one of {', '.join(ATTENTION_CHOICES)}, not {attention!r}")
+
+
+def _check_rows(rows: Sequence[Sequence[int]], max_new_tokens: int, what: str) -> None:
+    """Every row has a token to predict from, and at least one token is asked for."""
+    if max_new_tokens < 1:
+        raise ValueError("max_new_tokens must be at least 1")
+    if any(len(r) == 0 for r in rows):
+        raise ValueError(f"an empty {what} has no next token to predict")
 
 
 def _stop_tensor(stop_ids: Iterable[int]) -> torch.Tensor:
