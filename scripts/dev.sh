@@ -3,7 +3,8 @@
 #   bash scripts/dev.sh setup   create/refresh .venv and (re)build the package when sources or the module list changed
 #   bash scripts/dev.sh demo    the project's main job: the comparison app on the default bundle (assets/smollm2, a
 #                               chat model); args go to python -m app (--bundle assets/tiny: the stdlib toy)
-#   bash scripts/dev.sh test    lint + the whole test suite
+#   bash scripts/dev.sh test    lint + the whole test suite, on DART_TEST_WORKERS pytest-xdist workers (2); args go
+#                               to pytest (-n 0: one process)
 # Needs only Python >= 3.10 and a C++20 compiler; cmake/ninja come from PyPI when the system has none.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -81,7 +82,9 @@ case "${1:-}" in
     setup
     "$PY" -m ruff check .
     shift
-    "$PY" -m pytest "$@"
+    # two workers: the suite is mostly tiny models bound by Python's per-op cost, one core each (a 2-core EPYC: 15
+    # minutes against 31 in one process); worksteal evens out the few long tests
+    "$PY" -m pytest -n "${DART_TEST_WORKERS:-2}" --dist worksteal "$@"
     ;;
   *) echo "usage: bash scripts/dev.sh {setup|demo|test} [args...]" >&2; exit 2 ;;
 esac
