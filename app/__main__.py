@@ -24,6 +24,8 @@ from app import setup_logging
 from dart_core.bench.standings import models_identity, results_dir, suggest_command
 from dart_core.bundle import Bundle, BundleError, default_bundle_dir, open_bundle
 from dart_core.engine.cpu import AUTO_DTYPE_HELP
+from dart_core.engine.cpu_linear import CPU_LINEAR_HELP
+from dart_core.engine.cpu_linear import MODES as CPU_LINEAR_MODES
 from dart_core.engine.target import FAST_PATH_ROWS
 from dart_core.racers.registry import (
     BASELINE,
@@ -103,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cpu, cuda, cuda:N, or auto (spread the target over all GPUs); default: cuda if available")
     m.add_argument("--dtype", default="auto",
                    help=AUTO_DTYPE_HELP)
+    m.add_argument("--cpu-linear", choices=CPU_LINEAR_MODES, default="auto", help=CPU_LINEAR_HELP)
     m.add_argument("--fast-path", type=int, nargs="?", const=FAST_PATH_ROWS, default=None, metavar="ROWS",
                    help="for GPUs: a static KV cache of ROWS rows (prompt + reply + one draft tree; default "
                         f"{FAST_PATH_ROWS}) and torch.compile'd decode and verify forwards (CUDA graphs); the same "
@@ -315,7 +318,8 @@ def start_engine(args: argparse.Namespace, src: dict[str, Any], loaded: dict[str
     t0 = time.perf_counter()
     try:
         engine = ProcessEngine(dict(base=src["base"], ngram=src["ngram"], small_ngram=args.use_small_ngram,
-                                    device=args.device, dtype=args.dtype, fast_path=args.fast_path, **loaded,
+                                    device=args.device, dtype=args.dtype, fast_path=args.fast_path,
+                                    cpu_linear=args.cpu_linear, **loaded,
                                     **dict.fromkeys(src["runners"], True), **src.get("model_free", {})),
                                threads=args.threads,
                                max_restarts=args.max_restarts)
@@ -336,6 +340,8 @@ def start_engine(args: argparse.Namespace, src: dict[str, Any], loaded: dict[str
                     " and ".join(searching))
     log.info("loaded in %.1f s on %s (%s, %d CPU thread%s)", time.perf_counter() - t0, info.device, info.dtype,
              info.threads, "" if info.threads == 1 else "s")
+    for name, kernels in info.linear_kernels.items():
+        log.info("%s: %s", name, kernels)
     return engine
 
 

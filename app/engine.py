@@ -23,7 +23,7 @@ import traceback
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from itertools import count
 from typing import Any
 
@@ -53,6 +53,7 @@ class EngineInfo:
     max_context: int
     has_store: bool
     threads: int  # PyTorch's CPU threads
+    linear_kernels: dict[str, str] = field(default_factory=dict)  # on a CPU: model → its linear kernels, one line
 
 
 class EngineError(RuntimeError):
@@ -67,10 +68,12 @@ class EngineError(RuntimeError):
 
 
 def engine_info(arena: Any) -> EngineInfo:
+    plans = getattr(arena, "cpu_linears", {})
     return EngineInfo(methods=list(arena.methods), drafters=list(arena.drafters), device=str(arena.target.device),
                       dtype=str(arena.target.dtype).removeprefix("torch."),
                       max_context=int(arena.target.max_context), has_store=arena.store is not None,
-                      threads=torch.get_num_threads())
+                      threads=torch.get_num_threads(),
+                      linear_kernels={name: plan.describe() for name, plan in plans.items()})
 
 
 def model_worker() -> ThreadPoolExecutor:
@@ -405,14 +408,15 @@ def serve(conn: Any, load: dict[str, Any], threads: int | None = None) -> None:
     the step under way, or between two chunks of a long prompt's prefill (``Race.interrupted``)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the server decides, we follow
     from app import setup_logging
-    from dart_core.arena import load_arena
+    from dart_core.arena import default_device, load_arena
     from dart_core.loading.errors import close_progress_bars, describe
 
     setup_logging()
     try:
+        device = load.get("device") or default_device()
+        if threads is not None or (device != "auto" and torch.device(device).type == "cpu"):
+            torch.set_num_threads(threads or threads_leaving_a_core())  # first: the CPU kernels are timed at it
         arena = load_arena(**load)
-        if threads is not None or arena.target.device.type == "cpu":
-            torch.set_num_threads(threads or threads_leaving_a_core())
     except BaseException as e:  # the server reports it; nothing of ours may be left half-loaded
         # bars closed first: the server prints its error line after this message, never onto a bar's line
         close_progress_bars()

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from dart_core.engine.cpu import auto_dtype_name
+from dart_core.engine.cpu_linear import CpuLinearPlan, use_cpu_linears
 from dart_core.engine.drafter import Drafter
 from dart_core.engine.loop import Step, stream
 from dart_core.engine.target import TargetModel
@@ -72,11 +73,15 @@ def load_target(
     device: str | None = None,
     dtype: str | torch.dtype | None = None,
     revision: str | None = None,
+    cpu_linear: str = "auto",
     **hf_kwargs: Any,
 ) -> tuple[TargetModel, Any]:
     """A stock ``AutoModelForCausalLM`` + its tokenizer from a local dir or Hub id. ``device="auto"`` spreads the
-    model over the visible GPUs (``device_map="auto"``). A file that fails to load is named in a LoadError (see
-    :mod:`dart_core.loading.target_files`), and so is a NaN or infinity in the embedding or ``lm_head``."""
+    model over the visible GPUs (``device_map="auto"``). On a CPU, ``cpu_linear`` picks the linear layers' kernel
+    per row count (auto: measured at the current thread count, so set that first; stock; onednn;
+    :mod:`dart_core.engine.cpu_linear`), the plan kept as ``target.cpu_linears``. A file that fails to load is
+    named in a LoadError (see :mod:`dart_core.loading.target_files`), and so is a NaN or infinity in the
+    embedding or ``lm_head``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     base = resolve_model_ref(base)
@@ -100,7 +105,10 @@ def load_target(
     if device_map is None:
         model = model.to(device)
     check_finite(model, base, revision=revision)
-    return TargetModel(model.eval().requires_grad_(False)), tokenizer
+    target = TargetModel(model.eval().requires_grad_(False))
+    if target.device.type == "cpu" and device_map is None:
+        target.cpu_linears = use_cpu_linears(model, cpu_linear)
+    return target, tokenizer
 
 
 def load_ngram(
@@ -152,6 +160,7 @@ class Arena:
     store: NgramStore | None = None
     stop_ids: list[int] = field(default_factory=list)
     runners: list[str] = field(default_factory=list)  # enabled racers with a loop of their own (HF generate)
+    cpu_linears: dict[str, CpuLinearPlan] = field(default_factory=dict)  # on a CPU: "target" / racer key → plan
 
     def drafter(self, method: str) -> Drafter:
         """The drafter of a loaded racer (plain decoding for the baseline); a ValueError names the loaded ones."""
@@ -185,6 +194,7 @@ def load_arena(
     dtype: str | torch.dtype | None = None,
     progress: bool = True,
     fast_path: int | None = None,
+    cpu_linear: str = "auto",
     **kwargs: Any,
 ) -> Arena:
     """Load the target once and every drafter on it (their device and dtype follow the target's embedding).
@@ -217,16 +227,20 @@ def load_arena(
 
     try:  # the bar is closed however loading ends: left open, it was redrawn after the error line at exit
         with loading(base):
-            target, tokenizer = load_target(base, device=device, dtype=dtype, **kwargs)
+            target, tokenizer = load_target(base, device=device, dtype=dtype, cpu_linear=cpu_linear, **kwargs)
         if fast_path:
             target.use_static_cache(fast_path, compile=True)
         done("target")
         arena = Arena(target=target, tokenizer=tokenizer, stop_ids=stop_token_ids(tokenizer, target.config),
                       runners=runners)
+        if target.cpu_linears is not None:
+            arena.cpu_linears["target"] = target.cpu_linears
         for key, ref in parts.items():
             r = racer(key)
             with loading(ref):
-                arena.drafters[key] = r.load(ref, target)  # type: ignore[misc]
+                drafter = arena.drafters[key] = r.load(ref, target)  # type: ignore[misc]
+            if target.cpu_linears is not None and isinstance(drafter, torch.nn.Module):
+                arena.cpu_linears[key] = use_cpu_linears(drafter, cpu_linear)
             done(r.label)
         if ngram:
             with loading(ngram):

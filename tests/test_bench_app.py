@@ -175,8 +175,11 @@ def test_app_command_is_accepted_by_the_app(tmp_path: Path) -> None:
     assert parsed.server_port == 7000 and parsed.max_new_tokens == 32
     assert parsed.race_log == tmp_path / "log.jsonl"
     assert parsed.dart_model_name_or_path == "b/dart" and parsed.compare_eagle3 is False
-    assert parsed.template_name == "raw"
-    assert bench_app.model_flags(args) == ["--bundle", "b", "--dtype", "auto", "--raw"]
+    assert parsed.template_name == "raw" and parsed.cpu_linear == "auto"
+    assert bench_app.model_flags(args) == ["--bundle", "b", "--dtype", "auto", "--raw", "--cpu-linear", "auto"]
+    stock = parser.parse_args(["--bundle", "b", "--cpu-linear", "stock"])
+    assert build_parser().parse_args(bench_app.app_command(stock, src, 7000, tmp_path / "l")[3:]).cpu_linear == "stock"
+    assert bench_app.model_flags(stock)[-2:] == ["--cpu-linear", "stock"]
 
 
 def test_subcommand_setup_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -36,6 +36,7 @@ from dart_core.bench.e2e_report import write_html
 from dart_core.bench.standings import command_line, models_identity, results_dir, run_record
 from dart_core.bundle import Bundle, BundleError, build_command, default_bundle_dir, open_bundle
 from dart_core.engine.cpu import AUTO_DTYPE_HELP
+from dart_core.engine.cpu_linear import CPU_LINEAR_HELP, MODES
 from dart_core.engine.greedy_check import TopLogits, compare
 from dart_core.engine.loop import Step, summarize
 from dart_core.engine.target import FAST_PATH_ROWS
@@ -82,6 +83,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--small-ngram", action="store_true", help="use small.trie instead of full.trie with --ngram")
     m.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto; default: cuda if available")
     m.add_argument("--dtype", default="auto", help=AUTO_DTYPE_HELP)
+    m.add_argument("--cpu-linear", choices=MODES, default="auto", help=CPU_LINEAR_HELP)
     m.add_argument("--fast-path", type=int, nargs="?", const=FAST_PATH_ROWS, default=None, metavar="ROWS",
                    help="for GPUs: a static KV cache of ROWS rows (prompt + reply + one draft tree; default "
                         f"{FAST_PATH_ROWS}) and torch.compile'd decode and verify forwards (CUDA graphs); the same "
@@ -249,6 +251,9 @@ def environment(arena: Any) -> dict[str, Any]:
            "dtype": str(arena.target.embed_tokens.weight.dtype), "torch_threads": torch.get_num_threads()}
     if torch.device(dev).type == "cuda":
         env["gpu"] = torch.cuda.get_device_name(dev)
+    plans = getattr(arena, "cpu_linears", {})
+    if plans:
+        env["cpu_linears"] = {name: dataclasses.asdict(plan) for name, plan in plans.items()}
     return env
 
 
@@ -292,6 +297,8 @@ def _run(args: argparse.Namespace) -> int:
     n_turns = args.turns if src.dataset is not None else 1
     trees = {m: t for m, t in tree_settings(args, arena.target.device).items() if racer(m).drafts}
     print("trees: " + "; ".join(f"{m} {dataclasses.asdict(t)}" for m, t in trees.items() if m in methods))
+    for name, plan in arena.cpu_linears.items():
+        print(f"{name}: {plan.describe()}")
     sampling = SamplingConfig(args.temperature, args.top_p, args.top_k)
     runs = Conversations(arena, trees, args, sampling, n_turns)
     encoded = [encode_prompt(arena.tokenizer, p["prompt"], raw=not chat, system=args.system) for p in prompts]
@@ -318,6 +325,7 @@ def _load(args: argparse.Namespace) -> tuple[Sources, list[dict[str, Any]], Any,
         torch.set_num_threads(args.threads)
     arena = load_arena(src.base, ngram=src.ngram, small_ngram=src.small_ngram, device=args.device, dtype=args.dtype,
                        progress=not args.no_progress, hf=args.hf_generate, fast_path=args.fast_path,
+                       cpu_linear=args.cpu_linear,
                        **src.drafters, **model_free_asked(asked := args.methods.split(",") if args.methods else None))
     methods = asked or arena.methods
     for m in methods:

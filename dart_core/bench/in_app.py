@@ -240,6 +240,7 @@ def model_flags(args: argparse.Namespace) -> list[str]:
     out += ["--small-ngram"] if args.small_ngram else []
     out += [] if args.chat is None else ["--chat" if args.chat else "--raw"]
     out += [] if args.fast_path is None else ["--fast-path", str(args.fast_path)]
+    out += ["--cpu-linear", args.cpu_linear]
     return out
 
 
@@ -263,6 +264,7 @@ def app_command(args: argparse.Namespace, src: Sources, port: int, race_log: Pat
     cmd += ["--dtype", args.dtype]
     cmd += ["--threads", str(args.threads)] if args.threads is not None else []
     cmd += ["--fast-path", str(args.fast_path)] if args.fast_path is not None else []
+    cmd += ["--cpu-linear", args.cpu_linear]
     cmd += [] if args.chat is None else ["--template-name", "chat" if args.chat else "raw"]
     cmd += [x for r, k, v in tree_values(args) if k.kind is bool for x in knob_argv(r, k, v)]  # the app's switches
     return cmd

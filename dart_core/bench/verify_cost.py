@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from dart_core.engine.cpu import AUTO_DTYPE_HELP
+from dart_core.engine.cpu_linear import CPU_LINEAR_HELP, MODES
 from dart_core.engine.tree import DraftTree
 
 
@@ -25,6 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base", default=None, help="target model instead of the bundle's")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: cuda if available)")
     p.add_argument("--dtype", default="auto", help=AUTO_DTYPE_HELP)
+    p.add_argument("--cpu-linear", choices=MODES, default="auto", help=CPU_LINEAR_HELP)
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="PyTorch CPU threads (default: PyTorch's, one per core)")
     p.add_argument("--prefix", type=int, default=200, help="committed tokens before the measured forward (200)")
     p.add_argument("--sizes", default="1,2,4,8,12,16,24,32,60", help="tree sizes (nodes incl. the root) to time")
     p.add_argument("--repeats", type=int, default=12, help="timed forwards per size, after 2 warm-ups (12)")
@@ -77,8 +81,13 @@ def run(args: argparse.Namespace) -> int:
     if not sizes or sizes[0] < 1:
         print("error: --sizes must list positive node counts")
         return 2
+    if args.threads is not None:
+        if args.threads < 1:
+            print(f"error: --threads must be at least 1, got {args.threads}")
+            return 2
+        torch.set_num_threads(args.threads)
     try:
-        target, tok = load_target(ref, device=args.device, dtype=args.dtype)
+        target, tok = load_target(ref, device=args.device, dtype=args.dtype, cpu_linear=args.cpu_linear)
     except (ValueError, OSError) as e:  # a LoadError (or HubFileError): one line naming the file
         return report_error(e, debug_flag=None)
     text = "The history of science is a long story of people asking questions about the world. " * 40
@@ -91,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
     ar = fig["ar_ms"]
     print(f"target {ref} on {target.device} ({target.dtype}), prefix {args.prefix} tokens, "
           f"median of {args.repeats}")
+    if target.cpu_linears is not None:
+        print(target.cpu_linears.describe())
     print(f"AR step (1 token): {ar:.1f} ms")
     print(f"| nodes | verify ms | × AR step = break-even τ | τ for {args.speedup:g}× |")
     print("|---|---|---|---|")

@@ -303,6 +303,9 @@ class DFlashDrafter(DrafterModule):
         self.feature_layers: tuple[int, ...] | None = tuple(i + 1 for i in cfg.target_layer_ids)
         self.store: Any = None  # the N-gram store (``dflash-tree``), set by the arena loader
         self._proposal_head: torch.Tensor | None = None  # made from lm_head_weight on first use
+        # the target's own lm_head layer (a plain attribute, not a submodule of ours): scoring through it, the
+        # target's CPU kernel choice serves DFlash's rows too (dart_core.engine.cpu_linear)
+        self._target_head: tuple[nn.Module, ...] = ()  # in a tuple: nn.Module would register a bare module
 
     # ----------------------------------------------------------------- loading
     config_type = DFlashConfig
@@ -322,7 +325,9 @@ class DFlashDrafter(DrafterModule):
         dtype = dtype or (embed.dtype if embed.is_floating_point() else torch.float32)
         model = cls(cfg, embed.to(device=device, dtype=dtype), lm_head.to(device=device, dtype=dtype))
         model.load_state_dict(state, strict=True)
-        return model.to(device=device, dtype=dtype).eval().requires_grad_(False)
+        model = model.to(device=device, dtype=dtype).eval().requires_grad_(False)
+        model._target_head = _head_module(target)
+        return model
 
     def _apply(self, fn: Any, recurse: bool = True) -> DFlashDrafter:
         super()._apply(fn, recurse)
@@ -415,7 +420,11 @@ class DFlashDrafter(DrafterModule):
         """The target's lm_head (or ``head``, e.g. :attr:`proposal_head`) over the final norm: [..., H] →
         [..., vocab], in the head's dtype."""
         w = self.lm_head_weight if head is None else head
-        return nn.functional.linear(self.norm(hidden).to(w.dtype), w)
+        x = self.norm(hidden).to(w.dtype)
+        for layer in self._target_head:
+            if w is self.lm_head_weight and _same_tensor(layer.weight, w):
+                return layer(x)
+        return nn.functional.linear(x, w)
 
     def _block(self, root: int) -> torch.Tensor:
         block = torch.full((self.block_size,), self.mask_token_id, dtype=torch.long, device=self.device)
@@ -494,6 +503,20 @@ def _target_parts(target: Any, revision: str | None) -> tuple[torch.Tensor, torc
         return embed, lm_head, layers
     raise TypeError(f"DFlash needs the target model or its checkpoint path/id (embedding and lm_head), "
                     f"got {type(target)}")
+
+
+def _head_module(target: Any) -> tuple[nn.Module, ...]:
+    """The loaded target's lm_head layer, in a tuple; empty for a checkpoint path."""
+    for obj in (target, getattr(target, "model", None)):
+        if obj is not None and hasattr(obj, "get_output_embeddings"):
+            head = obj.get_output_embeddings()
+            if isinstance(head, nn.Module) and isinstance(getattr(head, "weight", None), torch.Tensor):
+                return (head,)
+    return ()
+
+
+def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.data_ptr() == b.data_ptr() and a.dtype == b.dtype and a.shape == b.shape and a.device == b.device
 
 
 def _check_target(cfg: DFlashConfig, embed: torch.Tensor, lm_head: torch.Tensor, target_layers: int | None,

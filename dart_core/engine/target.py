@@ -32,6 +32,7 @@ from transformers import DynamicCache, StaticCache
 from transformers.cache_utils import DynamicLayer, StaticLayer
 
 from dart_core.engine.attention import sdpa_backends
+from dart_core.engine.cpu_linear import CpuLinearPlan
 from dart_core.engine.hf_config import feature_layer_ids, text_config
 from dart_core.engine.tree import DraftTree
 
@@ -109,6 +110,7 @@ class TargetModel:
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
         self.static_capacity: int | None = None  # the fast path (use_static_cache): rows of the static KV cache
         self._compiled: Any = None  # its compiled forward for decode / verify (prefill runs eagerly)
+        self.cpu_linears: CpuLinearPlan | None = None  # on a CPU: the linear layers' kernel by rows (load_target)
 
     # ------------------------------------------------------------- fast path
     def use_static_cache(self, capacity: int, *, compile: bool = False) -> None:

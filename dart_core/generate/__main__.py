@@ -18,6 +18,8 @@ import torch
 from dart_core.arena import load_arena
 from dart_core.drafters.interface import check_settings
 from dart_core.engine.cpu import AUTO_DTYPE_HELP
+from dart_core.engine.cpu_linear import CPU_LINEAR_HELP
+from dart_core.engine.cpu_linear import MODES as CPU_LINEAR_MODES
 from dart_core.engine.loop import Step, summarize
 from dart_core.engine.verify import SamplingConfig
 from dart_core.loading.errors import report_error
@@ -45,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (spread over GPUs); default: cuda if "
                    "available")
     m.add_argument("--dtype", default="auto", help=AUTO_DTYPE_HELP)
+    m.add_argument("--cpu-linear", choices=CPU_LINEAR_MODES, default="auto", help=CPU_LINEAR_HELP)
     g = p.add_argument_group("generation")
     src = g.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="the prompt text")
@@ -122,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     drafters = {r.key: getattr(args, r.dest) for r in checkpoint_racers()}
     asked = args.methods.split(",") if args.methods else None
     arena = load_arena(args.base, ngram=args.ngram, small_ngram=args.small_ngram, device=args.device,
-                       dtype=args.dtype, **drafters, **model_free_asked(asked))
+                       dtype=args.dtype, cpu_linear=args.cpu_linear, **drafters, **model_free_asked(asked))
     methods = asked or arena.methods
     for m in methods:
         arena.drafter(m)  # clear error for a method that is not loaded

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from dart_core.engine.cpu_linear import torch_work_on_another_thread
 from dart_core.engine.greedy_check import top_logits_of
 from dart_core.engine.loop import Step, _stop_reason, checked_request
 from dart_core.engine.target import TargetModel
@@ -139,25 +140,26 @@ def stream_hf_generate(
             handoff.end()
 
     thread = threading.Thread(target=work, name="hf-generate", daemon=True)
-    started = time.perf_counter()
-    thread.start()
-    emitted = 0
-    try:
-        while True:
-            kind, token, t = handoff.events.get()
-            if kind == "end":
-                if failure:
-                    raise failure[0]
-                return
-            emitted += 1
-            top = [handoff.top[emitted - 1]] if sampling.greedy else []
-            reason = _stop_reason(token in stops, emitted, max_new_tokens, len(prompt) + emitted, limit)
-            yield Step(KEY, [token], 0, 0, 0.0, 0.0, (t - started) * 1e3, prefill=emitted == 1,
-                       stop_reason=reason, top_logits=top)
-            if reason:
-                return
-            started = handoff.resume()
-    finally:
-        handoff.cancelled = True
-        handoff.resume()
-        thread.join()
+    with torch_work_on_another_thread():  # PyTorch's CPU kernels while it lives (dart_core.engine.cpu_linear)
+        started = time.perf_counter()
+        thread.start()
+        emitted = 0
+        try:
+            while True:
+                kind, token, t = handoff.events.get()
+                if kind == "end":
+                    if failure:
+                        raise failure[0]
+                    return
+                emitted += 1
+                top = [handoff.top[emitted - 1]] if sampling.greedy else []
+                reason = _stop_reason(token in stops, emitted, max_new_tokens, len(prompt) + emitted, limit)
+                yield Step(KEY, [token], 0, 0, 0.0, 0.0, (t - started) * 1e3, prefill=emitted == 1,
+                           stop_reason=reason, top_logits=top)
+                if reason:
+                    return
+                started = handoff.resume()
+        finally:
+            handoff.cancelled = True
+            handoff.resume()
+            thread.join()
