@@ -170,3 +170,16 @@ def test_hf_generate_lane_holds_the_other_thread_mark_while_it_streams() -> None
     assert CL._other_threads == 1  # the generate thread lives, parked after its first token
     rest = list(steps)
     assert len(rest) == 4 and CL._other_threads == 0
+
+
+def test_no_packed_copy_without_the_ram_for_it(monkeypatch) -> None:
+    model = C.tiny_target("qwen3", vocab=97, hidden=32).float()
+    need = sum({id(m.weight): m.weight.nbytes for m in model.modules() if type(m) is torch.nn.Linear}.values())
+    monkeypatch.setattr(CL, "available_ram", lambda: need)  # the copy would take all of it
+    with pytest.raises(ValueError, match=r"cpu_linear=onednn: the packed copy .* more than half of the"):
+        CL.use_cpu_linears(model, CL.ONEDNN)
+    plan = CL.use_cpu_linears(model, "auto")
+    assert plan.one_row == plan.many_rows == CL.STOCK and "RAM" in plan.reason
+    assert not any(isinstance(m, CL.DispatchLinear) for m in model.modules())
+    monkeypatch.setattr(CL, "available_ram", lambda: 3 * need)
+    assert CL.use_cpu_linears(model, CL.ONEDNN).uses_onednn

@@ -51,3 +51,21 @@ def auto_dtype_name(device_type: str, flags: frozenset[str] | None = None) -> st
     if device_type == "cuda" or (device_type == "cpu" and cpu_has_native_bf16(flags)):
         return "bfloat16"
     return "float32"
+
+
+def available_ram() -> int | None:
+    """Bytes of RAM the system can still hand out (psutil, else Linux's ``MemAvailable``); None where unknown."""
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except ImportError:
+        pass
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None

@@ -23,15 +23,18 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from dart_core.engine.cpu import available_ram
+
 MODES = ("auto", "stock", "onednn")
 # ``--cpu-linear``'s meaning, one sentence for every command's help
 CPU_LINEAR_HELP = ("on a CPU, the linear layers' kernel: auto (the default: PyTorch's own or oneDNN with prepacked "
-                   "weights, whichever ran the model's layers faster at load, measured apart for one row and for "
-                   "several; set --threads first), stock (PyTorch's own), onednn")
+                   "weights, whichever ran the model's layers faster at load, timed apart for one row and for "
+                   "several at the thread count in use), stock (PyTorch's own), onednn")
 STOCK, ONEDNN = "stock", "onednn"
 MANY_ROWS = 16  # the rows "more than one" is measured at: a CPU verify tree, a drafter's block
 MEASURE_BYTES = 512 << 20  # weights one timed pass reads at most: past any cache, short on a large model
 MARGIN = 0.95  # oneDNN is chosen only where it is at least 5 % faster: ties keep PyTorch's own kernel
+RAM_SHARE = 0.5  # the packed copy may take at most this share of the RAM still free
 
 
 @dataclass
@@ -220,6 +223,16 @@ def _why_not_onednn(linears: list[torch.nn.Linear]) -> str:
     return ""
 
 
+def _ram_problem(linears: list[torch.nn.Linear]) -> str:
+    """Why the packed copy should not be made for lack of RAM ("" where it fits, or the free RAM is unknown)."""
+    need = sum({id(m.weight): m.weight.nbytes for m in linears}.values())
+    free = available_ram()
+    if free is None or need <= RAM_SHARE * free:
+        return ""
+    return (f"the packed copy of the linear weights would take {need / 2**30:.1f} GiB, more than half of the "
+            f"{free / 2**30:.1f} GiB of RAM still free")
+
+
 def _measured_layers(linears: list[torch.nn.Linear]) -> list[torch.nn.Linear]:
     """The layers one timed pass runs: all of them up to ``MEASURE_BYTES`` of weights, the largest always in."""
     unique = list({id(m.weight): m for m in linears}.values())
@@ -248,14 +261,21 @@ def use_cpu_linears(module: torch.nn.Module, mode: str = "auto", *,
     the plan. A stock plan leaves plain layers as they are and turns swapped ones back to stock dispatch."""
     linears = _linears(module)
     plain = [m for _, m in linears]
-    can_pack = not _why_not_onednn(plain)
+    if mode not in MODES:
+        raise ValueError(f"cpu_linear must be one of {', '.join(MODES)}, got {mode!r}")
+    why_not = _why_not_onednn(plain) or _ram_problem(plain)
+    if why_not and plan is None and mode == ONEDNN:
+        raise ValueError(f"cpu_linear=onednn: {why_not}")
+    if why_not and plan is None and mode == "auto":
+        plan = CpuLinearPlan(threads=torch.get_num_threads(), reason=why_not)
+    can_pack = not why_not
     packs = _packs(plain) if can_pack and (plan.uses_onednn if plan is not None else mode != STOCK) else {}
     if plan is None:
         plan = plan_cpu_linears(module, mode, packs=packs)
     if not plan.uses_onednn:
         packs = {}
     elif not can_pack:
-        raise ValueError(f"a oneDNN plan cannot serve these layers: {_why_not_onednn(plain)}")
+        raise ValueError(f"a oneDNN plan cannot serve these layers: {why_not}")
     for name, lin in linears:
         packed = packs.get(id(lin.weight))
         if isinstance(lin, DispatchLinear):

@@ -9,8 +9,8 @@ import os
 import re
 import shutil
 import socket
-from pathlib import Path
 
+from dart_core.engine.cpu import available_ram
 from dart_core.engine.hf_config import text_config
 from dart_core.preflight.plan import GiB, Memory, Plan, Problem, gb, gib, hub_cache
 from dart_core.preflight.published import smaller_qwen3
@@ -76,19 +76,7 @@ def free_memory(device: str, device_map: str | None) -> tuple[int | None, str]:
         return torch.cuda.mem_get_info(index)[0], f"cuda:{index} ({torch.cuda.get_device_name(index)})"
     if device != "cpu":
         return None, device
-    try:
-        import psutil
-
-        return int(psutil.virtual_memory().available), "CPU RAM"
-    except ImportError:
-        pass
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024, "CPU RAM"
-    except OSError:
-        pass
-    return None, "CPU RAM"
+    return available_ram(), "CPU RAM"
 
 
 def estimate_memory(plan: Plan, max_length: int | None, dtype_bytes: int) -> Memory:
