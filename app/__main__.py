@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from app import setup_logging
+from dart_core.arena import add_fast_path_arguments
 from dart_core.bench.standings import models_identity, results_dir, suggest_command
 from dart_core.bundle import Bundle, BundleError, default_bundle_dir, open_bundle
 from dart_core.engine.cpu import AUTO_DTYPE_HELP
 from dart_core.engine.cpu_linear import CPU_LINEAR_HELP
 from dart_core.engine.cpu_linear import MODES as CPU_LINEAR_MODES
-from dart_core.engine.target import FAST_PATH_ROWS
 from dart_core.racers.registry import (
     BASELINE,
     checkpoint_racers,
@@ -106,10 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--dtype", default="auto",
                    help=AUTO_DTYPE_HELP)
     m.add_argument("--cpu-linear", choices=CPU_LINEAR_MODES, default="auto", help=CPU_LINEAR_HELP)
-    m.add_argument("--fast-path", type=int, nargs="?", const=FAST_PATH_ROWS, default=None, metavar="ROWS",
-                   help="for GPUs: a static KV cache of ROWS rows (prompt + reply + one draft tree; default "
-                        f"{FAST_PATH_ROWS}) and torch.compile'd decode and verify forwards (CUDA graphs); the same "
-                        "output, the first steps of each tree size slow while they compile")
+    add_fast_path_arguments(m)
     g = p.add_argument_group("generation")
     g.add_argument("--max-new-tokens", type=int, default=256,
                    help="default of the 'Max new tokens' control (default: %(default)s)")
@@ -319,6 +316,7 @@ def start_engine(args: argparse.Namespace, src: dict[str, Any], loaded: dict[str
     try:
         engine = ProcessEngine(dict(base=src["base"], ngram=src["ngram"], small_ngram=args.use_small_ngram,
                                     device=args.device, dtype=args.dtype, fast_path=args.fast_path,
+                                    fast_path_mode=args.fast_path_mode,
                                     cpu_linear=args.cpu_linear, **loaded,
                                     **dict.fromkeys(src["runners"], True), **src.get("model_free", {})),
                                threads=args.threads,
@@ -384,6 +382,11 @@ def standings_panel(args: argparse.Namespace, src: dict[str, Any], info: Any) ->
     return StandingsPanel(models, args.bench_results or results_dir(), info.device, info.dtype, command)
 
 
+# what the warm-up race also does on the fast path, said before it starts (never a silent stall)
+WARM_UP_FAST = {"graphs": ": the fast path records its CUDA graphs now, well under a second each",
+                "compile": ": the fast path compiles its forwards now (torch.compile: minutes, once per tree size)"}
+
+
 def serve(args: argparse.Namespace, src: dict[str, Any], loaded: dict[str, str], engine: Any, chat: bool,
           log: logging.Logger) -> int:
     """The page's config, a warm-up race (not shown), then the page served until the server stops."""
@@ -399,14 +402,15 @@ def serve(args: argparse.Namespace, src: dict[str, Any], loaded: dict[str, str],
     parts = [f"target {short(src['base'])}{origin(src['base'])}"]
     parts += [f"{label(k)} {short(loaded[k])}" if k in loaded else label(k) for k in info.drafters]
     parts += [f"N-gram {short(src['ngram'])}"] if info.has_store else []
-    parts += [f"{info.device} · {info.dtype} · {'chat' if chat else 'completion'} mode"]
+    parts += [f"{info.device} · {info.dtype} · {'chat' if chat else 'completion'} mode"
+              + (f" · fast path ({info.fast_path})" if info.fast_path else "")]
     config = AppConfig(chat=chat, max_new_tokens=args.max_new_tokens, max_length=args.max_length, trees=trees,
                        examples=examples, subtitle=" · ".join(parts), max_new_tokens_limit=args.max_new_tokens_limit,
                        time_limit_s=args.race_time_limit, race_log=args.race_log, max_sessions=args.max_sessions,
                        session_ttl_s=args.session_ttl, standings=standings_panel(args, src, info))
 
     ui = ArenaUI(engine, config)
-    log.info("warming up (a short race, not shown)")
+    log.info("warming up (a short race, not shown)%s", WARM_UP_FAST.get(info.fast_path or "", ""))
     # the first example (a question in chat mode, code to continue in completion mode), encoded as a race encodes it
     ids = encode(engine.tokenizer, [{"user": examples[0][1] if examples else WARM_UP[chat]}], BASELINE, chat=chat)
     warm_up(engine, ids, RaceSettings(max_length=args.max_length, trees=trees))

@@ -54,6 +54,7 @@ class EngineInfo:
     has_store: bool
     threads: int  # PyTorch's CPU threads
     linear_kernels: dict[str, str] = field(default_factory=dict)  # on a CPU: model → its linear kernels, one line
+    fast_path: str | None = None  # graphs / compile / eager, or None: the eager dynamic-cache path
 
 
 class EngineError(RuntimeError):
@@ -73,7 +74,8 @@ def engine_info(arena: Any) -> EngineInfo:
                       dtype=str(arena.target.dtype).removeprefix("torch."),
                       max_context=int(arena.target.max_context), has_store=arena.store is not None,
                       threads=torch.get_num_threads(),
-                      linear_kernels={name: plan.describe() for name, plan in plans.items()})
+                      linear_kernels={name: plan.describe() for name, plan in plans.items()},
+                      fast_path=getattr(arena.target, "fast_path", None))
 
 
 def model_worker() -> ThreadPoolExecutor:

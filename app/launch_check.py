@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dart_core.arena import describe_fast_path
 from dart_core.preflight.launch import download, plan_launch
 from dart_core.preflight.plan import EXIT_PROBLEMS, Plan, Problem, gib
 
@@ -64,6 +65,11 @@ def run_app_check(args: argparse.Namespace, src: Mapping[str, Any]) -> int | Non
             return EXIT_PROBLEMS
         log.warning("%s; loading without it", text)
         return None
+    try:
+        plan.fast_path = describe_fast_path(args.fast_path, args.fast_path_mode,
+                                            plan.device if plan.device_map is None else "auto")
+    except ValueError as e:
+        plan.problems.append(Problem(str(e), ["give --fast-path at least 2 rows, or --no-fast-path"]))
     if fetch and plan.offline:
         if plan.problems or any(p.missing for p in plan.pieces):
             plan.problems.insert(0, Problem(

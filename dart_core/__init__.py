@@ -1,7 +1,9 @@
 """DART Arena's engine. The public surface, imported on first use (``import dart_core`` stays cheap, so the CLIs
 and the launch check start fast):
 
-- :func:`load_arena` / :class:`Arena` (``dart_core.arena``): one shared target with the racers' drafters;
+- :func:`load_arena` / :class:`Arena` (``dart_core.arena``): one shared target with the racers' drafters, and
+  :func:`add_fast_path_arguments` / :func:`describe_fast_path`: the fast path's flags every front end shares, and
+  what it will cost at start;
 - :class:`DartModel` (``dart_core.compat``): the reference implementation's facade;
 - the racer registry (``dart_core.racers.registry``): :data:`RACERS`, :class:`Racer`, :func:`racer`,
   :func:`register`, :func:`unregister`;
@@ -25,13 +27,15 @@ from typing import Any
 _HERE = Path(__file__).resolve().parent
 _PUBLIC = {
     "load_arena": "dart_core.arena", "Arena": "dart_core.arena", "DartModel": "dart_core.compat",
+    "add_fast_path_arguments": "dart_core.arena", "describe_fast_path": "dart_core.arena",
     "RACERS": "dart_core.racers.registry", "Racer": "dart_core.racers.registry", "racer": "dart_core.racers.registry",
     "register": "dart_core.racers.registry", "unregister": "dart_core.racers.registry",
     "stream": "dart_core.engine.loop", "Step": "dart_core.engine.loop",
     "find_standings": "dart_core.bench.standings", "Standings": "dart_core.bench.standings",
     "models_identity": "dart_core.bench.standings",
 }
-__all__ = ["RACERS", "Arena", "DartModel", "Racer", "Standings", "Step", "find_standings", "load_arena",
+__all__ = ["RACERS", "Arena", "DartModel", "Racer", "Standings", "Step", "add_fast_path_arguments",
+           "describe_fast_path", "find_standings", "load_arena",
            "models_identity", "racer", "register", "stream", "unregister"]
 
 

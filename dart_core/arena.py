@@ -16,7 +16,7 @@ from dart_core.engine.cpu import auto_dtype_name
 from dart_core.engine.cpu_linear import CpuLinearPlan, use_cpu_linears
 from dart_core.engine.drafter import Drafter
 from dart_core.engine.loop import Step, stream
-from dart_core.engine.target import TargetModel
+from dart_core.engine.target import FAST_PATH_MODES, FAST_PATH_ROWS, TargetModel
 from dart_core.loading.errors import UserError, loading
 from dart_core.loading.hub import HubFileError, looks_local, resolve_file
 from dart_core.loading.hub import _offline as hub_offline
@@ -54,6 +54,51 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: str | torch.device) -
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose from auto, {', '.join(DTYPES)}")
     return DTYPES[dtype]
+
+
+FAST_PATH_HELP = (
+    "the fast path, on by default on one CUDA GPU: a static KV cache of ROWS rows (prompt + reply + one draft tree; "
+    f"default {FAST_PATH_ROWS}) and every decode, verify and drafting forward at static shapes, captured once as a "
+    "CUDA graph per row bucket and replayed (about a second of capturing in all, spread over the first steps of each "
+    "size: the warm-up race takes it); the same output. Off on a CPU and with --device auto unless asked for")
+FAST_PATH_MODE_HELP = ("how the fast path runs its static forwards: graphs (default: CUDA graphs, ready in seconds), "
+                       "compile (torch.compile, the target only: minutes of compiling at start), eager (static caches, "
+                       "no capture)")
+
+
+def add_fast_path_arguments(group: Any) -> None:
+    """``--fast-path [ROWS]`` / ``--no-fast-path`` and ``--fast-path-mode``: every front end's fast-path flags."""
+    fast = group.add_mutually_exclusive_group()
+    fast.add_argument("--fast-path", type=int, nargs="?", const=FAST_PATH_ROWS, default=None, metavar="ROWS",
+                      help=FAST_PATH_HELP)
+    fast.add_argument("--no-fast-path", dest="fast_path", action="store_const", const=0,
+                      help="eager forwards over a growing cache, also on a GPU")
+    group.add_argument("--fast-path-mode", choices=FAST_PATH_MODES, default="graphs", help=FAST_PATH_MODE_HELP)
+
+
+def fast_path_rows(fast_path: int | None, device: str | torch.device | None) -> int | None:
+    """The static cache's rows a load uses: ``fast_path`` as given (0: off), or by default (None) the fast path on
+    one CUDA device and none elsewhere (a CPU gains nothing from it; ``auto`` spreads the target over GPUs)."""
+    if fast_path is not None:
+        if fast_path < 0 or fast_path == 1:
+            raise ValueError(f"--fast-path takes at least 2 rows (0: off), got {fast_path}")
+        return fast_path or None
+    dev = str(device) if device is not None else default_device()
+    return FAST_PATH_ROWS if dev.startswith("cuda") else None
+
+
+def describe_fast_path(fast_path: int | None, mode: str, device: str | None) -> str:
+    """The launch plan's line for the fast path a load would use (what it costs at start, and when it is on)."""
+    rows = fast_path_rows(fast_path, device)
+    if not rows:
+        why = "--no-fast-path" if fast_path == 0 else "on by default on one CUDA GPU only; --fast-path to force it"
+        return f"off: eager forwards over a growing KV cache ({why})"
+    how = {"graphs": "every decode, verify and drafting forward captured as a CUDA graph per row bucket on first use "
+                     "(well under a second each, a few seconds in all, most during the warm-up race)",
+           "compile": "the target's forwards through torch.compile (minutes of compiling before the first fast "
+                      "step); the drafters eager",
+           "eager": "static shapes, nothing captured"}[mode]
+    return f"{mode}: static KV caches of {rows:,} rows (the context limit); {how}; --no-fast-path runs eagerly"
 
 
 def default_device() -> str:
@@ -194,6 +239,7 @@ def load_arena(
     dtype: str | torch.dtype | None = None,
     progress: bool = True,
     fast_path: int | None = None,
+    fast_path_mode: str = "graphs",
     cpu_linear: str = "auto",
     **kwargs: Any,
 ) -> Arena:
@@ -203,8 +249,9 @@ def load_arena(
     model-free racers load with every target, each switched by its key too (None, the default: loaded where it
     can be, i.e. with a store for one that needs it; True: loaded, a StoreMissingError before anything loads when
     it needs a store and ``ngram`` is None; False: not loaded); the other keyword arguments go to
-    ``from_pretrained`` of the target. ``fast_path``: rows of a static KV cache with
-    compiled decode and verify forwards (:meth:`~dart_core.engine.target.TargetModel.use_static_cache`), for GPUs.
+    ``from_pretrained`` of the target. ``fast_path``: rows of the static KV caches of the fast path
+    (:func:`fast_path_rows`: None = on one CUDA device, 0 = off), run as ``fast_path_mode`` (CUDA graphs of the
+    target's and the drafters' forwards, ``compile``: the target through torch.compile, or ``eager``).
     Each drafter reads its own target layers, so drafters whose layers differ share the target too. Whatever
     fails to load is raised as an error that names its file (a :class:`~dart_core.loading.errors.LoadError`, or the
     project's own errors), after the progress bar is closed, so an ``error:`` line printed next starts a line of
@@ -228,8 +275,11 @@ def load_arena(
     try:  # the bar is closed however loading ends: left open, it was redrawn after the error line at exit
         with loading(base):
             target, tokenizer = load_target(base, device=device, dtype=dtype, cpu_linear=cpu_linear, **kwargs)
-        if fast_path:
-            target.use_static_cache(fast_path, compile=True)
+        if fast_path_mode not in FAST_PATH_MODES:
+            raise ValueError(f"fast_path_mode must be one of {', '.join(FAST_PATH_MODES)}, got {fast_path_mode!r}")
+        rows = fast_path_rows(fast_path, device)
+        if rows:
+            target.use_static_cache(rows, compile=fast_path_mode == "compile", graphs=fast_path_mode == "graphs")
         done("target")
         arena = Arena(target=target, tokenizer=tokenizer, stop_ids=stop_token_ids(tokenizer, target.config),
                       runners=runners)
@@ -254,6 +304,8 @@ def load_arena(
     for key, drafter in arena.drafters.items():
         if racer(key).uses_store:
             drafter.store = arena.store  # type: ignore[attr-defined]
+        if rows and fast_path_mode != "compile" and hasattr(drafter, "use_static_cache"):
+            drafter.use_static_cache(rows, graphs=fast_path_mode == "graphs")  # type: ignore[attr-defined]
     return arena
 
 

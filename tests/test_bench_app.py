@@ -180,6 +180,12 @@ def test_app_command_is_accepted_by_the_app(tmp_path: Path) -> None:
     stock = parser.parse_args(["--bundle", "b", "--cpu-linear", "stock"])
     assert build_parser().parse_args(bench_app.app_command(stock, src, 7000, tmp_path / "l")[3:]).cpu_linear == "stock"
     assert bench_app.model_flags(stock)[-2:] == ["--cpu-linear", "stock"]
+    eager = parser.parse_args(["--bundle", "b", "--no-fast-path"])
+    app_args = build_parser().parse_args(bench_app.app_command(eager, src, 7000, tmp_path / "l")[3:])
+    assert (app_args.fast_path, app_args.fast_path_mode) == (0, "graphs")
+    compiled = parser.parse_args(["--bundle", "b", "--fast-path", "512", "--fast-path-mode", "compile"])
+    app_args = build_parser().parse_args(bench_app.app_command(compiled, src, 7000, tmp_path / "l")[3:])
+    assert (app_args.fast_path, app_args.fast_path_mode) == (512, "compile")
 
 
 def test_subcommand_setup_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,7 +9,7 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dart_core.bench", description=__doc__)
     sub = parser.add_subparsers(dest="benchmark", required=True)
-    from dart_core.bench import attention, e2e, gpu, in_app, long, native, soak, verify_cost
+    from dart_core.bench import attention, e2e, gpu, gpu_check, in_app, long, native, soak, verify_cost
     from dart_core.bench.standings import COMMAND, command_line
 
     native.add_arguments(sub.add_parser("native", help=native.__doc__.splitlines()[0], description=native.__doc__))
@@ -23,6 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     soak.add_arguments(sub.add_parser("soak", help=soak.__doc__.splitlines()[0], description=soak.__doc__))
     gpu.add_arguments(sub.add_parser("gpu", help=gpu.__doc__.splitlines()[0], description=gpu.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter))
+    gpu_check.add_arguments(sub.add_parser("gpu-check", help=gpu_check.__doc__.splitlines()[0],
+                                           description=gpu_check.__doc__,
+                                           formatter_class=argparse.RawDescriptionHelpFormatter))
     attention.add_arguments(sub.add_parser("attention", help=attention.__doc__.splitlines()[0],
                                            description=attention.__doc__))
     args = parser.parse_args(argv)
@@ -41,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         return soak.run(args)
     if args.benchmark == "gpu":
         return gpu.run(args)
+    if args.benchmark == "gpu-check":
+        return gpu_check.run(args)
     if args.benchmark == "attention":
         return attention.run(args)
     return 2

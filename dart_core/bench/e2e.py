@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from dart_core.arena import add_fast_path_arguments
 from dart_core.bench.datasets import DATASETS, DatasetError, load_dataset
 from dart_core.bench.e2e_report import write_html
 from dart_core.bench.standings import command_line, models_identity, results_dir, run_record
@@ -39,7 +40,6 @@ from dart_core.engine.cpu import AUTO_DTYPE_HELP
 from dart_core.engine.cpu_linear import CPU_LINEAR_HELP, MODES
 from dart_core.engine.greedy_check import TopLogits, compare
 from dart_core.engine.loop import Step, summarize
-from dart_core.engine.target import FAST_PATH_ROWS
 from dart_core.engine.verify import SamplingConfig
 from dart_core.generate.__main__ import (
     ACCEPTANCE_HEADER,
@@ -84,10 +84,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto; default: cuda if available")
     m.add_argument("--dtype", default="auto", help=AUTO_DTYPE_HELP)
     m.add_argument("--cpu-linear", choices=MODES, default="auto", help=CPU_LINEAR_HELP)
-    m.add_argument("--fast-path", type=int, nargs="?", const=FAST_PATH_ROWS, default=None, metavar="ROWS",
-                   help="for GPUs: a static KV cache of ROWS rows (prompt + reply + one draft tree; default "
-                        f"{FAST_PATH_ROWS}) and torch.compile'd decode and verify forwards (CUDA graphs); the same "
-                        "output, the first steps of each tree size slow while they compile")
+    add_fast_path_arguments(m)
     m.add_argument("--threads", type=int, default=None, metavar="N",
                    help="PyTorch CPU threads (default: PyTorch's, one per core; the app's engine on a CPU leaves "
                         "one core to the page: compare with the same number)")
@@ -251,6 +248,13 @@ def environment(arena: Any) -> dict[str, Any]:
            "dtype": str(arena.target.embed_tokens.weight.dtype), "torch_threads": torch.get_num_threads()}
     if torch.device(dev).type == "cuda":
         env["gpu"] = torch.cuda.get_device_name(dev)
+    env["fast_path"] = arena.target.fast_path
+    if arena.target.fast_path:
+        env["fast_path_rows"] = arena.target.static_capacity
+        env["graphs_captured"] = arena.target.graphs_captured + sum(
+            getattr(d, "graphs_captured", 0) for d in arena.drafters.values())
+        env["capture_seconds"] = round(arena.target.capture_seconds + sum(
+            getattr(d, "capture_seconds", 0.0) for d in arena.drafters.values()), 3)
     plans = getattr(arena, "cpu_linears", {})
     if plans:
         env["cpu_linears"] = {name: dataclasses.asdict(plan) for name, plan in plans.items()}
@@ -325,6 +329,7 @@ def _load(args: argparse.Namespace) -> tuple[Sources, list[dict[str, Any]], Any,
         torch.set_num_threads(args.threads)
     arena = load_arena(src.base, ngram=src.ngram, small_ngram=src.small_ngram, device=args.device, dtype=args.dtype,
                        progress=not args.no_progress, hf=args.hf_generate, fast_path=args.fast_path,
+                       fast_path_mode=args.fast_path_mode,
                        cpu_linear=args.cpu_linear,
                        **src.drafters, **model_free_asked(asked := args.methods.split(",") if args.methods else None))
     methods = asked or arena.methods

@@ -26,6 +26,7 @@ import json
 import math
 import os
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -34,7 +35,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from dart_core.arena import FAST_PATH_MODE_HELP
 from dart_core.engine.cpu import AUTO_DTYPE_HELP
+from dart_core.engine.target import FAST_PATH_MODES
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bandwidth", type=float, default=None,
                    help="device memory bandwidth in GB/s for the floor (default: known peak of the GPU)")
     p.add_argument("--fast-path", action="store_true",
-                   help="static KV cache and compiled forwards (TargetModel.use_static_cache)")
+                   help="the fast path: static KV caches, every forward at static shapes (TargetModel and the "
+                        "drafters' use_static_cache)")
+    p.add_argument("--fast-path-mode", choices=FAST_PATH_MODES, default="graphs", help=FAST_PATH_MODE_HELP)
     p.add_argument("--json", type=Path, default=None, help="also write every figure to this JSON file")
 
 
@@ -275,7 +280,8 @@ def measure_ar(target: Any, prefix: Sequence[int], warmup: int, repeats: int) ->
             logits, _ = target.forward_tokens(state, [tok], features=False)
         times.append(sw.ms)
         tok = int(torch.argmax(logits))
-    return {"method": "ar", "label": "AR", "nodes": 1, "verify_ms": _median(times[warmup:])}
+    return {"method": "ar", "label": "AR", "nodes": 1, "verify_ms": _median(times[warmup:]),
+            "warmup_s": sum(times[:warmup]) / 1e3}
 
 
 def measure_hf(model: Any, prefix: Sequence[int], n: int, warmup: int, repeats: int) -> dict[str, Any]:
@@ -335,7 +341,11 @@ def measure_drafter(target: Any, drafter: Any, settings: Any, prefix: Sequence[i
     context[:length] = [*prefix, x]
     new_ids = [*prefix[1:], x]
     draft, search, verify, nodes = [], [], [], []
+    t0 = time.perf_counter()
+    warm_s = 0.0
     for i in range(warmup + repeats + 1):
+        if i == warmup + 1:
+            warm_s = time.perf_counter() - t0
         proposal = drafter.propose(dstate, DraftInput(feats, torch.tensor(new_ids), context[:length]))
         tree = proposal.tree
         with Stopwatch(target.device) as sw:
@@ -352,7 +362,7 @@ def measure_drafter(target: Any, drafter: Any, settings: Any, prefix: Sequence[i
             verify.append(sw.ms)
             nodes.append(tree.size)
     return {"nodes": int(statistics.median(nodes)), "draft_ms": _median(draft), "search_ms": _median(search),
-            "verify_ms": _median(verify)}
+            "verify_ms": _median(verify), "warmup_s": warm_s}
 
 
 # ------------------------------------------------------------------------------------------------ report
@@ -416,47 +426,61 @@ def bench_shape(name: str, shape: Shape, args: argparse.Namespace, device: torch
         bar.set_postfix_str("building the target")
         model = build_target(shape, device, dtype)
         target = TargetModel(model)
+        rows = 0
+        mode = args.fast_path_mode
         if args.fast_path:  # room for the prefix, every measured step's token and the largest tree
             tree = max(max(args.tree_sizes) + 1, settings_for(Eagle3Settings, device).total_tokens)
-            target.use_static_cache(args.prefix + max(256, args.warmup + args.repeats + 2 + tree), compile=True)
+            rows = args.prefix + max(256, args.warmup + args.repeats + 2 + tree)
+            target.use_static_cache(rows, compile=mode == "compile", graphs=mode == "graphs")
         wbytes = weight_bytes(model)
         floor_ms = wbytes / bandwidth * 1e3 if bandwidth else None
         rng = np.random.default_rng(0)
         prefix = rng.integers(0, shape.vocab, size=args.prefix).tolist()
         bar.update()
-        rows: list[dict[str, Any]] = []
+        table: list[dict[str, Any]] = []
         bar.set_postfix_str("AR")
-        rows.append(measure_ar(target, prefix, args.warmup, args.repeats))
+        table.append(measure_ar(target, prefix, args.warmup, args.repeats))
         bar.update()
         bar.set_postfix_str("HF generate")
-        rows.append(measure_hf(model, prefix, args.hf_tokens, args.warmup, args.repeats))
+        table.append(measure_hf(model, prefix, args.hf_tokens, args.warmup, args.repeats))
         bar.update()
         drafter = build_drafter("dart", shape, model)
+        if rows and mode != "compile":
+            drafter.use_static_cache(rows, graphs=mode == "graphs")
         drafter.store = ngram_store(prefix, shape.vocab)
         dart_defaults = settings_for(DartSettings, device)
         for n in args.tree_sizes:
             bar.set_postfix_str(f"DART n={n}")
             fig = measure_drafter(target, drafter, replace(dart_defaults, max_nodes=n), prefix, args.warmup,
                                   args.repeats)
-            rows.append({"method": "dart", "label": f"DART n={n}", "max_nodes": n, **fig})
+            table.append({"method": "dart", "label": f"DART n={n}", "max_nodes": n, **fig})
             bar.update()
+        captured = drafter.capture_seconds
+        failures = drafter.capture_failures
         del drafter
         _release(device)
         drafter = build_drafter("eagle3", shape, model)
+        if rows and mode != "compile":
+            drafter.use_static_cache(rows, graphs=mode == "graphs")
         eagle_defaults = settings_for(Eagle3Settings, device)
         for d in args.depths:
             bar.set_postfix_str(f"EAGLE-3 depth={d}")
             s = replace(eagle_defaults, depth=d)
             fig = measure_drafter(target, drafter, s, prefix, args.warmup, args.repeats)
-            rows.append({"method": "eagle3", "label": f"EAGLE-3 depth={d}", "depth": d,
-                         "total_tokens": s.total_tokens, "top_k": s.top_k, **fig})
+            table.append({"method": "eagle3", "label": f"EAGLE-3 depth={d}", "depth": d,
+                          "total_tokens": s.total_tokens, "top_k": s.top_k, **fig})
             bar.update()
+        captured += drafter.capture_seconds
+        failures += drafter.capture_failures + target.capture_failures
         del drafter
     finally:
         bar.close()
-    finish_rows(rows, floor_ms)
+    finish_rows(table, floor_ms)
     out = {"shape": name, "config": asdict(shape), "weight_bytes": wbytes,
-           "bandwidth_bytes_per_s": bandwidth, "floor_ms": floor_ms, "rows": rows}
+           "bandwidth_bytes_per_s": bandwidth, "floor_ms": floor_ms, "rows": table,
+           "fast_path": mode if args.fast_path else None, "graphs": target.graphs_captured,
+           "capture_s": target.capture_seconds + captured, "capture_failures": failures[:5],
+           "warmup_s": sum(r.get("warmup_s") or 0.0 for r in table)}
     del target, model
     _release(device)
     return out

@@ -239,9 +239,18 @@ def model_flags(args: argparse.Namespace) -> list[str]:
             out += [flag, str(value)]
     out += ["--small-ngram"] if args.small_ngram else []
     out += [] if args.chat is None else ["--chat" if args.chat else "--raw"]
-    out += [] if args.fast_path is None else ["--fast-path", str(args.fast_path)]
+    out += fast_path_argv(args)
     out += ["--cpu-linear", args.cpu_linear]
     return out
+
+
+def fast_path_argv(args: argparse.Namespace) -> list[str]:
+    """The fast-path flags as given (``--no-fast-path`` for 0; nothing for the defaults)."""
+    if args.fast_path is None:
+        out = []
+    else:
+        out = ["--fast-path", str(args.fast_path)] if args.fast_path else ["--no-fast-path"]
+    return out if args.fast_path_mode == "graphs" else [*out, "--fast-path-mode", args.fast_path_mode]
 
 
 def tree_flags(args: argparse.Namespace) -> list[str]:
@@ -263,7 +272,7 @@ def app_command(args: argparse.Namespace, src: Sources, port: int, race_log: Pat
     cmd += ["--device", args.device] if args.device else []
     cmd += ["--dtype", args.dtype]
     cmd += ["--threads", str(args.threads)] if args.threads is not None else []
-    cmd += ["--fast-path", str(args.fast_path)] if args.fast_path is not None else []
+    cmd += fast_path_argv(args)
     cmd += ["--cpu-linear", args.cpu_linear]
     cmd += [] if args.chat is None else ["--template-name", "chat" if args.chat else "raw"]
     cmd += [x for r, k, v in tree_values(args) if k.kind is bool for x in knob_argv(r, k, v)]  # the app's switches

@@ -13,8 +13,8 @@ from torch import nn
 from dart_core.drafters.checkpoint import check_d2t, check_embedding
 from dart_core.drafters.config import DrafterConfig
 from dart_core.drafters.interface import check_settings
-from dart_core.drafters.layers import KVCache, MidLayer, RMSNorm, Rotary
-from dart_core.drafters.module import DrafterModule
+from dart_core.drafters.layers import KVCache, MidLayer, RMSNorm, Rotary, StaticKV
+from dart_core.drafters.module import GRAPH_ROWS, DrafterModule
 from dart_core.engine.drafter import DraftInput, NoSettings, Proposal
 from dart_core.engine.hf_config import feature_layer_ids
 from dart_core.engine.timing import Stopwatch
@@ -28,6 +28,7 @@ class DrafterState:
 
     cache: KVCache = field(default_factory=KVCache)
     settings: Any = None  # this generation's settings (the drafter's settings dataclass)
+    slot: int | None = None  # on the fast path: the pool's static cache it holds (``cache`` is that one)
 
     @property
     def length(self) -> int:
@@ -73,7 +74,23 @@ class DrafterLayer(DrafterModule):
         settings = self.settings_type() if settings is None else settings
         if not isinstance(settings, self.settings_type):
             raise TypeError(f"{self.name} takes {self.settings_type.__name__}, got {type(settings).__name__}")
-        return DrafterState(settings=check_settings(settings, self.name))
+        state = DrafterState(settings=check_settings(settings, self.name))
+        if self._slots is not None and self._scratch_rows(state.settings) <= self._scratch_rows(None):
+            state.slot = self._slots.lend(state)
+            state.cache = self._slots.slots[state.slot]
+            state.cache.length = 0
+        return state
+
+    def _scratch_rows(self, settings: Any) -> int:
+        """Scratch rows a drafting step writes after the committed ones under ``settings`` (None: the most a
+        static cache holds; a generation that needs more drafts eagerly)."""
+        return 0
+
+    def _new_slot(self) -> StaticKV:
+        scratch = self._scratch_rows(None)
+        assert self.static_capacity is not None
+        # committed rows, a step's padded new rows, and the eager first step's scratch rows, before the scratch
+        return StaticKV(self.static_capacity + GRAPH_ROWS + scratch + scratch, scratch)
 
     def reset(self) -> None:
         """Start the default state (used by calls without ``state``) afresh."""

@@ -18,7 +18,7 @@ from dart_core.drafters.checkpoint import (
 )
 from dart_core.drafters.config import DrafterConfig
 from dart_core.drafters.interface import knob
-from dart_core.drafters.layers import CacheRows, causal_mask, within_window
+from dart_core.drafters.layers import CacheRows, StaticRows, causal_mask, context_visible, within_window
 from dart_core.engine.drafter import DraftInput, Proposal
 from dart_core.engine.timing import Stopwatch
 from dart_core.loading.layouts import SAFE_SINGLE
@@ -86,12 +86,14 @@ class DartDrafter(DrafterLayer):
         return logits
 
     def layer_logits(self, features: torch.Tensor, ids: torch.Tensor, n_masks: int, positions: torch.Tensor,
-                     mask: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | CacheRows | None = None,
-                     last: int | None = None) -> torch.Tensor:
+                     mask: torch.Tensor,
+                     past: tuple[torch.Tensor, torch.Tensor] | CacheRows | StaticRows | None = None,
+                     last: int | None = None, rows: torch.Tensor | None = None) -> torch.Tensor:
         """The DART layer, batched so training (B windows, one block of d mask rows per anchor) and drafting
         (B = 1, one block) run the same code: features [B, R, 3·H_t] and following ids [B, R] of R real rows,
         then ``n_masks`` mask rows, at ``positions`` [R + n_masks] under ``mask`` / after ``past`` (see
-        ``Attention.forward``). Returns logits [B, rows, draft_vocab] of every row, or of the ``last`` rows."""
+        ``Attention.forward``). Returns logits [B, rows, draft_vocab] of every row, of the ``last`` rows, or of the
+        rows at the indices ``rows`` (a device tensor: the fast path)."""
         mid, hidden = self.midlayer, self.config.hidden_size
         b = features.shape[0]
         x = self.fc(features.to(self.dtype))
@@ -102,8 +104,58 @@ class DartDrafter(DrafterLayer):
         out, _, _ = mid.self_attn(attn_in, cos, sin, past, mask)
         h = residual + out
         h = h if last is None else h[:, -last:]
+        h = h if rows is None else h.index_select(1, rows)
         h = h + mid.mlp(mid.post_attention_layernorm(h))
         return self.lm_head(self.norm(self.norm(h)))  # the published weights were trained with the norm twice
+
+    def _top_k(self, logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each row's ``k`` best target ids (int32, via d2t) and their softmax over the k."""
+        values, ids = torch.topk(logits.float(), k, dim=-1)
+        return (ids + self.d2t[ids]).to(torch.int32), torch.softmax(values, dim=-1)
+
+    # ---------------------------------------------------------------- fast path
+    def _scratch_rows(self, settings: object) -> int:
+        return self.draft_length
+
+    def _static_draft(self, state: DrafterState, step: DraftInput, rows: int,
+                      k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`draft_logits` + top-k as one static-shape call (a CUDA graph on a GPU): the new rows padded to
+        ``rows``, their K/V committed."""
+        n = len(step.token_ids)
+        feats = step.features.to(device=self.device, dtype=self.dtype).reshape(n, -1)
+        ids = step.token_ids.to(self.device).reshape(n)
+        if rows > n:
+            feats = torch.nn.functional.pad(feats, (0, 0, 0, rows - n))
+            ids = torch.nn.functional.pad(ids, (0, rows - n))
+        counts = torch.tensor([state.length, n], device=self.device)
+        tokens, probs = self._graphs((state.slot, rows, k), feats=feats, ids=ids, counts=counts)
+        state.cache.commit(n)
+        return tokens, probs
+
+    def _static_step(self, key: tuple[int, int, int], feats: torch.Tensor, ids: torch.Tensor,
+                     counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The static form of one drafting step on slot ``key[0]``: ``rows`` real slots (``counts`` = [committed
+        rows, real rows n]; slots past n are padding) written at the committed rows onwards, the d mask rows at the
+        cache's fixed scratch rows; each row sees what it sees in :meth:`draft_logits`, through a mask as wide as the
+        cache. Returns the top-k ids and probabilities of row n-1 and the d mask rows."""
+        slot, rows, k = key
+        cache = self._slots.slots[slot]
+        d, dev, window = self.draft_length, self.device, self.config.context_window
+        past, n = counts[0], counts[1]
+        t, j = torch.arange(rows, device=dev), torch.arange(d, device=dev)
+        scratch = cache.scratch_start
+        capacity = cache.static_capacity
+        cols = torch.arange(capacity, device=dev)
+        real = context_visible(past + t, capacity, window)
+        # mask rows: the real rows up to the last one (its window), then the mask rows up to themselves
+        masks = context_visible((past + n - 1).expand(d), capacity, window)
+        masks |= (cols[None] >= scratch) & (cols[None] <= scratch + j[:, None])
+        positions = torch.cat([past + t, past + n + j])
+        index = torch.cat([past + t, scratch + j])
+        out_rows = torch.cat([(n - 1).reshape(1), rows + j])
+        logits = self.layer_logits(feats[None], ids[None], d, positions, torch.cat([real, masks]),
+                                   cache.rows(index), rows=out_rows)[0]
+        return self._top_k(logits, k)
 
     # ---------------------------------------------------------------- proposal
     @torch.no_grad()
@@ -113,13 +165,15 @@ class DartDrafter(DrafterLayer):
         the k, then the N-gram-guided search (N-gram term off, with a one-time notice, without a store), where
         beams ending in any of the generation's stop ids rank after the others."""
         s: DartSettings = state.settings
+        k = min(s.top_k, self.config.draft_vocab_size)
+        rows = self._static_rows(len(step.token_ids)) if state.slot is not None and state.length else None
         with Stopwatch(self.device) as draft:
-            logits = self.draft_logits(step.features, step.token_ids, state)[0]
-            k = min(s.top_k, self.config.draft_vocab_size)
-            values, ids = torch.topk(logits.float(), k, dim=-1)
-            tokens = ids + self.d2t[ids]
-            probs = torch.softmax(values, dim=-1)
-            tokens_np, probs_np = tokens.to(torch.int32).cpu().numpy(), probs.cpu().numpy()
+            if rows is None:
+                logits = self.draft_logits(step.features, step.token_ids, state)[0]
+                tokens, probs = self._top_k(logits, k)
+            else:
+                tokens, probs = self._static_draft(state, step, rows, k)
+            tokens_np, probs_np = tokens.cpu().numpy(), probs.cpu().numpy()
         store = self.store
         if store is None and not self._warned_no_store:
             log.warning("DART is drafting without an N-gram store: the tree search runs with the N-gram term off")

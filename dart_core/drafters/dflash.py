@@ -26,9 +26,21 @@ from dart_core.drafters.checkpoint import (
     check_state,
     resolve_embedding,
 )
+from dart_core.drafters.dflash_config import DFlashConfig, default_target_layer_ids, dflash_shapes
 from dart_core.drafters.interface import check_settings, knob
-from dart_core.drafters.layers import MLP, CacheRows, KVCache, RMSNorm, Rotary, apply_rotary, within_window
-from dart_core.drafters.module import DrafterModule
+from dart_core.drafters.layers import (
+    MLP,
+    CacheRows,
+    KVCache,
+    RMSNorm,
+    Rotary,
+    StaticKV,
+    StaticRows,
+    apply_rotary,
+    context_visible,
+    within_window,
+)
+from dart_core.drafters.module import GRAPH_ROWS, DrafterModule
 from dart_core.engine.attention import sdpa_backends
 from dart_core.engine.cpu import cpu_has_native_bf16
 from dart_core.engine.drafter import DraftInput, Proposal
@@ -39,143 +51,12 @@ from dart_core.loading.errors import LoadError
 from dart_core.loading.hub import HubFileError, load_tensor, resolve_file
 from dart_core.loading.layouts import SAFE_SINGLE
 
+__all__ = ["CHECKPOINT", "DFlashConfig", "DFlashDrafter", "DFlashSettings", "DFlashTreeDrafter", "DFlashTreeSettings",
+           "default_target_layer_ids", "dflash_shapes"]
+
 log = logging.getLogger(__name__)
 
 LM_HEAD_KEYS = ("lm_head.weight", "model.lm_head.weight", "language_model.lm_head.weight")
-
-
-# ------------------------------------------------------------------------------------------------ config
-def default_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> tuple[int, ...]:
-    """The spec's default decoder-layer OUTPUT ids: ``[L // 2]`` for one draft layer, else evenly from layer 1
-    to layer L−3, ``round(1 + i·(L−4)/(k−1))`` with Python's round (half to even), as upstream computes them."""
-    L, k = num_target_layers, num_draft_layers
-    if k == 1:
-        return (L // 2,)
-    return tuple(round(1 + i * (L - 4) / (k - 1)) for i in range(k))
-
-
-@dataclass(frozen=True)
-class DFlashConfig:
-    """The validated ``config.json`` of a DFlash drafter (Qwen3-style, plus ``block_size``,
-    ``num_target_layers`` and ``dflash_config``)."""
-
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    rms_norm_eps: float
-    rope_theta: float
-    rope_scaling: dict | None
-    max_position_embeddings: int
-    attention_bias: bool
-    num_target_layers: int
-    block_size: int
-    mask_token_id: int
-    target_layer_ids: tuple[int, ...]
-    # ``dflash_config.context_window``: most context rows a block attends to (ours: what training showed it; a
-    # block given far more predicts worse; null = all rows)
-    context_window: int | None = None
-
-    @classmethod
-    def from_dict(cls, raw: dict[str, Any], *, source: str = "config.json") -> DFlashConfig:
-        """Parse and check (a LoadError of ``source`` naming the field): a bad config must not load as garbage."""
-        def need(key: str, where: dict[str, Any] = raw) -> Any:
-            if key not in where:
-                raise LoadError(source, f"missing required field {key!r}")
-            return where[key]
-
-        def positive(key: str, value: Any, minimum: int = 1) -> int:
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise LoadError(source, f"{key} must be an integer >= {minimum}, got {value!r}")
-            return value
-
-        hidden = positive("hidden_size", need("hidden_size"))
-        heads = positive("num_attention_heads", need("num_attention_heads"))
-        kv = positive("num_key_value_heads", raw.get("num_key_value_heads") or heads)
-        if heads % kv:
-            raise LoadError(source, f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}")
-        layers = positive("num_hidden_layers", need("num_hidden_layers"))
-        act = raw.get("hidden_act", "silu")
-        if act != "silu":
-            raise LoadError(source, f"hidden_act {act!r} is not supported (DFlash uses silu)")
-        types = raw.get("layer_types")
-        if types is not None:
-            if not isinstance(types, list) or len(types) != layers:
-                raise LoadError(source, f"layer_types must list {layers} layer types, got {types!r}")
-            odd = sorted({t for t in types if t != "full_attention"})
-            if odd:
-                raise LoadError(source, f"layer_types {odd} are not supported (only full_attention: a "
-                                        "sliding_attention window is not implemented)")
-        dflash = raw.get("dflash_config")
-        if not isinstance(dflash, dict):
-            raise LoadError(source, f"missing or invalid 'dflash_config' (got {dflash!r}): not a DFlash config?")
-        mask_id = positive("dflash_config.mask_token_id", need("mask_token_id", dflash), minimum=0)
-        n_target = positive("num_target_layers", need("num_target_layers"))
-        block = positive("block_size", need("block_size"), minimum=2)
-        ids = dflash.get("target_layer_ids")
-        if ids is None:
-            ids = default_target_layer_ids(n_target, layers)
-        elif (not isinstance(ids, list) or not ids
-              or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids)):
-            raise LoadError(source, f"dflash_config.target_layer_ids must be a non-empty list of integers, "
-                                    f"got {ids!r}")
-        bad = [i for i in ids if not 0 <= i < n_target]
-        if bad:
-            raise LoadError(source, f"dflash_config.target_layer_ids {list(ids)}: {bad} outside the "
-                                    f"num_target_layers={n_target} decoder layers [0, {n_target - 1}]")
-        rope = raw.get("rope_parameters") if isinstance(raw.get("rope_parameters"), dict) else {}
-        scaling = raw.get("rope_scaling")
-        if scaling is None and rope.get("rope_type", "default") != "default":
-            scaling = rope
-        if scaling is not None and not isinstance(scaling, dict):
-            raise LoadError(source, f"rope_scaling must be null or an object, got {scaling!r}")
-        cfg = cls(
-            hidden_size=hidden,
-            intermediate_size=positive("intermediate_size", need("intermediate_size")),
-            num_hidden_layers=layers,
-            num_attention_heads=heads,
-            num_key_value_heads=kv,
-            head_dim=positive("head_dim", raw.get("head_dim") or hidden // heads),
-            rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
-            rope_theta=float(raw.get("rope_theta", rope.get("rope_theta", 10000.0))),
-            rope_scaling=scaling,
-            max_position_embeddings=positive("max_position_embeddings", raw.get("max_position_embeddings", 2048)),
-            attention_bias=bool(raw.get("attention_bias", False)),
-            num_target_layers=n_target,
-            block_size=block,
-            mask_token_id=mask_id,
-            target_layer_ids=tuple(int(i) for i in ids),
-            context_window=(None if dflash.get("context_window") is None
-                            else positive("dflash_config.context_window", dflash["context_window"])),
-        )
-        try:
-            Rotary(cfg)  # type: ignore[arg-type]  # duck-typed: the fields Rotary reads
-        except ValueError as e:
-            raise LoadError(source, str(e)) from None
-        return cfg
-
-
-def dflash_shapes(cfg: DFlashConfig) -> dict[str, tuple[int, ...]]:
-    """Key → shape of the published checkpoint (no embedding, no lm_head)."""
-    H, inter, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
-    q, kv = cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd
-    out: dict[str, tuple[int, ...]] = {
-        "fc.weight": (H, len(cfg.target_layer_ids) * H), "hidden_norm.weight": (H,), "norm.weight": (H,),
-    }
-    for i in range(cfg.num_hidden_layers):
-        p = f"layers.{i}."
-        out |= {p + "input_layernorm.weight": (H,), p + "post_attention_layernorm.weight": (H,),
-                p + "self_attn.q_proj.weight": (q, H), p + "self_attn.k_proj.weight": (kv, H),
-                p + "self_attn.v_proj.weight": (kv, H), p + "self_attn.o_proj.weight": (H, q),
-                p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,),
-                p + "mlp.gate_proj.weight": (inter, H), p + "mlp.up_proj.weight": (inter, H),
-                p + "mlp.down_proj.weight": (H, inter)}
-        if cfg.attention_bias:
-            out |= {p + "self_attn.q_proj.bias": (q,), p + "self_attn.k_proj.bias": (kv,),
-                    p + "self_attn.v_proj.bias": (kv,), p + "self_attn.o_proj.bias": (H,)}
-    return out
 
 
 CHECKPOINT = CheckpointFormat(
@@ -216,6 +97,7 @@ class DFlashState:
 
     caches: list[KVCache]
     settings: Any = None
+    slot: int | None = None  # on the fast path: the pool's static caches it holds (``caches`` are those)
 
     @property
     def length(self) -> int:
@@ -240,7 +122,7 @@ class DFlashAttention(nn.Module):
         self.k_norm = RMSNorm(self.hd, cfg.rms_norm_eps)
 
     def forward(self, a: torch.Tensor, c: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                past: CacheRows | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
+                past: CacheRows | StaticRows | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
         """a [W, R, H] block rows (normed), c [W, n, H] context rows; cos/sin [n + R, hd] (or [W, 1, n + R, hd]:
         per-window positions) for the context rows, then the block rows. ``past``: drafting, the n + R new K/V are
         written into the cache at ``past.row`` and attended with the rows before (the caller commits the n context
@@ -251,7 +133,7 @@ class DFlashAttention(nn.Module):
         k = self.k_norm(self.k_proj(x).view(w, n + r, self.kv_heads, self.hd)).transpose(1, 2)
         v = self.v_proj(x).view(w, n + r, self.kv_heads, self.hd).transpose(1, 2)
         q, k = apply_rotary(q, cos[..., n:, :], sin[..., n:, :]), apply_rotary(k, cos, sin)
-        keys, values = (k, v) if past is None else past.cache.write(k, v, past.row)
+        keys, values = (k, v) if past is None else past.write(k, v)
         rep = self.heads // self.kv_heads  # GQA: the rep query heads of one K/V head as rows of one query
         wide = torch.promote_types(a.dtype, torch.float32)
         grouped = q.reshape(w, self.kv_heads, rep * r, self.hd)
@@ -272,7 +154,7 @@ class DFlashLayer(nn.Module):
         self.mlp = MLP(cfg)  # type: ignore[arg-type]  # reads hidden_size / intermediate_size only
 
     def forward(self, h: torch.Tensor, c: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                past: CacheRows | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
+                past: CacheRows | StaticRows | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
         h = h + self.self_attn(self.input_layernorm(h), c, cos, sin, past, mask)
         return h + self.mlp(self.post_attention_layernorm(h))
 
@@ -362,7 +244,67 @@ class DFlashDrafter(DrafterModule):
         settings = self.settings_type() if settings is None else settings
         if not isinstance(settings, self.settings_type):
             raise TypeError(f"{self.name} takes {self.settings_type.__name__}, got {type(settings).__name__}")
-        return DFlashState([KVCache() for _ in self.layers], check_settings(settings, self.name))
+        state = DFlashState([KVCache() for _ in self.layers], check_settings(settings, self.name))
+        if self._slots is not None:
+            state.slot = self._slots.lend(state)
+            state.caches = self._slots.slots[state.slot]
+            for cache in state.caches:
+                cache.length = 0
+        return state
+
+    # ---------------------------------------------------------------- fast path
+    def _new_slot(self) -> list[StaticKV]:
+        assert self.static_capacity is not None
+        b = self.block_size  # the block's rows sit at the fixed scratch rows; the eager first step's after the rows
+        return [StaticKV(self.static_capacity + GRAPH_ROWS + 2 * b, b) for _ in self.layers]
+
+    def _block_outputs(self, state: DFlashState, step: DraftInput, settings: Any,
+                       k: int | None) -> tuple[torch.Tensor, ...]:
+        """One drafting step's per-row outputs from the block [root, mask x (B-1)]: the argmax ids of the
+        ``draft_tokens`` first rows (``k`` None: the chain), or each row's top-``k`` ids and softmax (the tree). On
+        the fast path after the first step, one static-shape call (a CUDA graph on a GPU)."""
+        n = len(step.token_ids)
+        rows = self._static_rows(n) if state.slot is not None and state.length else None
+        head = self.scoring_head(settings)
+        if rows is None:
+            logits = self.draft_logits(step.features, self._block(int(step.token_ids[-1])), state, head=head)
+            return _row_outputs(logits, settings, k, self.block_size)
+        feats = self._features(step.features)
+        if rows > n:
+            feats = nn.functional.pad(feats, (0, 0, 0, rows - n))
+        block = self._block_tensor(step.token_ids[-1:].to(self.device))
+        counts = torch.tensor([state.length, n], device=self.device)
+        exact = bool(settings.exact_proposals)
+        out = self._graphs((state.slot, rows, k, exact, getattr(settings, "draft_tokens", 0)), feats=feats,
+                           block=block, counts=counts)
+        for cache in state.caches:
+            cache.commit(n)
+        return out
+
+    def _static_step(self, key: tuple[Any, ...], feats: torch.Tensor, block: torch.Tensor,
+                     counts: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The static form of :meth:`draft_logits` on slot ``key[0]``: ``rows`` context slots (``counts`` =
+        [committed rows, real rows n]; slots past n are padding) written at the committed rows onwards, the block's
+        rows at each cache's fixed scratch rows, the block seeing the real context (its window) and the whole
+        block through a mask as wide as the cache; then the chain's or the tree's outputs."""
+        slot, rows, k, exact, draft_tokens = key
+        caches = self._slots.slots[slot]
+        dev, b, window = self.device, self.block_size, self.config.context_window
+        capacity, first = caches[0].static_capacity, caches[0].scratch_start
+        past, n = counts[0], counts[1]
+        t, j = torch.arange(rows, device=dev), torch.arange(b, device=dev)
+        positions = torch.cat([past + t, past + n + j])
+        cos, sin = self.rotary.cos_sin(positions, self.dtype)
+        index = torch.cat([past + t, first + j])
+        mask = context_visible((past + n - 1).expand(b), capacity, window)
+        mask |= torch.arange(capacity, device=dev)[None] >= first
+        c = self.hidden_norm(self.fc(feats[None]))
+        h = self.embed_weight[block[None]]
+        for i, layer in enumerate(self.layers):
+            h = layer(h, c, cos, sin, caches[i].rows(index), mask[None])
+        head = self.lm_head_weight if exact else self.proposal_head
+        settings = DFlashSettings(draft_tokens=draft_tokens) if k is None else None
+        return _row_outputs(self.logits(h[0, 1:], head).float(), settings, k, b)
 
     # ----------------------------------------------------------------- forward
     def _features(self, features: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
@@ -431,6 +373,11 @@ class DFlashDrafter(DrafterModule):
         block[0] = root
         return block
 
+    def _block_tensor(self, root: torch.Tensor) -> torch.Tensor:
+        """:meth:`_block` from a device tensor [1] holding the root (no host read)."""
+        masks = torch.full((self.block_size - 1,), self.mask_token_id, dtype=torch.long, device=self.device)
+        return torch.cat([root.long(), masks])
+
     # ---------------------------------------------------------------- proposal
     @torch.no_grad()
     def propose(self, state: DFlashState, step: DraftInput) -> Proposal:
@@ -439,8 +386,8 @@ class DFlashDrafter(DrafterModule):
         s: DFlashSettings = state.settings
         root = int(step.token_ids[-1])
         with Stopwatch(self.device) as draft:
-            logits = self.draft_logits(step.features, self._block(root), state, head=self.scoring_head(s))
-            chain = logits[: min(s.draft_tokens, self.block_size - 1)].argmax(dim=-1).tolist()
+            (chain_ids,) = self._block_outputs(state, step, s, None)
+            chain = chain_ids.tolist()
         m = len(chain)
         tree = DraftTree(np.array([root, *chain]), np.arange(-1, m), np.zeros(m + 1, dtype=np.float32))
         return Proposal(tree=tree, draft_ms=draft.ms, search_ms=0.0)
@@ -462,18 +409,24 @@ class DFlashTreeDrafter(DFlashDrafter):
     def propose(self, state: DFlashState, step: DraftInput) -> Proposal:
         """Draft a tree rooted at the just-produced token from the block's B−1 rows of logits."""
         s: DFlashTreeSettings = state.settings
-        root = int(step.token_ids[-1])
         with Stopwatch(self.device) as draft:
-            logits = self.draft_logits(step.features, self._block(root), state, head=self.scoring_head(s))
-            values, ids = torch.topk(logits, min(s.top_k, logits.shape[-1]), dim=-1)
-            probs = torch.softmax(values, dim=-1)
-            tokens_np, probs_np = ids.to(torch.int32).cpu().numpy(), probs.cpu().numpy()
+            ids, probs = self._block_outputs(state, step, s, min(s.top_k, self.lm_head_weight.shape[0]))
+            tokens_np, probs_np = ids.cpu().numpy(), probs.cpu().numpy()
         store = self.store
         if store is None and not self._warned_no_store:
             log.warning("DFlash-tree is drafting without an N-gram store: the tree search runs with the N-gram "
                         "term off")
             self._warned_no_store = True
         return searched_proposal(tokens_np, probs_np, step, store, s, draft_ms=draft.ms)
+
+
+def _row_outputs(logits: torch.Tensor, settings: Any, k: int | None, block_size: int) -> tuple[torch.Tensor, ...]:
+    """The block rows' logits [B-1, vocab] turned into the chain (``k`` None: the argmax of the first
+    ``draft_tokens`` rows) or the tree's inputs (each row's top-``k`` ids as int32 and their softmax)."""
+    if k is None:
+        return (logits[: min(settings.draft_tokens, block_size - 1)].argmax(dim=-1),)
+    values, ids = torch.topk(logits, k, dim=-1)
+    return ids.to(torch.int32), torch.softmax(values, dim=-1)
 
 
 # ------------------------------------------------------------------------------------------------ target side

@@ -18,11 +18,13 @@ from dart_core.drafters.checkpoint import (
 )
 from dart_core.drafters.config import DrafterConfig
 from dart_core.drafters.interface import knob
-from dart_core.drafters.layers import CacheRows, causal_mask, within_window
+from dart_core.drafters.layers import CacheRows, StaticRows, causal_mask, context_visible, within_window
 from dart_core.engine.drafter import DraftInput, Proposal
 from dart_core.engine.timing import Stopwatch
 from dart_core.engine.tree import DraftTree
 from dart_core.loading.errors import LoadError
+
+STATIC_TREE_ROWS = 512  # the tree levels a static cache holds: depth x top-k (the reference's 7 x 10, on a CPU 6 x 4)
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,7 @@ class Eagle3Drafter(DrafterLayer):
 
     # ----------------------------------------------------------------- forward
     def layer(self, ids: torch.Tensor, h_in: torch.Tensor, positions: torch.Tensor,
-              past: tuple[torch.Tensor, torch.Tensor] | CacheRows | None,
+              past: tuple[torch.Tensor, torch.Tensor] | CacheRows | StaticRows | None,
               mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One application of the layer, batched so training (B windows, TTT steps) and drafting (B = 1: the
         context pass, each tree level) run the same code: ids [B, T], ``h_in`` [B, T, H] (fc(features) or an
@@ -161,12 +163,87 @@ class Eagle3Drafter(DrafterLayer):
         scores = torch.cat(pool_score).float().cpu().numpy()
         return _assemble(root, np.asarray(tokens_flat), np.asarray(parents_flat), scores, total_tokens - 1)
 
+    # ---------------------------------------------------------------- fast path
+    def _scratch_rows(self, settings: Eagle3Settings | None) -> int:
+        """A tree's levels: ``depth`` x ``top_k`` rows (at most :data:`STATIC_TREE_ROWS` on a static cache)."""
+        if settings is None:
+            return STATIC_TREE_ROWS
+        return settings.depth * min(settings.top_k, self.config.draft_vocab_size)
+
+    def _static_tree(self, state: DrafterState, step: DraftInput, rows: int, depth: int,
+                     k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`draft_tree`'s forwards and top-k as one static-shape call (a CUDA graph on a GPU): the pool's
+        target ids, parents and scores, the new context rows (padded to ``rows``) committed."""
+        n = len(step.token_ids)
+        feats = step.features.to(device=self.device, dtype=self.dtype).reshape(n, -1)
+        ids = step.token_ids.to(self.device).reshape(n)
+        if rows > n:
+            feats = torch.nn.functional.pad(feats, (0, 0, 0, rows - n))
+            ids = torch.nn.functional.pad(ids, (0, rows - n))
+        counts = torch.tensor([state.length, n], device=self.device)
+        pool = self._graphs((state.slot, rows, depth, k), feats=feats, ids=ids, counts=counts)
+        state.cache.commit(n)
+        return pool
+
+    def _static_step(self, key: tuple[int, int, int, int], feats: torch.Tensor, ids: torch.Tensor,
+                     counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The static form of :meth:`draft_tree` on slot ``key[0]``: the context pass over ``rows`` slots
+        (``counts`` = [committed rows, real rows n]), then ``depth`` levels of ``k`` rows each at the cache's fixed
+        scratch rows, each row seeing the context, its ancestors' rows and itself (a device-side ancestor matrix
+        in place of the eager path's Python walk up the tree), the frontier chosen on the device. Returns the pool
+        (target ids, parent pool index or -1, cumulative log-prob) in the eager path's order."""
+        slot, rows, depth, k = key
+        cache = self._slots.slots[slot]
+        dev, window, capacity = self.device, self.config.context_window, cache.static_capacity
+        past, n = counts[0], counts[1]
+        d2t = self.d2t
+        first = cache.scratch_start
+        t = torch.arange(rows, device=dev)
+        h, _, _ = self.layer(ids[None], self.fc(feats)[None], past + t, cache.rows(past + t),
+                             context_visible(past + t, capacity, window))
+        last = h[0].index_select(0, (n - 1).reshape(1))[0]
+        length = past + n  # the committed context after this pass
+        vals, draft_ids = torch.topk(self._logp(last), k)
+        tokens, parents, scores = [draft_ids + d2t[draft_ids]], [torch.full((k,), -1, device=dev)], [vals]
+        frontier, frontier_tokens, frontier_scores = torch.arange(k, device=dev), tokens[0], vals
+        frontier_hidden = last.expand(k, -1)
+        r = torch.arange(k, device=dev)
+        context = context_visible((length - 1).expand(k), capacity, window)[:, :first]
+        tail = torch.zeros(k, capacity - first - depth * k, dtype=torch.bool, device=dev)
+        ancestors = torch.zeros(k, depth * k, dtype=torch.bool, device=dev)  # scratch rows each frontier row sees
+        levels = torch.arange(depth * k, device=dev)[None]
+        for i in range(depth):
+            seen = ancestors | (levels == (i * k + r)[:, None])  # and itself
+            mask = torch.cat([context, seen, tail], dim=1)
+            h, _, _ = self.layer(frontier_tokens[None], frontier_hidden[None], (length + i).expand(k),
+                                 cache.rows(first + i * k + r), mask)
+            h = h[0]
+            cvals, cids = torch.topk(self._logp(h), k, dim=-1)
+            cum = (frontier_scores[:, None] + cvals).reshape(-1)
+            ctoks = (cids + d2t[cids]).reshape(-1)
+            tokens.append(ctoks)
+            parents.append(frontier[:, None].expand(k, k).reshape(-1))
+            scores.append(cum)
+            best = torch.topk(cum, k).indices
+            parent_row = best // k
+            ancestors = seen[parent_row]
+            frontier = k + i * k * k + best
+            frontier_tokens, frontier_scores, frontier_hidden = ctoks[best], cum[best], h[parent_row]
+        return torch.cat(tokens), torch.cat(parents), torch.cat(scores)
+
     @torch.no_grad()
     def propose(self, state: DrafterState, step: DraftInput) -> Proposal:
         """The decoding loop's entry: a timed ``draft_tree`` (its cost is all drafting; no separate search)."""
         s: Eagle3Settings = state.settings
+        k = min(s.top_k, self.config.draft_vocab_size)
+        rows = self._static_rows(len(step.token_ids)) if state.slot is not None and state.length else None
         with Stopwatch(self.device) as draft:
-            tree = self.draft_tree(step.features, step.token_ids, s.total_tokens, s.depth, s.top_k, state)
+            if rows is None:
+                tree = self.draft_tree(step.features, step.token_ids, s.total_tokens, s.depth, s.top_k, state)
+            else:
+                tokens, parents, scores = (x.cpu().numpy() for x in self._static_tree(state, step, rows, s.depth, k))
+                tree = _assemble(int(step.token_ids[-1]), tokens, parents, scores.astype(np.float32),
+                                 s.total_tokens - 1)
         return Proposal(tree=tree, draft_ms=draft.ms, search_ms=0.0)
 
 

@@ -157,6 +157,72 @@ class CacheRows:
     cache: KVCache
     row: int
 
+    def write(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write the new K/V and return the keys and values to attend (rows [0, row + T))."""
+        return self.cache.write(k, v, self.row)
+
+
+class StaticKV(KVCache):
+    """A :class:`KVCache` whose buffers are allocated once at ``capacity`` rows and never move, so a forward that
+    writes it can be captured as a CUDA graph: the fast path's drafter cache. Its last ``scratch`` rows hold a
+    step's scratch rows (DART's mask rows, EAGLE-3's tree levels, DFlash's block) at fixed places; committed rows
+    grow from row 0 and must stay below them."""
+
+    def __init__(self, capacity: int, scratch: int) -> None:
+        super().__init__()
+        if scratch < 0 or capacity <= scratch:
+            raise ValueError(f"StaticKV: capacity {capacity} must exceed its {scratch} scratch rows")
+        self.static_capacity, self.scratch = int(capacity), int(scratch)
+
+    @property
+    def scratch_start(self) -> int:
+        """The first scratch row; committed rows end before it."""
+        return self.static_capacity - self.scratch
+
+    def allocate(self, like: torch.Tensor) -> None:
+        """Allocate the buffers for K/V shaped like ``like`` [B, kv_heads, T, head_dim] (once)."""
+        if self._k is None:
+            shape = (like.shape[0], like.shape[1], self.static_capacity, like.shape[3])
+            self._k, self._v = like.new_zeros(shape), like.new_zeros(shape)
+
+    def write(self, k: torch.Tensor, v: torch.Tensor, row: int) -> tuple[torch.Tensor, torch.Tensor]:
+        self.allocate(k)
+        if row + k.shape[2] > self.scratch_start:
+            raise ValueError(f"StaticKV: rows up to {row + k.shape[2]} do not fit before its scratch rows at "
+                             f"{self.scratch_start} (capacity {self.static_capacity})")
+        return super().write(k, v, row)
+
+    def rows(self, index: torch.Tensor) -> StaticRows:
+        """The ``past`` argument of a static forward that writes its rows at the cache rows ``index`` [T]."""
+        return StaticRows(self, index)
+
+
+@dataclass(frozen=True)
+class StaticRows:
+    """A static forward's new K/V go to the cache rows ``index`` (a device tensor: no host value in the graph);
+    every row of the buffer is attended, under a mask as wide as the cache."""
+
+    cache: StaticKV
+    index: torch.Tensor
+
+    def write(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.cache.allocate(k)
+        keys, values = self.cache._k, self.cache._v
+        keys.index_copy_(2, self.index, k)
+        values.index_copy_(2, self.index, v)
+        return keys, values
+
+
+def context_visible(anchors: torch.Tensor, capacity: int, window: int | None) -> torch.Tensor:
+    """Bool [rows, capacity]: the committed cache rows each row sees, those up to its ``anchors`` entry (a device
+    tensor), and with a ``window`` only the last ``window`` of them: :func:`causal_mask` and :func:`within_window`
+    for a static cache, without a host value."""
+    cols = torch.arange(capacity, device=anchors.device)[None]
+    visible = cols <= anchors[:, None]
+    if window is not None:
+        visible &= cols > anchors[:, None] - window
+    return visible
+
 
 class Attention(nn.Module):
     """GQA self-attention whose q/k/v read the drafter's 2·H-wide input; softmax in float32."""
@@ -178,21 +244,22 @@ class Attention(nn.Module):
         x: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,
-        past: tuple[torch.Tensor, torch.Tensor] | CacheRows | None,
+        past: tuple[torch.Tensor, torch.Tensor] | CacheRows | StaticRows | None,
         mask: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The one implementation training (batched) and drafting (B = 1) share. x [B, T, 2H]; cos/sin [T, hd];
         ``past``: P earlier rows as K/V tensors [B, kv_heads, P, hd] (training), or ``cache.at(P)`` (drafting: the
-        new K/V are written into the cache buffer at rows P… and attended from there, no concatenation), or None;
-        mask bool [T, P + T] (True = may attend). Returns (out [B, T, H], k, v [B, kv_heads, T, hd] after RoPE)."""
+        new K/V are written into the cache buffer at rows P… and attended from there, no concatenation), or a
+        static cache's ``rows(index)`` (the fast path: mask [T, capacity]), or None; mask bool [T, P + T] (True =
+        may attend). Returns (out [B, T, H], k, v [B, kv_heads, T, hd] after RoPE)."""
         b, t, _ = x.shape
         q = apply_rotary(self.q_proj(x).view(b, t, self.heads, self.hd).transpose(1, 2), cos, sin)
         k = apply_rotary(self.k_proj(x).view(b, t, self.kv_heads, self.hd).transpose(1, 2), cos, sin)
         v = self.v_proj(x).view(b, t, self.kv_heads, self.hd).transpose(1, 2)
         if past is None:
             keys, values = k, v
-        elif isinstance(past, CacheRows):
-            keys, values = past.cache.write(k, v, past.row)
+        elif isinstance(past, (CacheRows, StaticRows)):
+            keys, values = past.write(k, v)
         else:
             keys, values = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
         # GQA without copying K/V per query head (that copy grows with the context, every step): the ``rep``

@@ -33,12 +33,17 @@ from transformers.cache_utils import DynamicLayer, StaticLayer
 
 from dart_core.engine.attention import sdpa_backends
 from dart_core.engine.cpu_linear import CpuLinearPlan
+from dart_core.engine.graphs import GraphedCall, SlotPool
 from dart_core.engine.hf_config import feature_layer_ids, text_config
 from dart_core.engine.tree import DraftTree
 
-__all__ = ["FAST_PATH_ROWS", "TargetModel", "TargetState"]
+__all__ = ["FAST_PATH_MODES", "FAST_PATH_ROWS", "TargetModel", "TargetState"]
 
 FAST_PATH_ROWS = 4096  # the fast path's static KV cache when no size is given: prompt + reply + one draft tree
+# how the fast path runs its static-shape forwards: captured CUDA graphs (ready in seconds), torch.compile (minutes
+# of compiling), or eagerly (the static cache alone)
+FAST_PATH_MODES = ("graphs", "compile", "eager")
+GRAPH_ROWS = 64  # the largest verify captured as a graph (buckets 1, 2, 4, … 64 rows); larger trees run eagerly
 
 
 @dataclass
@@ -52,6 +57,7 @@ class TargetState:
     cache: DynamicCache
     length: int = 0
     tree: DraftTree | None = field(default=None, repr=False)
+    slot: int | None = None  # the graph path's static cache it holds (its graphs are that cache's)
 
 
 # An interruptible prefill (``prefill(interrupt=...)``) runs a long prompt in chunks and asks between two whether to
@@ -110,21 +116,34 @@ class TargetModel:
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
         self.static_capacity: int | None = None  # the fast path (use_static_cache): rows of the static KV cache
         self._compiled: Any = None  # its compiled forward for decode / verify (prefill runs eagerly)
+        self._graphs: GraphedCall | None = None  # or its captured forwards, one per slot and row bucket
+        self._slots: SlotPool[StaticCache] | None = None  # the graph path's static caches, lent to states
         self.cpu_linears: CpuLinearPlan | None = None  # on a CPU: the linear layers' kernel by rows (load_target)
 
     # ------------------------------------------------------------- fast path
-    def use_static_cache(self, capacity: int, *, compile: bool = False) -> None:
+    def use_static_cache(self, capacity: int, *, compile: bool = False, graphs: bool = False) -> None:
         """The fast path for GPUs: every new state holds a preallocated ``StaticCache`` of ``capacity`` rows
         (prompt + output + one draft tree; the context limit becomes ``capacity``) that decode and verify write in
-        place, and with ``compile`` the decode and verify forwards run through ``torch.compile`` (CUDA graphs on a
-        GPU: ``mode="reduce-overhead"``). Trees are padded to a power-of-two node count (padding rows see the
-        prefix only and no real row sees them), so a few fixed shapes cover every step. Exact: in float32 the
-        output equals the eager path's (tests); only the kernels' summation order may differ."""
+        place. Trees are padded to a power-of-two node count (padding rows see the prefix only and no real row sees
+        them), so a few fixed shapes cover every step, and each such forward then runs as
+
+        * ``graphs``: a CUDA graph per row bucket, recorded on first use (:class:`GraphedCall`, well under a second
+          each) over a static cache the state borrows from a pool (a graph is bound to its cache's memory); off CUDA
+          the same static-shape forward runs uncaptured;
+        * ``compile``: ``torch.compile`` (``mode="reduce-overhead"`` on a GPU: CUDA graphs through inductor, minutes
+          of compiling at start).
+
+        Exact: in float32 the output equals the eager path's (tests); only the kernels' summation order may
+        differ."""
         capacity = int(capacity)
         if capacity < 2:
             raise ValueError(f"use_static_cache: capacity must be at least 2 rows, got {capacity}")
+        if compile and graphs:
+            raise ValueError("use_static_cache: choose compile or graphs, not both")
         self.static_capacity = min(capacity, int(self.text_config.max_position_embeddings))
         self._compiled = None
+        self._graphs = GraphedCall(self._static_forward, self.device) if graphs else None
+        self._slots = SlotPool(lambda: StaticCache(config=self.config, max_cache_len=self.static_capacity))
         if compile:
             import torch._dynamo
 
@@ -134,9 +153,43 @@ class TargetModel:
             mode = "reduce-overhead" if self.device.type == "cuda" else None
             self._compiled = torch.compile(self.model.forward, mode=mode, dynamic=False)
 
+    @property
+    def fast_path(self) -> str | None:
+        """Which fast path runs (one of :data:`FAST_PATH_MODES`), or None: the eager dynamic-cache path."""
+        if self.static_capacity is None:
+            return None
+        return "graphs" if self._graphs is not None else "compile" if self._compiled is not None else "eager"
+
+    @property
+    def graphs_captured(self) -> int:
+        """CUDA graphs recorded so far (0 off CUDA and off the graph path)."""
+        return self._graphs.captured if self._graphs is not None else 0
+
+    @property
+    def capture_seconds(self) -> float:
+        """Seconds spent recording CUDA graphs so far."""
+        return self._graphs.capture_s if self._graphs is not None else 0.0
+
+    @property
+    def capture_failures(self) -> list[str]:
+        """Why each forward that could not be captured runs uncaptured (none, as a rule)."""
+        return list(self._graphs.failed.values()) if self._graphs is not None else []
+
+    def _static_forward(self, key: tuple[Any, ...], ids: torch.Tensor, positions: torch.Tensor,
+                        mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The graph path's forward: ``key`` = (slot, layers, rows); every row's logits in float32 and the layers'
+        features, each on the model's device (copied out after the replay)."""
+        slot, layers, _ = key
+        out = self.model(input_ids=ids, position_ids=positions, attention_mask=mask,
+                         **{self._cache_arg: self._slots.slots[slot]}, use_cache=True,
+                         output_hidden_states=bool(layers), return_dict=True)
+        feats = torch.cat([out.hidden_states[i][0] for i in layers], dim=-1) if layers else None
+        return out.logits[0].float(), feats
+
     def _padded_size(self, n: int, prefix: int) -> int:
-        """Compiled verifies run at a power-of-two node count (fewer shapes to compile), if the cache has room."""
-        if self._compiled is None:
+        """Compiled or captured verifies run at a power-of-two node count (fewer shapes to compile or record), if
+        the cache has room."""
+        if self._compiled is None and self._graphs is None:
             return n
         size = 1 << (n - 1).bit_length()
         return size if prefix + size <= self.max_context else n
@@ -182,6 +235,12 @@ class TargetModel:
     # ------------------------------------------------------------- state
     def new_state(self) -> TargetState:
         """A fresh, empty per-generation state."""
+        if self._graphs is not None and self._slots is not None:
+            state = TargetState(cache=None)  # type: ignore[arg-type]  # a slot's cache, lent just below
+            state.slot = self._slots.lend(state)
+            state.cache = self._slots.slots[state.slot]
+            self._set_static_length(state, 0)
+            return state
         if self.static_capacity is not None:
             return TargetState(cache=StaticCache(config=self.config, max_cache_len=self.static_capacity))
         return TargetState(cache=DynamicCache(config=self.config))
@@ -228,6 +287,17 @@ class TargetModel:
         ``eager`` (the prefill, whose length varies)."""
         layers = self.feature_layers if layers is None else tuple(layers)
         features = bool(layers)
+        rows = ids.shape[-1]
+        if not eager and self._graphs is not None and state.slot is not None and rows <= GRAPH_ROWS:
+            if mask is None:
+                mask = self._causal_mask(state.length, rows)
+            with torch.no_grad(), sdpa_backends(ids.device):
+                logits, feats = self._graphs((state.slot, layers, rows), ids=ids, positions=positions, mask=mask)
+            dev = self.feature_device
+            logits = logits[-1:] if last_only else logits
+            logits = logits.to(device=dev, dtype=torch.float32, copy=True)
+            feats = feats.to(device=dev, copy=True) if feats is not None else None
+            return (logits[-1] if last_only else logits), feats
         kwargs: dict[str, Any] = {
             "input_ids": ids,
             "position_ids": positions,
@@ -375,6 +445,16 @@ class TargetModel:
             logits, feats = logits[:n], feats[:n] if feats is not None else None
         state.tree = tree
         return logits, feats
+
+    def _causal_mask(self, prefix: int, rows: int) -> torch.Tensor:
+        """The additive 4-D mask of ``rows`` new tokens after ``prefix`` on a static cache: each sees the prefix,
+        the new rows up to itself, and nothing past (the graph path passes every forward an explicit mask)."""
+        keys = self.static_capacity if self.static_capacity is not None else prefix + rows
+        blocked = torch.finfo(self.dtype).min
+        cols = torch.arange(keys, device=self.device)
+        last = prefix + torch.arange(rows, device=self.device)
+        mask = torch.zeros((1, 1, rows, -(-keys // 8) * 8), dtype=self.dtype, device=self.device)[..., :keys]
+        return mask.masked_fill_(cols[None, None, None] > last[None, None, :, None], blocked)
 
     def _tree_mask(self, tree: DraftTree, prefix: int, size: int) -> torch.Tensor:
         """The additive 4-D mask of one verify, built once per step in the model's dtype on its device: every

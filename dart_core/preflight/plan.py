@@ -95,6 +95,7 @@ class Plan:
     device_note: str = ""
     memory: Memory | None = None
     serving: str = ""
+    fast_path: str = ""  # what the fast path will be (the front end fills it in: dart_core.arena.describe_fast_path)
     problems: list[Problem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     offline: bool = False
@@ -141,6 +142,9 @@ class Plan:
             lines += [f"  {'':17}{n}" for n in p.notes]
         device = self.device + (f" (device map {self.device_map})" if self.device_map else "")
         lines.append(f"  {'device:':<17}{device}, {self.dtype}{'; ' + self.device_note if self.device_note else ''}")
+        if self.fast_path:
+            lines += textwrap.wrap(self.fast_path, 118, initial_indent=f"  {'fast path:':<17}",
+                                   subsequent_indent=" " * 19, break_on_hyphens=False)
         m = self.memory
         if m is not None:
             lines.append(f"  {'memory:':<17}{memory_line(m, self.dtype)}")

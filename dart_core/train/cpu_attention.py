@@ -93,8 +93,8 @@ def native_decode_attention(model: Any) -> Iterator[bool]:
     ``native_attention``; yields whether it does. Other models and devices are left as they are."""
     param = next(model.parameters(), None)
     before = getattr(model.config, "_attn_implementation", None)
-    if param is None or param.device.type != "cpu" or before != "sdpa":
-        yield False
+    if param is None or param.device.type != "cpu" or before != "sdpa" or not hasattr(_native, "decode_attention"):
+        yield False  # (a native core built without its CPU kernel, -DDART_CPU_ATTENTION=OFF: SDPA as it is)
         return
     model.set_attn_implementation(register())
     try:
