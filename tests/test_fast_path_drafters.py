@@ -19,6 +19,7 @@ from test_dflash import dflash_config, dflash_state
 from test_dflash import write as write_dflash
 from test_generate import V, prompts
 from test_generate import make_target as cpu_target
+from test_target import TOL, deep_path, random_tree
 
 from dart_core.drafters.dart import DartDrafter, DartSettings
 from dart_core.drafters.dflash import DFlashDrafter, DFlashSettings, DFlashTreeDrafter, DFlashTreeSettings
@@ -85,10 +86,10 @@ def recorded(drafter: Any) -> list[tuple[list[int], list[int]]]:
     return trees
 
 
-def no_sync_inside(drafter: Any) -> list[Any]:
-    """Make the drafter's static step refuse host reads (what a CUDA graph's capture would refuse); returns the
-    list of the keys it is called with."""
-    graphs = drafter._graphs
+def no_sync_inside(drafter: Any, attr: str = "_graphs") -> list[Any]:
+    """Make the drafter's (or target's) static step refuse host reads (what a CUDA graph's capture would refuse);
+    returns the list of the keys it is called with."""
+    graphs = getattr(drafter, attr)
     inner, keys = graphs.fn, []
     assert graphs.capture == (DEVICE.type == "cuda")
 
@@ -177,6 +178,39 @@ def test_graph_target_and_drafter_decode_losslessly(tmp_path: Path, kind: str) -
     assert len(drafter._slots.slots) == 1
     if DEVICE.type == "cuda":
         assert target.graphs_captured >= 2 and drafter.graphs_captured >= 1 and target.capture_seconds > 0
+
+
+def test_graph_target_verify_commit_continue_match_full_forwards() -> None:
+    """Verifies of random trees (padded to their bucket), commits of deep paths (the captured compaction) and plain
+    steps on the graph path give a from-scratch forward's logits and features."""
+    model = make_target("qwen3")
+    target = TargetModel(model)
+    target.use_static_cache(128, graphs=True)
+    forwards, commits = no_sync_inside(target), no_sync_inside(target, "_compactions")
+
+    def full(ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.no_grad():
+            out = model(torch.tensor([ids], device=DEVICE), output_hidden_states=True, use_cache=False)
+        return out.logits[0].float(), torch.cat([out.hidden_states[i][0] for i in target.feature_layers], dim=-1)
+
+    rng = np.random.default_rng(11)
+    seq = rng.integers(0, V, 7).tolist()
+    state = target.new_state()
+    target.prefill(state, torch.tensor([seq]))
+    for step in range(6):
+        tree = random_tree(rng, root=int(rng.integers(0, V)), n_min=5, n_max=13)
+        logits, feats = target.verify(state, tree)
+        path = deep_path(rng, tree, min_len=3)
+        seq = seq + [int(tree.tokens[j]) for j in path]
+        ref_logits, ref_feats = full(seq)
+        torch.testing.assert_close(logits[path], ref_logits[-len(path):], atol=TOL, rtol=0)
+        torch.testing.assert_close(feats[path], ref_feats[-len(path):], atol=TOL, rtol=0)
+        target.commit(state, path)
+        last, _ = target.forward_tokens(state, [step + 1])
+        seq.append(step + 1)
+        torch.testing.assert_close(last, full(seq)[0][-1], atol=TOL, rtol=0)
+    assert forwards and commits and {len(k) for k in commits} == {2}  # (slot, path length): the captured copy ran
+    assert all(int(layer.cumulative_length) == len(seq) for layer in state.cache.layers)
 
 
 def test_static_drafter_slots_are_shared_and_returned(tmp_path: Path) -> None:

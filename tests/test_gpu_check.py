@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from dart_core.bench import gpu_check
+from dart_core.bench.__main__ import main as bench
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,9 +42,9 @@ def test_the_smoke_check_runs_every_step_on_a_cpu(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where there is no CUDA")
 def test_without_cuda_the_check_says_so_and_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert gpu_check.main(["--out", str(tmp_path)]) == 2
+    assert bench(["gpu-check", "--out", str(tmp_path)]) == 2
     assert "no CUDA device here" in capsys.readouterr().out
-    assert gpu_check.main(["--device", "cpu", "--out", str(tmp_path)]) == 2  # a CPU runs the smoke check only
+    assert bench(["gpu-check", "--device", "cpu", "--out", str(tmp_path)]) == 2  # a CPU runs the smoke check only
     assert "only the smoke check" in capsys.readouterr().out
     assert not (tmp_path / "gpu_check.json").exists()
 
@@ -53,7 +54,7 @@ def test_a_failing_step_is_reported_and_the_rest_still_run(tmp_path: Path, monke
         raise RuntimeError("a fault the GPU found")
 
     monkeypatch.setattr(gpu_check, "profile_dart_step", broken)
-    code = gpu_check.main(["--device", "cpu", "--smoke", "--out", str(tmp_path), "--skip", "race float32"])
+    code = bench(["gpu-check", "--device", "cpu", "--smoke", "--out", str(tmp_path), "--skip", "race float32"])
     assert code == 1
     steps = json.loads((tmp_path / "gpu_check.json").read_text())["steps"]
     status = {s["name"]: s["status"] for s in steps}
@@ -64,9 +65,9 @@ def test_a_failing_step_is_reported_and_the_rest_still_run(tmp_path: Path, monke
 
 
 def test_only_and_the_budget_decide_which_steps_start(tmp_path: Path) -> None:
-    assert gpu_check.main(["--device", "cpu", "--smoke", "--out", str(tmp_path), "--only", "bench tiny eager"]) == 0
+    assert bench(["gpu-check", "--device", "cpu", "--smoke", "--out", str(tmp_path), "--only", "bench tiny eager"]) == 0
     steps = json.loads((tmp_path / "gpu_check.json").read_text())["steps"]
     assert [s["status"] for s in steps] == ["ok", "skipped", "skipped", "skipped"]
-    assert gpu_check.main(["--device", "cpu", "--smoke", "--out", str(tmp_path), "--budget", "0"]) == 0
+    assert bench(["gpu-check", "--device", "cpu", "--smoke", "--out", str(tmp_path), "--budget", "0"]) == 0
     steps = json.loads((tmp_path / "gpu_check.json").read_text())["steps"]
     assert all(s["status"] == "skipped" and "budget" in s["why"] for s in steps)

@@ -33,6 +33,27 @@ def test_greedy_output_is_ar_token_for_token(target: TargetModel) -> None:
         assert steps[-1].stop_reason == "max_new_tokens" and all(s.stop_reason is None for s in steps[:-1])
 
 
+def test_on_the_fast_path_generate_gets_a_static_cache_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the target on the fast path, ``generate`` runs over a ``StaticCache`` of the target's rows (one fixed
+    shape: on a GPU transformers compiles it once) and still gives AR's tokens."""
+
+    fast = TargetModel(make_target("qwen3"))
+    fast.use_static_cache(96)
+    wants = [reference(fast.model, prompt, 20) for prompt in prompts(seed=4)[:2]]
+    seen: list[object] = []
+    real = fast.model.generate
+
+    def spy(*args: object, **kwargs: object) -> object:
+        seen.append(kwargs.get("past_key_values"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fast.model, "generate", spy)
+    for prompt, want in zip(prompts(seed=4)[:2], wants, strict=True):
+        assert [t for s in stream_hf_generate(fast, prompt, max_new_tokens=20) for t in s.tokens] == want
+    assert [(type(c).__name__, c.get_max_length()) for c in seen] == [("StaticCache", 96)] * 2
+    assert seen[0] is seen[1]  # one cache, emptied for each generation: one shape at one address
+
+
 def test_stop_rules_match_the_engine(target: TargetModel) -> None:
     prompt = prompts(seed=4)[1]
     ar = generate(target, prompt, None, max_new_tokens=20)[0]

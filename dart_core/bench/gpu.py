@@ -119,6 +119,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the fast path: static KV caches, every forward at static shapes (TargetModel and the "
                         "drafters' use_static_cache)")
     p.add_argument("--fast-path-mode", choices=FAST_PATH_MODES, default="graphs", help=FAST_PATH_MODE_HELP)
+    p.add_argument("--hf-static", action=argparse.BooleanOptionalAction, default=True,
+                   help="with --fast-path, HF generate over a static cache of its own, as the racer runs there (on "
+                        "a GPU transformers compiles it in the warm-up calls: about a minute; default on)")
     p.add_argument("--json", type=Path, default=None, help="also write every figure to this JSON file")
 
 
@@ -284,8 +287,11 @@ def measure_ar(target: Any, prefix: Sequence[int], warmup: int, repeats: int) ->
             "warmup_s": sum(times[:warmup]) / 1e3}
 
 
-def measure_hf(model: Any, prefix: Sequence[int], n: int, warmup: int, repeats: int) -> dict[str, Any]:
-    """HF ``generate``'s decode step: (t(n tokens) - t(1 token)) / (n - 1), medians, same prefix (no prefill)."""
+def measure_hf(model: Any, prefix: Sequence[int], n: int, warmup: int, repeats: int,
+               static_rows: int | None = None) -> dict[str, Any]:
+    """HF ``generate``'s decode step: (t(n tokens) - t(1 token)) / (n - 1), medians, same prefix (no prefill).
+    ``static_rows``: each call over a ``StaticCache`` of that many rows, as the racer runs on the fast path (on a
+    GPU transformers then compiles its decoding forward: the warm-up calls pay it, ``warmup_s`` says how long)."""
     from transformers.utils import logging as hf_logging
 
     from dart_core.engine.timing import Stopwatch
@@ -299,8 +305,13 @@ def measure_hf(model: Any, prefix: Sequence[int], n: int, warmup: int, repeats: 
     configs = {k: generation_config(model, SamplingConfig(), k, []) for k in (n, 1)}
 
     def once(k: int) -> float:
+        extra = {}
+        if static_rows:
+            from transformers import StaticCache
+
+            extra["past_key_values"] = StaticCache(config=model.config, max_cache_len=static_rows)
         with Stopwatch(device) as sw, torch.no_grad():
-            out = model.generate(ids, attention_mask=mask, generation_config=configs[k])
+            out = model.generate(ids, attention_mask=mask, generation_config=configs[k], **extra)
         if out.shape[1] != ids.shape[1] + k:
             raise RuntimeError(f"HF generate made {out.shape[1] - ids.shape[1]} tokens, expected {k}")
         return sw.ms
@@ -309,16 +320,19 @@ def measure_hf(model: Any, prefix: Sequence[int], n: int, warmup: int, repeats: 
     hf_logging.set_verbosity_error()  # the never-matching end-of-text id [-1] is deliberate; no warning about it
     try:
         long, short = [], []
+        warm = 0.0
         for i in range(warmup + repeats):
             a, b = once(n), once(1)
             if i >= warmup:
                 long.append(a)
                 short.append(b)
+            else:
+                warm += (a + b) / 1e3
     finally:
         hf_logging.set_verbosity(verbosity)
     t_n, t_1 = _median(long), _median(short)
-    return {"method": "hf", "label": "HF generate", "nodes": 1, "verify_ms": (t_n - t_1) / (n - 1),
-            "generate_ms": {str(n): t_n, "1": t_1}}
+    return {"method": "hf", "label": "HF generate" + (" (static cache)" if static_rows else ""), "nodes": 1,
+            "verify_ms": (t_n - t_1) / (n - 1), "generate_ms": {str(n): t_n, "1": t_1}, "warmup_s": warm}
 
 
 def measure_drafter(target: Any, drafter: Any, settings: Any, prefix: Sequence[int], warmup: int,
@@ -442,7 +456,8 @@ def bench_shape(name: str, shape: Shape, args: argparse.Namespace, device: torch
         table.append(measure_ar(target, prefix, args.warmup, args.repeats))
         bar.update()
         bar.set_postfix_str("HF generate")
-        table.append(measure_hf(model, prefix, args.hf_tokens, args.warmup, args.repeats))
+        table.append(measure_hf(model, prefix, args.hf_tokens, args.warmup, args.repeats,
+                                static_rows=rows if args.hf_static else None))
         bar.update()
         drafter = build_drafter("dart", shape, model)
         if rows and mode != "compile":

@@ -86,6 +86,21 @@ class DrafterLayer(DrafterModule):
         static cache holds; a generation that needs more drafts eagerly)."""
         return 0
 
+    def _static_call(self, state: DrafterState, step: DraftInput, rows: int, *knobs: int) -> Any:
+        """One static-shape drafting step (a CUDA graph on a GPU, keyed by slot, ``rows`` and ``knobs``): the new
+        rows padded to ``rows``, the committed length and the real row count as a device tensor; their K/V
+        committed after."""
+        n = len(step.token_ids)
+        feats = step.features.to(device=self.device, dtype=self.dtype).reshape(n, -1)
+        ids = step.token_ids.to(self.device).reshape(n)
+        if rows > n:
+            feats = nn.functional.pad(feats, (0, 0, 0, rows - n))
+            ids = nn.functional.pad(ids, (0, rows - n))
+        counts = torch.tensor([state.length, n], device=self.device)
+        out = self._graphs((state.slot, rows, *knobs), feats=feats, ids=ids, counts=counts)
+        state.cache.commit(n)
+        return out
+
     def _new_slot(self) -> StaticKV:
         scratch = self._scratch_rows(None)
         assert self.static_capacity is not None

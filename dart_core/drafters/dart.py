@@ -117,21 +117,6 @@ class DartDrafter(DrafterLayer):
     def _scratch_rows(self, settings: object) -> int:
         return self.draft_length
 
-    def _static_draft(self, state: DrafterState, step: DraftInput, rows: int,
-                      k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`draft_logits` + top-k as one static-shape call (a CUDA graph on a GPU): the new rows padded to
-        ``rows``, their K/V committed."""
-        n = len(step.token_ids)
-        feats = step.features.to(device=self.device, dtype=self.dtype).reshape(n, -1)
-        ids = step.token_ids.to(self.device).reshape(n)
-        if rows > n:
-            feats = torch.nn.functional.pad(feats, (0, 0, 0, rows - n))
-            ids = torch.nn.functional.pad(ids, (0, rows - n))
-        counts = torch.tensor([state.length, n], device=self.device)
-        tokens, probs = self._graphs((state.slot, rows, k), feats=feats, ids=ids, counts=counts)
-        state.cache.commit(n)
-        return tokens, probs
-
     def _static_step(self, key: tuple[int, int, int], feats: torch.Tensor, ids: torch.Tensor,
                      counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The static form of one drafting step on slot ``key[0]``: ``rows`` real slots (``counts`` = [committed
@@ -172,7 +157,7 @@ class DartDrafter(DrafterLayer):
                 logits = self.draft_logits(step.features, step.token_ids, state)[0]
                 tokens, probs = self._top_k(logits, k)
             else:
-                tokens, probs = self._static_draft(state, step, rows, k)
+                tokens, probs = self._static_call(state, step, rows, k)
             tokens_np, probs_np = tokens.cpu().numpy(), probs.cpu().numpy()
         store = self.store
         if store is None and not self._warned_no_store:

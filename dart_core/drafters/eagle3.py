@@ -170,21 +170,6 @@ class Eagle3Drafter(DrafterLayer):
             return STATIC_TREE_ROWS
         return settings.depth * min(settings.top_k, self.config.draft_vocab_size)
 
-    def _static_tree(self, state: DrafterState, step: DraftInput, rows: int, depth: int,
-                     k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """:meth:`draft_tree`'s forwards and top-k as one static-shape call (a CUDA graph on a GPU): the pool's
-        target ids, parents and scores, the new context rows (padded to ``rows``) committed."""
-        n = len(step.token_ids)
-        feats = step.features.to(device=self.device, dtype=self.dtype).reshape(n, -1)
-        ids = step.token_ids.to(self.device).reshape(n)
-        if rows > n:
-            feats = torch.nn.functional.pad(feats, (0, 0, 0, rows - n))
-            ids = torch.nn.functional.pad(ids, (0, rows - n))
-        counts = torch.tensor([state.length, n], device=self.device)
-        pool = self._graphs((state.slot, rows, depth, k), feats=feats, ids=ids, counts=counts)
-        state.cache.commit(n)
-        return pool
-
     def _static_step(self, key: tuple[int, int, int, int], feats: torch.Tensor, ids: torch.Tensor,
                      counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The static form of :meth:`draft_tree` on slot ``key[0]``: the context pass over ``rows`` slots
@@ -241,7 +226,7 @@ class Eagle3Drafter(DrafterLayer):
             if rows is None:
                 tree = self.draft_tree(step.features, step.token_ids, s.total_tokens, s.depth, s.top_k, state)
             else:
-                tokens, parents, scores = (x.cpu().numpy() for x in self._static_tree(state, step, rows, s.depth, k))
+                tokens, parents, scores = (x.cpu().numpy() for x in self._static_call(state, step, rows, s.depth, k))
                 tree = _assemble(int(step.token_ids[-1]), tokens, parents, scores.astype(np.float32),
                                  s.total_tokens - 1)
         return Proposal(tree=tree, draft_ms=draft.ms, search_ms=0.0)

@@ -117,6 +117,7 @@ class TargetModel:
         self.static_capacity: int | None = None  # the fast path (use_static_cache): rows of the static KV cache
         self._compiled: Any = None  # its compiled forward for decode / verify (prefill runs eagerly)
         self._graphs: GraphedCall | None = None  # or its captured forwards, one per slot and row bucket
+        self._compactions: GraphedCall | None = None  # and its captured commits, one per slot and path length
         self._slots: SlotPool[StaticCache] | None = None  # the graph path's static caches, lent to states
         self.cpu_linears: CpuLinearPlan | None = None  # on a CPU: the linear layers' kernel by rows (load_target)
 
@@ -143,6 +144,7 @@ class TargetModel:
         self.static_capacity = min(capacity, int(self.text_config.max_position_embeddings))
         self._compiled = None
         self._graphs = GraphedCall(self._static_forward, self.device) if graphs else None
+        self._compactions = GraphedCall(self._static_compact, self.device) if graphs else None
         self._slots = SlotPool(lambda: StaticCache(config=self.config, max_cache_len=self.static_capacity))
         if compile:
             import torch._dynamo
@@ -161,19 +163,30 @@ class TargetModel:
         return "graphs" if self._graphs is not None else "compile" if self._compiled is not None else "eager"
 
     @property
+    def _graph_calls(self) -> list[GraphedCall]:
+        return [g for g in (self._graphs, self._compactions) if g is not None]
+
+    @property
     def graphs_captured(self) -> int:
         """CUDA graphs recorded so far (0 off CUDA and off the graph path)."""
-        return self._graphs.captured if self._graphs is not None else 0
+        return sum(g.captured for g in self._graph_calls)
 
     @property
     def capture_seconds(self) -> float:
         """Seconds spent recording CUDA graphs so far."""
-        return self._graphs.capture_s if self._graphs is not None else 0.0
+        return sum(g.capture_s for g in self._graph_calls)
 
     @property
     def capture_failures(self) -> list[str]:
-        """Why each forward that could not be captured runs uncaptured (none, as a rule)."""
-        return list(self._graphs.failed.values()) if self._graphs is not None else []
+        """Why each forward or commit that could not be captured runs uncaptured (none, as a rule)."""
+        return [why for g in self._graph_calls for why in g.failed.values()]
+
+    def _static_compact(self, key: tuple[int, int], rows: torch.Tensor) -> None:
+        """The graph path's commit on slot ``key[0]``: every layer's K/V rows ``rows[0]`` copied to ``rows[1]``."""
+        for layer in self._slots.slots[key[0]].layers:
+            if layer.is_initialized:
+                layer.keys.index_copy_(2, rows[1], layer.keys.index_select(2, rows[0]))
+                layer.values.index_copy_(2, rows[1], layer.values.index_select(2, rows[0]))
 
     def _static_forward(self, key: tuple[Any, ...], ids: torch.Tensor, positions: torch.Tensor,
                         mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -247,9 +260,12 @@ class TargetModel:
 
     @staticmethod
     def _set_static_length(state: TargetState, rows: int) -> None:
-        """Where a static cache's next forward writes (and what its causal mask counts as the past)."""
-        for layer in state.cache.layers:
-            layer.cumulative_length.fill_(rows)
+        """Where a static cache's next forward writes (and what its causal mask counts as the past): every layer's
+        length at once (two multi-tensor kernels on a GPU, not one launch a layer)."""
+        lengths = [layer.cumulative_length for layer in state.cache.layers]
+        torch._foreach_zero_(lengths)
+        if rows:
+            torch._foreach_add_(lengths, rows)
 
     def _check_state(self, state: TargetState) -> None:
         if isinstance(state.cache, StaticCache):
@@ -495,7 +511,11 @@ class TargetModel:
             raise RuntimeError(
                 f"commit: cache holds {state.cache.get_seq_length()} rows, expected prefix {prefix} + tree {n_tree}"
             )
-        if path != list(range(m)):  # rows 0..m-1 already in place need no copy
+        if path != list(range(m)) and self._compactions is not None and state.slot is not None:
+            # the graph path: one captured copy for every layer (per slot and path length), not 4 launches a layer
+            rows = torch.tensor([[prefix + i for i in path], list(range(prefix, prefix + m))], device=self.device)
+            self._compactions((state.slot, m), rows=rows)
+        elif path != list(range(m)):  # rows 0..m-1 already in place need no copy
             src = torch.tensor(path, dtype=torch.long) + prefix
             for layer in state.cache.layers:
                 if not layer.is_initialized:

@@ -7,6 +7,10 @@ does, each timed from the hand-over to the token (the prefill with the first tok
 it with the other racers one step at a time, and closing the iterator stops ``generate`` at the next token.
 Under greedy decoding every token also carries the target's best logits (a logits processor reads them), so the
 tie-aware greedy check (:mod:`dart_core.engine.greedy_check`) treats this lane like any other.
+
+When the target runs the fast path, ``generate`` gets a static cache of its own, of the same rows (lent from a pool,
+so its shape and addresses stay fixed): on a GPU transformers then compiles its decoding forward (its own fast
+path) once, so the first generation after loading (the warm-up) pays the compile and the raced ones do not.
 """
 
 from __future__ import annotations
@@ -14,12 +18,14 @@ from __future__ import annotations
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
 
 from dart_core.engine.cpu_linear import torch_work_on_another_thread
+from dart_core.engine.graphs import SlotPool
 from dart_core.engine.greedy_check import top_logits_of
 from dart_core.engine.loop import Step, _stop_reason, checked_request
 from dart_core.engine.target import TargetModel
@@ -94,6 +100,27 @@ def generation_config(model: Any, sampling: SamplingConfig, max_new_tokens: int,
     )
 
 
+_POOLS: weakref.WeakKeyDictionary[TargetModel, SlotPool[Any]] = weakref.WeakKeyDictionary()
+
+
+def static_cache(target: TargetModel, owner: object) -> Any:
+    """A ``StaticCache`` as large as the target's fast-path caches for ``owner``'s ``generate``, emptied, or None off
+    the fast path (``generate``'s own dynamic cache). The caches are kept in a pool per target and lent until
+    ``owner`` dies: one fixed shape at fixed addresses, so on a GPU transformers compiles and records its decoding
+    forward once, not once per generation."""
+    if target.static_capacity is None:
+        return None
+    from transformers import StaticCache
+
+    rows = target.static_capacity
+    pool = _POOLS.get(target)
+    if pool is None:
+        pool = _POOLS[target] = SlotPool(lambda: StaticCache(config=target.config, max_cache_len=rows))
+    cache = pool.slots[pool.lend(owner)]
+    cache.reset()
+    return cache
+
+
 def stream_hf_generate(
     target: TargetModel,
     input_ids: Any,
@@ -121,6 +148,7 @@ def stream_hf_generate(
     budget = min(max_new_tokens, limit - len(prompt))
     config = generation_config(model, sampling, budget, stops)
     handoff = _Handoff(device)
+    cache = static_cache(target, handoff)
     ids = torch.tensor([prompt], device=device)
     processors = LogitsProcessorList([_Best(handoff)] if sampling.greedy else [])
     failure: list[BaseException] = []
@@ -131,7 +159,8 @@ def stream_hf_generate(
                 torch.manual_seed(generator.initial_seed())
             with torch.no_grad():
                 model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config,
-                               logits_processor=processors, streamer=handoff)
+                               logits_processor=processors, streamer=handoff,
+                               **({} if cache is None else {"past_key_values": cache}))
         except _Cancelled:
             pass
         except BaseException as e:  # handed to the consumer, raised there
