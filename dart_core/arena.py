@@ -62,8 +62,8 @@ FAST_PATH_HELP = (
     "CUDA graph per row bucket and replayed (about a second of capturing in all, spread over the first steps of each "
     "size: the warm-up race takes it); the same output. Off on a CPU and with --device auto unless asked for")
 FAST_PATH_MODE_HELP = ("how the fast path runs its static forwards: graphs (default: CUDA graphs, ready in seconds), "
-                       "compile (torch.compile, the target only: minutes of compiling at start), eager (static caches, "
-                       "no capture)")
+                       "compile (torch.compile, the target only: about a minute of compiling at start, its kernels "
+                       "kept in the arena's cache for the next start), eager (static caches, no capture)")
 
 
 def add_fast_path_arguments(group: Any) -> None:

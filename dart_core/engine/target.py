@@ -22,6 +22,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,7 @@ from dart_core.engine.cpu_linear import CpuLinearPlan
 from dart_core.engine.graphs import GraphedCall, SlotPool
 from dart_core.engine.hf_config import feature_layer_ids, text_config
 from dart_core.engine.tree import DraftTree
+from dart_core.loading.hub import cache_root
 
 __all__ = ["FAST_PATH_MODES", "FAST_PATH_ROWS", "TargetModel", "TargetState"]
 
@@ -148,6 +150,10 @@ class TargetModel:
         self._slots = SlotPool(lambda: StaticCache(config=self.config, max_cache_len=self.static_capacity))
         if compile:
             import torch._dynamo
+
+            # inductor's compiled kernels in the arena's cache, not /tmp: a restart reuses them instead of
+            # compiling for another minute (an explicit TORCHINDUCTOR_CACHE_DIR wins)
+            os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root() / "inductor"))
 
             for knob in ("recompile_limit", "cache_size_limit"):  # one graph per tree bucket and feature choice
                 if hasattr(torch._dynamo.config, knob):
