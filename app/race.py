@@ -20,7 +20,8 @@ from typing import Any
 import torch
 
 from dart_core.engine.greedy_check import Verdict, compare
-from dart_core.engine.loop import Interrupted, RunStats, Step, summarize
+from dart_core.engine.loop import Interrupted, Step
+from dart_core.engine.metrics import RunStats, summarize
 from dart_core.engine.verify import SamplingConfig
 from dart_core.racers.registry import BASELINE, label
 

@@ -17,7 +17,8 @@ from helpers_app import BUNDLE, held_out_prompt
 from app import plots, render
 from app.race import PromptError, Race, RaceSettings, check_prompt, context_limit
 from dart_core.engine.greedy_check import Verdict
-from dart_core.engine.loop import Step, summarize
+from dart_core.engine.loop import Step
+from dart_core.engine.metrics import summarize
 from dart_core.engine.tree import DraftTree
 from dart_core.racers.registry import racer
 

@@ -25,7 +25,8 @@ from dart_core.drafters.dflash import (
     DFlashTreeSettings,
     default_target_layer_ids,
 )
-from dart_core.engine.loop import generate, stream, summarize
+from dart_core.engine.loop import generate, stream
+from dart_core.engine.metrics import summarize
 from dart_core.engine.target import TargetModel
 from dart_core.engine.verify import SamplingConfig, processed_probs
 from dart_core.loading.errors import LoadError

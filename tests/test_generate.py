@@ -17,7 +17,8 @@ from transformers import AutoModelForCausalLM, Qwen3Config
 
 from dart_core.drafters.dart import DartDrafter, DartSettings
 from dart_core.drafters.eagle3 import Eagle3Drafter, Eagle3Settings
-from dart_core.engine.loop import generate, stream, summarize
+from dart_core.engine.loop import generate, stream
+from dart_core.engine.metrics import summarize
 from dart_core.engine.target import TargetModel
 from dart_core.engine.tree import DraftTree
 from dart_core.engine.verify import SamplingConfig, processed_probs

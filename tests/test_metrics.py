@@ -20,7 +20,8 @@ import pytest
 from helpers_app import BUNDLE, held_out_prompt
 
 from dart_core.engine.drafter import DraftInput, NoSettings, Proposal
-from dart_core.engine.loop import ACCEPTANCE_FIELDS, Step, generate, summarize
+from dart_core.engine.loop import Step, generate
+from dart_core.engine.metrics import ACCEPTANCE_FIELDS, summarize
 from dart_core.engine.tree import DraftTree
 from dart_core.racers.registry import Racer, model_free_racers, register, unregister
 

@@ -22,7 +22,8 @@ from transformers import AutoModelForCausalLM, Qwen3Config
 from dart_core.drafters.ngram_only import NgramOnlyDrafter, NgramOnlySettings, StoreMissingError
 from dart_core.drafters.prompt_lookup import PromptLookupDrafter, PromptLookupSettings, lookup
 from dart_core.engine.drafter import DraftInput
-from dart_core.engine.loop import generate, summarize
+from dart_core.engine.loop import generate
+from dart_core.engine.metrics import summarize
 from dart_core.engine.target import TargetModel
 from dart_core.engine.verify import SamplingConfig, processed_probs
 from dart_core.ngram.store import NgramStore

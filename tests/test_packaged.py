@@ -395,7 +395,7 @@ def test_the_default_bundle_races_losslessly_on_smollm2(smollm2: Path) -> None:
 
     from dart_core.arena import load_arena
     from dart_core.bundle import ASSETS, open_bundle
-    from dart_core.engine.loop import summarize
+    from dart_core.engine.metrics import summarize
 
     bundle = open_bundle(ASSETS / "smollm2")
     assert set(bundle.drafters) == {"dart", "eagle3", "dflash", "dflash-tree"}

@@ -18,7 +18,8 @@ import tests.helpers_ckpt as C
 from dart_core.drafters.dart import DartDrafter
 from dart_core.drafters.dflash import DFlashConfig, DFlashDrafter, DFlashTreeDrafter, dflash_shapes
 from dart_core.drafters.eagle3 import Eagle3Drafter
-from dart_core.engine.loop import generate, summarize
+from dart_core.engine.loop import generate
+from dart_core.engine.metrics import summarize
 from dart_core.engine.target import TargetModel
 from dart_core.train.common import build_draft_vocab, load_frozen_target
 from dart_core.train.dart import block_mask, dart_train_forward, train_dart

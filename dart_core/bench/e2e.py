@@ -39,7 +39,8 @@ from dart_core.bundle import Bundle, BundleError, build_command, default_bundle_
 from dart_core.engine.cpu import AUTO_DTYPE_HELP
 from dart_core.engine.cpu_linear import CPU_LINEAR_HELP, MODES
 from dart_core.engine.greedy_check import TopLogits, compare
-from dart_core.engine.loop import Step, summarize
+from dart_core.engine.loop import Step
+from dart_core.engine.metrics import summarize
 from dart_core.engine.verify import SamplingConfig
 from dart_core.generate.__main__ import (
     ACCEPTANCE_HEADER,

@@ -30,8 +30,7 @@ STATIC_TREE_ROWS = 512  # the tree levels a static cache holds: depth x top-k (t
 @dataclass(frozen=True)
 class Eagle3Settings:
     """EAGLE-3's tree: nodes including the root, expansion depth, top-k per node (the reference's defaults; on a
-    CPU 13 nodes / depth 6 / top-k 4: the other tree racers' 12 nodes + root; with the bundle in bfloat16 on a
-    2-core EPYC 10 / 13 / 17 nodes gave 1.79 / 1.86 / 1.75x AR)."""
+    CPU the other tree racers' node count plus the root, measured in the model card)."""
 
     total_tokens: int = knob(60, 2, 512, "tree nodes, root included", label="total", flag="total", cpu=13, ui=True)
     depth: int = knob(7, 1, 32, "expansion depth (one drafter forward per level)", cpu=6, ui=True)

@@ -20,7 +20,8 @@ from dart_core.drafters.interface import check_settings
 from dart_core.engine.cpu import AUTO_DTYPE_HELP
 from dart_core.engine.cpu_linear import CPU_LINEAR_HELP
 from dart_core.engine.cpu_linear import MODES as CPU_LINEAR_MODES
-from dart_core.engine.loop import Step, summarize
+from dart_core.engine.loop import Step
+from dart_core.engine.metrics import summarize
 from dart_core.engine.verify import SamplingConfig
 from dart_core.loading.errors import report_error
 from dart_core.loading.hub import HubFileError
