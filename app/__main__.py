@@ -16,26 +16,33 @@ import os
 import sys
 import textwrap
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from app import setup_logging
-from dart_core.arena import add_fast_path_arguments
-from dart_core.bench.standings import models_identity, results_dir, suggest_command
-from dart_core.bundle import Bundle, BundleError, default_bundle_dir, open_bundle
-from dart_core.engine.cpu import AUTO_DTYPE_HELP
-from dart_core.engine.cpu_linear import CPU_LINEAR_HELP
-from dart_core.engine.cpu_linear import MODES as CPU_LINEAR_MODES
-from dart_core.racers.registry import (
+from dart_core import (
     BASELINE,
+    Bundle,
+    BundleError,
     checkpoint_racers,
-    drafting_racers,
+    default_bundle_dir,
     label,
     model_free_racers,
+    open_bundle,
+    packaged_model,
     racer,
     runner_racers,
 )
+from dart_core.options import (
+    add_cpu_linear_argument,
+    add_device_argument,
+    add_dtype_argument,
+    add_fast_path_arguments,
+    add_threads_argument,
+    add_tree_arguments,
+    given_settings,
+)
+from dart_core.race import RaceSettings, models_identity, results_dir, suggest_command
 
 REPO = Path(__file__).resolve().parent.parent
 COMPLETION_TEMPLATES = ("raw", "none", "completion")
@@ -101,21 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "--base-model-name-or-path the tokenizer's chat template when it has one (Qwen3: thinking "
                         "off), else completion mode; 'raw' (or 'completion'): no template; any other name (e.g. "
                         "qwen) asks for the chat template")
-    m.add_argument("--device", default=None,
-                   help="cpu, cuda, cuda:N, or auto (spread the target over all GPUs); default: cuda if available")
-    m.add_argument("--dtype", default="auto",
-                   help=AUTO_DTYPE_HELP)
-    m.add_argument("--cpu-linear", choices=CPU_LINEAR_MODES, default="auto", help=CPU_LINEAR_HELP)
+    add_device_argument(m)
+    add_dtype_argument(m)
+    add_cpu_linear_argument(m)
     add_fast_path_arguments(m)
     g = p.add_argument_group("generation")
     g.add_argument("--max-new-tokens", type=int, default=256,
                    help="default of the 'Max new tokens' control (default: %(default)s)")
-    for r in drafting_racers():  # the racers' switches (bool settings), as in python -m dart_core.generate
-        for k in r.knobs():
-            if k.kind is bool:
-                g.add_argument(f"--{r.key}-{k.flag}", dest=f"{r.dest}__{k.name}", default=None,
-                               action=argparse.BooleanOptionalAction,
-                               help=f"{r.label}: {k.help} (default {'on' if k.default else 'off'})")
     h = p.add_argument_group("limits (for a public host)")
     h.add_argument("--max-new-tokens-limit", type=int, default=None, metavar="N",
                    help="most new tokens a race may ask for: the control's maximum; an API request for more is cut "
@@ -142,9 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a conversation is forgotten this long after its last race (default: %(default)g)")
     g.add_argument("--max-length", type=int, default=None,
                    help="limit on prompt + answer tokens (default: the target's context length)")
-    g.add_argument("--threads", type=int, default=None, metavar="N",
-                   help="PyTorch CPU threads of the model (default on a CPU: one per core but one, so the server "
-                        "and a browser on the same machine never stall its steps; on a GPU: PyTorch's default)")
+    add_threads_argument(g, help="PyTorch CPU threads of the model (default on a CPU: one per core but one, so the "
+                                 "server and a browser on the same machine never stall its steps; on a GPU: "
+                                 "PyTorch's default)")
     s = p.add_argument_group("serving")
     s.add_argument("--listen", action=argparse.BooleanOptionalAction, default=False,
                    help="listen on all interfaces (0.0.0.0) instead of 127.0.0.1 only")
@@ -166,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--download", action=argparse.BooleanOptionalAction, default=False,
                    help="fetch exactly the files the plan needs from the Hugging Face Hub first (resumable; "
                         "small.trie with --use-small-ngram, else full.trie), then serve (or exit, with --check)")
+    add_tree_arguments(p, switches_only=True)  # the racers' switches; the page has a control for every number
     return p
 
 
@@ -218,8 +218,6 @@ def short(ref: str | None) -> str:
     """A packaged model by its name, a path inside the repo relative to it; Hub ids as they are."""
     if ref is None:
         return "–"
-    from dart_core.loading.packaged import packaged_model
-
     spec = packaged_model(ref)
     if spec is not None:
         return spec.name
@@ -232,8 +230,6 @@ def short(ref: str | None) -> str:
 def origin(ref: str | None) -> str:
     """`` (what its weights are)`` for a packaged target whose weights are not the original's (the page's
     header says so: SmolLM2 comes dequantized from a Q4_1 GGUF), else nothing."""
-    from dart_core.loading.packaged import packaged_model
-
     spec = packaged_model(ref)
     return f" ({spec.origin})" if spec is not None and spec.origin else ""
 
@@ -362,14 +358,6 @@ def chat_mode(args: argparse.Namespace, src: dict[str, Any], engine: Any) -> boo
     return True
 
 
-def switched(args: argparse.Namespace, key: str, settings: Any) -> Any:
-    """A racer's settings with the switches given on the command line (``--<racer>-<flag>``) applied."""
-    r = racer(key)
-    given = {k.name: v for k in r.knobs() if k.kind is bool and (v := getattr(args, f"{r.dest}__{k.name}", None))
-             is not None}
-    return replace(settings, **given) if given else settings
-
-
 def standings_panel(args: argparse.Namespace, src: dict[str, Any], info: Any) -> Any:
     """The "Measured on this host" panel for the loaded models (read again at each page load)."""
     from app.standings import StandingsPanel
@@ -392,12 +380,11 @@ def serve(args: argparse.Namespace, src: dict[str, Any], loaded: dict[str, str],
     """The page's config, a warm-up race (not shown), then the page served until the server stops."""
     from app.engine import warm_up
     from app.page import encode
-    from app.race import RaceSettings
     from app.serve import launch
     from app.ui import AppConfig, ArenaUI
 
     info, bundle = engine.info, src["bundle"]
-    trees = {k: switched(args, k, racer(k).default_settings(info.device)) for k in info.drafters}
+    trees = {k: given_settings(args, k, racer(k).default_settings(info.device)) for k in info.drafters}
     examples = bundle_examples(bundle) if bundle is not None else (CHAT_EXAMPLES if chat else [])
     parts = [f"target {short(src['base'])}{origin(src['base'])}"]
     parts += [f"{label(k)} {short(loaded[k])}" if k in loaded else label(k) for k in info.drafters]

@@ -5,7 +5,7 @@ work per update made every step slower and compressed each speedup toward 1×.
 
 The engine process loads the arena, runs one race at a time and streams compact records — each
 :class:`~dart_core.engine.loop.Step` and the lanes' states — back through a pipe; the server keeps the
-:class:`~app.race.Scoreboard` (a :class:`RemoteRace`), renders it as it likes, and asks the engine to stop a race
+:class:`~dart_core.race.Scoreboard` (a :class:`RemoteRace`), renders it as it likes, and asks the engine to stop a race
 between two steps. :class:`LocalEngine` runs races in this process instead (the tests, and racers registered at
 run time, which a fresh process would not know). No Gradio here.
 """
@@ -29,9 +29,9 @@ from typing import Any
 
 import torch
 
-from app.race import Lane, Race, RaceSettings, Scoreboard
-from dart_core.engine.loop import Step
-from dart_core.engine.timing import threads_leaving_a_core
+from dart_core import Step
+from dart_core.options import app_threads
+from dart_core.race import Lane, Race, RaceSettings, Scoreboard
 
 log = logging.getLogger("dart_arena.app")
 
@@ -208,7 +208,7 @@ class ProcessEngine:
     """The arena loaded and raced in a child process (``spawn``: a clean interpreter, no forked threads).
 
     ``load`` holds :func:`~dart_core.arena.load_arena`'s arguments; ``threads``, PyTorch's CPU threads there
-    (default on a CPU: one per core but one, :func:`~dart_core.engine.timing.threads_leaving_a_core`, so the server
+    (default on a CPU: one per core but one, :func:`~dart_core.options.app_threads`, so the server
     and a browser on the same machine never take a core the model's steps wait for). The constructor returns once the
     models are loaded (an :class:`EngineError` says why they are not); :meth:`race` then gives
     :class:`RemoteRace` objects.
@@ -410,15 +410,14 @@ def serve(conn: Any, load: dict[str, Any], threads: int | None = None) -> None:
     the step under way, or between two chunks of a long prompt's prefill (``Race.interrupted``)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the server decides, we follow
     from app import setup_logging
-    from dart_core.arena import default_device, load_arena
-    from dart_core.loading.errors import close_progress_bars, describe
+    from dart_core import close_progress_bars, default_device, load_arena
+    from dart_core import describe_error as describe
 
     setup_logging()
     try:
         device = load.get("device") or default_device()
-        if threads is not None or (device != "auto" and torch.device(device).type == "cpu"):
-            torch.set_num_threads(threads or threads_leaving_a_core())  # first: the CPU kernels are timed at it
-        arena = load_arena(**load)
+        kind = "cuda" if device == "auto" else torch.device(device).type
+        arena = load_arena(**load, threads=app_threads(threads, kind))  # set first: the CPU kernels are timed at it
     except BaseException as e:  # the server reports it; nothing of ours may be left half-loaded
         # bars closed first: the server prints its error line after this message, never onto a bar's line
         close_progress_bars()

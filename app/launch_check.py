@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dart_core.arena import describe_fast_path
+from dart_core import describe_fast_path
 from dart_core.preflight.launch import download, plan_launch
 from dart_core.preflight.plan import EXIT_PROBLEMS, Plan, Problem, gib
 

@@ -19,8 +19,8 @@ from app.page import (
     dtype_name,
     json_line,
 )
-from app.race import RaceSettings
-from dart_core.racers.registry import BASELINE
+from dart_core import BASELINE
+from dart_core.race import RaceSettings
 
 log = logging.getLogger("dart_arena.app")
 

@@ -1,6 +1,6 @@
 """What the page exchanges with the server, apart from how it is laid out: one update of the page by name
 (:class:`PageUpdate`, fields left at ``KEEP`` unchanged) and the output components it maps onto (:class:`Page`),
-the checks on what a visitor or an API caller sends (numbers, text), and a conversation encoded for a racer."""
+the checks on the numbers a visitor or an API caller sends, and a conversation encoded for a racer."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import reprlib
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from dart_core.racers.registry import BASELINE
+from dart_core import BASELINE, render_chat
 
 
 def encode(tok: Any, turns: list[dict[str, Any]], method: str, *, chat: bool) -> list[int]:
@@ -55,7 +55,7 @@ def prompt_text(tok: Any, turns: list[dict[str, Any]], method: str, *, chat: boo
         reply = replies.get(method) or replies.get(BASELINE)
         if reply is not None:
             messages.append({"role": "assistant", "content": "".join(p for p, _ in reply["pieces"])})
-    return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
+    return render_chat(tok, messages)
 
 
 # The sampling controls, first in the order the page passes controls to a race; each loaded racer's tree
@@ -151,16 +151,6 @@ def control_number(value: Any, label: str) -> float:
     if not math.isfinite(number):
         raise ValueError(f"{label}: expected a finite number, got {shown(value)}")
     return number
-
-
-def check_text(text: str) -> None:
-    """A prompt must be encodable as UTF-8: a lone surrogate (possible through the API, e.g. "\\ud800") would
-    otherwise fail inside the tokenizer with an unhelpful TypeError."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise ValueError(f"The prompt holds a character that is not valid Unicode (a lone surrogate, "
-                         f"U+{ord(text[e.start]):04X}, at character {e.start}): remove it and send again.") from None
 
 
 def new_conversation() -> dict[str, Any]:

@@ -13,9 +13,8 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from app.race import Lane
-from dart_core.racers.registry import BASELINE, label
-from dart_core.racers.registry import color as racer_color
+from dart_core import BASELINE, label, racer_color
+from dart_core.race import Lane
 
 TEXT = "#374151"  # light theme; style.css overrides it under .dark
 GRID = "rgba(128, 128, 128, 0.22)"

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dart_core.engine.greedy_check import Verdict
-from dart_core.racers.registry import BASELINE, RACERS, label
+from dart_core import BASELINE, RACERS, label
+from dart_core.race import Verdict
 
 DRAFT, TARGET = "d", "t"  # origin of a piece of text: an accepted draft token, or the target's own token
 _WINDOW = 16  # tokens of left context used to decode a new token (decoders may depend on neighbours)

@@ -1,5 +1,5 @@
 """The "Measured on this host" panel: the pooled table of the last ``python -m dart_core.bench e2e`` run for the
-loaded models (``dart_core.bench.standings``), beside the live race, whose single prompt swings its ratios by
+loaded models (``dart_core.race.standings``), beside the live race, whose single prompt swings its ratios by
 10-20 %. No run found (or none readable) gives one line with the command that measures them. Plain HTML strings,
 no Gradio; styled by ``app/style.css``.
 """
@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dart_core.bench.standings import Standings, find_standings
-from dart_core.racers.registry import BASELINE, label
+from dart_core import BASELINE, label
+from dart_core.race import Standings, find_standings
 
 # (summary field, column header, format); a column no row has is left out (older runs lack newer fields)
 COLUMNS: list[tuple[str, str, str]] = [
@@ -31,7 +31,7 @@ COLUMNS: list[tuple[str, str, str]] = [
 
 @dataclass(frozen=True)
 class StandingsPanel:
-    """What the panel looks for: the loaded models' identities (``dart_core.bench.standings.models_identity``),
+    """What the panel looks for: the loaded models' identities (``dart_core.race.standings.models_identity``),
     where runs are, the loaded device and dtype, and the command to suggest when none is found."""
 
     models: dict[str, Any]

@@ -40,17 +40,14 @@ from app.page import (
     SAMPLING_RANGES,
     Page,
     PageUpdate,
-    check_text,
     control_number,
     encode_all,
     new_conversation,
     prompt_char_bound,
     shown,
 )
-from app.race import PromptError, RaceSettings, Scoreboard, check_prompt, context_limit
-from dart_core.drafters.interface import check_settings
-from dart_core.engine.verify import SamplingConfig
-from dart_core.racers.registry import BASELINE, Racer, racer
+from dart_core import BASELINE, Racer, SamplingConfig, check_settings, racer
+from dart_core.race import PromptError, RaceSettings, Scoreboard, check_prompt, check_text, context_limit
 
 log = logging.getLogger("dart_arena.app")
 

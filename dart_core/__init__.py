@@ -1,20 +1,26 @@
 """DART Arena's engine. The public surface, imported on first use (``import dart_core`` stays cheap, so the CLIs
 and the launch check start fast):
 
-- :func:`load_arena` / :class:`Arena` (``dart_core.arena``): one shared target with the racers' drafters, and
-  :func:`add_fast_path_arguments` / :func:`describe_fast_path`: the fast path's flags every front end shares, and
-  what it will cost at start;
+- :func:`load_arena` / :class:`Arena` (``dart_core.arena``): one shared target with the racers' drafters;
+  :func:`default_device`, :func:`describe_fast_path` (what the fast path will cost at start);
 - :class:`DartModel` (``dart_core.compat``): the reference implementation's facade;
-- the racer registry (``dart_core.racers.registry``): :data:`RACERS`, :class:`Racer`, :func:`racer`,
-  :func:`register`, :func:`unregister`;
-- :func:`stream` / :class:`Step` (``dart_core.engine.loop``): one step per target forward;
-- :func:`find_standings` / :class:`Standings` / :func:`models_identity` (``dart_core.bench.standings``): the last
-  ``bench e2e`` run measured on this host for a set of models.
+- the racer registry (``dart_core.racers.registry``): :data:`RACERS`, :data:`BASELINE`, :class:`Racer`,
+  :func:`racer`, :func:`label`, :func:`racer_color`, :func:`register`, :func:`unregister` and the racers by kind;
+- :func:`stream` / :class:`Step` (``dart_core.engine.loop``): one step per target forward, with
+  :class:`SamplingConfig` and :func:`check_settings` (a racer's settings within their bounds);
+- model bundles (``dart_core.bundle``): :func:`open_bundle`, :class:`Bundle`, :func:`default_bundle_dir`, and the
+  packaged default target (:func:`packaged_model`);
+- prompts (``dart_core.loading.chat``): :func:`encode_chat`, :func:`render_chat`, :func:`encode_prompt`;
+- errors: :func:`describe_error` (one line naming the file, and whether the problem is a known one),
+  :func:`close_progress_bars`.
 
-The layers below them, bottom first: ``loading`` → ``engine`` → ``ngram`` → ``drafters`` → ``racers`` → ``arena``,
-``bundle``, ``compat``, ``preflight`` → the front ends (``generate``, ``bench``, ``train``; docs/architecture.md).
-The compiled core ``dart_core._native`` loads lazily too, so that a copy of the package without it (the source
-tree shadowing an installed package) fails with a message that says how to fix it."""
+Beside them, three front-end packages the app and the command lines share: ``dart_core.race`` (the race, its
+figures, verdicts and standings), ``dart_core.options`` (every shared command-line option, declared once) and
+``dart_core.preflight`` (the launch check). The layers below them, bottom first: ``loading`` and ``data`` →
+``engine`` → ``ngram`` → ``drafters`` → ``racers`` → ``arena``, ``bundle``, ``compat``, ``preflight`` → ``options``,
+``race`` → the front ends (``generate``, ``bench``, ``train``; docs/architecture.md). The compiled core
+``dart_core._native`` loads lazily too, so that a copy of the package without it (the source tree shadowing an
+installed package) fails with a message that says how to fix it."""
 
 from __future__ import annotations
 
@@ -26,17 +32,21 @@ from typing import Any
 
 _HERE = Path(__file__).resolve().parent
 _PUBLIC = {
-    "load_arena": "dart_core.arena", "Arena": "dart_core.arena", "DartModel": "dart_core.compat",
-    "add_fast_path_arguments": "dart_core.arena", "describe_fast_path": "dart_core.arena",
-    "RACERS": "dart_core.racers.registry", "Racer": "dart_core.racers.registry", "racer": "dart_core.racers.registry",
-    "register": "dart_core.racers.registry", "unregister": "dart_core.racers.registry",
-    "stream": "dart_core.engine.loop", "Step": "dart_core.engine.loop",
-    "find_standings": "dart_core.bench.standings", "Standings": "dart_core.bench.standings",
-    "models_identity": "dart_core.bench.standings",
+    **dict.fromkeys(("load_arena", "Arena", "default_device", "describe_fast_path"), "dart_core.arena"),
+    "DartModel": "dart_core.compat",
+    **dict.fromkeys(("RACERS", "BASELINE", "Racer", "racer", "label", "register", "unregister", "checkpoint_racers",
+                     "drafting_racers", "model_free_racers", "runner_racers"), "dart_core.racers.registry"),
+    **dict.fromkeys(("stream", "Step"), "dart_core.engine.loop"),
+    "SamplingConfig": "dart_core.engine.verify",
+    "check_settings": "dart_core.drafters.interface",
+    **dict.fromkeys(("open_bundle", "Bundle", "BundleError", "default_bundle_dir"), "dart_core.bundle"),
+    "packaged_model": "dart_core.loading.packaged",
+    **dict.fromkeys(("encode_chat", "render_chat", "encode_prompt"), "dart_core.loading.chat"),
+    "close_progress_bars": "dart_core.loading.errors",
 }
-__all__ = ["RACERS", "Arena", "DartModel", "Racer", "Standings", "Step", "add_fast_path_arguments",
-           "describe_fast_path", "find_standings", "load_arena",
-           "models_identity", "racer", "register", "stream", "unregister"]
+_RENAMED = {"racer_color": ("dart_core.racers.registry", "color"),
+            "describe_error": ("dart_core.loading.errors", "describe")}
+__all__ = sorted([*_PUBLIC, *_RENAMED])
 
 
 def _has_native(pkg_dir: Path) -> bool:
@@ -60,6 +70,9 @@ def native_missing_message() -> str:
 def __getattr__(name: str) -> Any:
     if name in _PUBLIC:  # the public surface, imported on first use
         return getattr(importlib.import_module(_PUBLIC[name]), name)
+    if name in _RENAMED:
+        module, attr = _RENAMED[name]
+        return getattr(importlib.import_module(module), attr)
     # Reached by `from dart_core import _native` only once importing the submodule has failed (or for
     # `dart_core._native` before any import): turn "cannot import name '_native'" into what to do.
     if name != "_native":

@@ -56,26 +56,6 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: str | torch.device) -
     return DTYPES[dtype]
 
 
-FAST_PATH_HELP = (
-    "the fast path, on by default on one CUDA GPU: a static KV cache of ROWS rows (prompt + reply + one draft tree; "
-    f"default {FAST_PATH_ROWS}) and every decode, verify and drafting forward at static shapes, captured once as a "
-    "CUDA graph per row bucket and replayed (about a second of capturing in all, spread over the first steps of each "
-    "size: the warm-up race takes it); the same output. Off on a CPU and with --device auto unless asked for")
-FAST_PATH_MODE_HELP = ("how the fast path runs its static forwards: graphs (default: CUDA graphs, ready in seconds), "
-                       "compile (torch.compile, the target only: about a minute of compiling at start, its kernels "
-                       "kept in the arena's cache for the next start), eager (static caches, no capture)")
-
-
-def add_fast_path_arguments(group: Any) -> None:
-    """``--fast-path [ROWS]`` / ``--no-fast-path`` and ``--fast-path-mode``: every front end's fast-path flags."""
-    fast = group.add_mutually_exclusive_group()
-    fast.add_argument("--fast-path", type=int, nargs="?", const=FAST_PATH_ROWS, default=None, metavar="ROWS",
-                      help=FAST_PATH_HELP)
-    fast.add_argument("--no-fast-path", dest="fast_path", action="store_const", const=0,
-                      help="eager forwards over a growing cache, also on a GPU")
-    group.add_argument("--fast-path-mode", choices=FAST_PATH_MODES, default="graphs", help=FAST_PATH_MODE_HELP)
-
-
 def fast_path_rows(fast_path: int | None, device: str | torch.device | None) -> int | None:
     """The static cache's rows a load uses: ``fast_path`` as given (0: off), or by default (None) the fast path on
     one CUDA device and none elsewhere (a CPU gains nothing from it; ``auto`` spreads the target over GPUs)."""
@@ -241,6 +221,7 @@ def load_arena(
     fast_path: int | None = None,
     fast_path_mode: str = "graphs",
     cpu_linear: str = "auto",
+    threads: int | None = None,
     **kwargs: Any,
 ) -> Arena:
     """Load the target once and every drafter on it (their device and dtype follow the target's embedding).
@@ -252,12 +233,18 @@ def load_arena(
     ``from_pretrained`` of the target. ``fast_path``: rows of the static KV caches of the fast path
     (:func:`fast_path_rows`: None = on one CUDA device, 0 = off), run as ``fast_path_mode`` (CUDA graphs of the
     target's and the drafters' forwards, ``compile``: the target through torch.compile, or ``eager``).
+    ``threads``: PyTorch's CPU threads, set before anything loads (the CPU kernels are timed at load at the thread
+    count in use; None leaves it as it is).
     Each drafter reads its own target layers, so drafters whose layers differ share the target too. Whatever
     fails to load is raised as an error that names its file (a :class:`~dart_core.loading.errors.LoadError`, or the
     project's own errors), after the progress bar is closed, so an ``error:`` line printed next starts a line of
     its own."""
     from tqdm.auto import tqdm
 
+    if threads is not None:
+        if threads < 1:
+            raise ValueError(f"threads must be at least 1, got {threads}")
+        torch.set_num_threads(threads)
     parts = {}
     for r in checkpoint_racers():  # by key, or by its identifier form (``dflash_tree=`` for "dflash-tree")
         ref = kwargs.pop(r.key, None) or kwargs.pop(r.dest, None)

@@ -61,7 +61,7 @@ fetch_data() {
   "$PY" - <<'PYEOF'
 import sys
 
-from dart_core.bench.datasets import DatasetError, mt_bench_file
+from dart_core.data.datasets import DatasetError, mt_bench_file
 from dart_core.loading.packaged import SMOLLM2, PackagedModelError, source_gguf
 
 try:

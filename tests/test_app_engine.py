@@ -17,8 +17,8 @@ import pytest
 from helpers_app import BUNDLE, held_out_prompt
 
 from app.engine import EngineError, LocalEngine, ProcessEngine
-from app.race import RaceSettings
 from dart_core.engine.timing import threads_leaving_a_core
+from dart_core.race import RaceSettings
 from dart_core.racers.registry import model_free_racers, racer
 
 if not (BUNDLE / "target" / "config.json").is_file():

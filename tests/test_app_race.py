@@ -1,4 +1,4 @@
-"""The app's race logic (``app/race.py``), its HTML and plots, on the toy bundle assets/tiny and on a scripted arena:
+"""The race (``dart_core/race/``), its HTML and plots, on the toy bundle assets/tiny and on a scripted arena:
 step-by-step alternation, per-method clocks, stop / cancel closing every step generator, error paths."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import torch
 from helpers_app import BUNDLE, held_out_prompt
 
 from app import plots, render
-from app.race import PromptError, Race, RaceSettings, check_prompt, context_limit
 from dart_core.engine.greedy_check import Verdict
 from dart_core.engine.loop import Step
 from dart_core.engine.metrics import summarize
 from dart_core.engine.tree import DraftTree
+from dart_core.race import PromptError, Race, RaceSettings, check_prompt, context_limit
 from dart_core.racers.registry import racer
 
 if not (BUNDLE / "target" / "config.json").is_file():

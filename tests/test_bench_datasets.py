@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from dart_core.bench import datasets
-from dart_core.bench.datasets import DatasetError
+from dart_core.data import datasets
+from dart_core.data.datasets import DatasetError
 
 CATEGORIES = {"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"}
 FAKE = [{"question_id": 81, "category": "writing", "turns": ["Write a haiku.", "Now rhyme it."]},

@@ -13,8 +13,8 @@ import pytest
 import torch
 from helpers_ckpt import write_tiny_bundle
 
-from dart_core.bench import datasets, e2e, e2e_report
 from dart_core.bench.__main__ import main as bench_main
+from dart_core.data import datasets, e2e, e2e_report
 from dart_core.engine import greedy_check
 from dart_core.engine import loop as generate
 from dart_core.ngram.store import NgramStore

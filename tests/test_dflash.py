@@ -534,9 +534,9 @@ def test_exact_proposals_is_a_switch_on_every_command_line() -> None:
     import argparse
     import dataclasses
 
-    from app.__main__ import build_parser, switched
+    from app.__main__ import build_parser
     from dart_core.drafters.interface import check_settings
-    from dart_core.generate.__main__ import add_tree_arguments, knob_argv, tree_settings
+    from dart_core.options import add_tree_arguments, given_settings, knob_argv, tree_settings
     from dart_core.racers.registry import racer
 
     p = argparse.ArgumentParser()
@@ -554,8 +554,8 @@ def test_exact_proposals_is_a_switch_on_every_command_line() -> None:
 
     args = build_parser().parse_args(["--dflash-tree-exact-proposals"])
     defaults = racer("dflash-tree").default_settings("cpu")
-    assert switched(args, "dflash-tree", defaults) == dataclasses.replace(defaults, exact_proposals=True)
-    assert switched(args, "dflash", DFlashSettings()) == DFlashSettings()
+    assert given_settings(args, "dflash-tree", defaults) == dataclasses.replace(defaults, exact_proposals=True)
+    assert given_settings(args, "dflash", DFlashSettings()) == DFlashSettings()
     with pytest.raises(ValueError, match="exact proposals: expected true or false, got 1"):
         check_settings(DFlashSettings(exact_proposals=1), "DFlash")  # type: ignore[arg-type]
 

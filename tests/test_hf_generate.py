@@ -76,7 +76,7 @@ def test_closing_the_stream_stops_generate(target: TargetModel) -> None:
 def test_bad_input_and_failures_reach_the_caller(target: TargetModel) -> None:
     with pytest.raises(ValueError, match="prompt is empty"):
         next(stream_hf_generate(target, []))
-    with pytest.raises(ValueError, match="context limit"):
+    with pytest.raises(ValueError, match="no room to generate"):
         next(stream_hf_generate(target, [1] * 10, max_length=10))
     with pytest.raises(IndexError):  # a token outside the vocabulary: generate's own error, raised here
         list(stream_hf_generate(target, [10_000], max_new_tokens=3))

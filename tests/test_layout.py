@@ -1,7 +1,9 @@
 """The house shows its layers (docs/architecture.md): over every module of ``dart_core`` and ``app``, from the
 source alone, every import statement (module level, inside functions, under ``TYPE_CHECKING`` or ``__main__``) is
-an arrow; there is no import loop, no module imports a layer above its own, ``dart_core`` never imports ``app`` or
-``gradio``, no file is longer than 600 lines, and no racer is named outside its drafter module, the registry, the
+an arrow; there is no import loop, no module imports a layer above its own, the front ends (``generate``,
+``bench``, ``train``) never import each other, ``dart_core`` never imports ``app`` or ``gradio``, the app reaches
+``dart_core`` only through its public names and the shared front-end packages, every shared flag is declared in
+one place, no file is longer than 600 lines, and no racer is named outside its drafter module, the registry, the
 training recipes and the benchmarks."""
 
 from __future__ import annotations
@@ -15,14 +17,21 @@ ROOT = Path(__file__).resolve().parent.parent
 MAX_LINES = 600
 # dart_core's layers, bottom first; a module may import its own layer and those below it
 LAYERS = [
-    {"dart_core", "dart_core.loading"},
+    {"dart_core", "dart_core.loading", "dart_core.data"},
     {"dart_core.engine"},
     {"dart_core.ngram"},
     {"dart_core.drafters"},
     {"dart_core.racers"},
     {"dart_core.arena", "dart_core.bundle", "dart_core.compat", "dart_core.preflight"},
+    {"dart_core.options", "dart_core.race"},
     {"dart_core.generate", "dart_core.bench", "dart_core.train"},
 ]
+FRONT_ENDS = ("dart_core.generate", "dart_core.bench", "dart_core.train")
+# what the app may import of dart_core: the package's public names and the front-end packages it shares with the
+# command lines (the race, the options, the launch check); the compiled core only to say it is missing
+APP_MAY_IMPORT = ("dart_core", "dart_core.race", "dart_core.options", "dart_core.preflight", "dart_core._native")
+# (``bench gpu --fast-path`` is a switch of that measurement, which sizes its own static cache)
+SHARED_FLAGS = ("--dtype", "--threads", "--device", "--cpu-linear", "--fast-path-mode", "--no-fast-path")
 ALLOWED_TO_NAME_RACERS = ("drafters", "racers", "train", "bench")
 
 
@@ -125,6 +134,37 @@ def test_imports_run_bottom_to_top() -> None:
     upward = [f"{m} -> {t}" for m in MODULES if m.startswith("dart_core") for t in GRAPH[m]
               if t in MODULES and t.startswith("dart_core") and layer(t) > layer(m)]  # type: ignore[operator]
     assert upward == []
+
+
+def test_the_front_ends_never_import_each_other() -> None:
+    def front_end(m: str) -> str | None:
+        return next((f for f in FRONT_ENDS if m == f or m.startswith(f + ".")), None)
+
+    across = [f"{m} -> {t}" for m in MODULES for t in GRAPH[m]
+              if front_end(m) and front_end(t) and front_end(t) != front_end(m)]
+    assert across == []
+
+
+def test_the_app_uses_only_the_public_api() -> None:
+    internal = [f"{m} -> {t}" for m in MODULES if m == "app" or m.startswith("app.") for t in GRAPH[m]
+                if t.startswith("dart_core") and not any(t == a or t.startswith(a + ".") for a in APP_MAY_IMPORT[1:])
+                and t != "dart_core"]
+    assert internal == []
+
+
+def test_the_public_names_resolve() -> None:
+    import dart_core
+
+    assert [n for n in dart_core.__all__ if getattr(dart_core, n, None) is None] == []
+
+
+@pytest.mark.parametrize("flag", SHARED_FLAGS)
+def test_a_shared_flag_is_declared_in_one_place(flag: str) -> None:
+    import re
+
+    where = [str(p.relative_to(ROOT)) for p in MODULES.values()
+             if re.search(r"add_argument\(\s*['\"]" + re.escape(flag) + r"['\"]", p.read_text(encoding="utf-8"))]
+    assert where == ["dart_core/options/runtime.py"]
 
 
 def test_the_engine_never_imports_the_app_or_gradio() -> None:

@@ -255,7 +255,8 @@ def test_load_arena_builds_them_with_every_target_and_refuses_a_missing_store(bu
 
 def test_generate_cli_runs_them_and_refuses_the_store_only_one_without_a_store(
         bundle_ok: None, capsys: pytest.CaptureFixture[str]) -> None:
-    from dart_core.generate.__main__ import add_tree_arguments, main, tree_settings
+    from dart_core.generate.__main__ import main
+    from dart_core.options import add_tree_arguments, tree_settings
 
     p = argparse.ArgumentParser()
     add_tree_arguments(p)

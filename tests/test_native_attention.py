@@ -1,5 +1,5 @@
 """The native one-token attention over a cache (``dart_core._native.decode_attention``) and its registration with
-transformers (``dart_core.train.cpu_attention``): equal to attention computed in float64 for float32 and bfloat16,
+transformers (``dart_core.engine.cpu_attention``): equal to attention computed in float64 for float32 and bfloat16,
 grouped query heads, every kernel path (16-wide vectors with a fixed or a read group, one float at a time),
 left padding, holes, a row with nothing to attend to, strided caches and any thread count; bad calls refused by
 name; one-token queries served natively and everything else handed to SDPA; the distillation's batch decoder
@@ -20,10 +20,10 @@ import torch
 from dart_core._native import decode_attention
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-import dart_core.train.cpu_attention as CA
+import dart_core.engine.cpu_attention as CA
 import tests.helpers_ckpt as C
+from dart_core.engine.cpu_attention import native_attention, native_decode_attention
 from dart_core.train.batch_decode import _moves, batch_answers
-from dart_core.train.cpu_attention import native_attention, native_decode_attention
 
 
 def _bits(t: torch.Tensor) -> np.ndarray:
@@ -251,4 +251,4 @@ def test_the_attention_benchmark_prints_both_methods_and_their_agreement(tmp_pat
     assert all(r["native_ms"] > 0 and r["sdpa_ms"] > 0 and r["speedup"] > 0 for r in rows.values())
     assert "speedup" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="not float32 or bfloat16"):
-        main(["attention", "--batch", "2", "--length", "8", "--layers", "1", "--dtypes", "float16"])
+        main(["attention", "--batch", "2", "--length", "8", "--layers", "1", "--dtype", "float16"])

@@ -133,7 +133,7 @@ def test_a_registered_racer_gets_flags_columns_and_controls(arena: Any, lookup: 
     from app.engine import LocalEngine
     from app.page import new_conversation
     from app.ui import AppConfig, ArenaUI
-    from dart_core.generate.__main__ import add_tree_arguments, tree_settings
+    from dart_core.options import add_tree_arguments, tree_settings
 
     p = argparse.ArgumentParser()
     add_tree_arguments(p)

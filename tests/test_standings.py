@@ -1,4 +1,4 @@
-"""The "Measured on this host" panel (``dart_core.bench.standings``, ``app/standings.py``): a real ``bench e2e`` run
+"""The "Measured on this host" panel (``dart_core.race.standings``, ``app/standings.py``): a real ``bench e2e`` run
 on the toy bundle (assets/tiny), written where the benchmark writes by default, is found for the models the app
 loads and shown with its figures, prompts, dtype, device, date and command; a run for another target is not, a
 racer measured with another checkpoint keeps its row out; unreadable files and no run give the one-line hint with
@@ -19,9 +19,9 @@ import pytest
 from app.__main__ import build_parser, resolve, standings_panel
 from app.standings import shown_path, standings_html
 from dart_core.bench.__main__ import main as bench_main
-from dart_core.bench.standings import find_standings, models_identity, suggest_command
 from dart_core.bundle import open_bundle
 from dart_core.loading.identity import model_identity
+from dart_core.race.standings import find_standings, models_identity, suggest_command
 
 REPO = Path(__file__).resolve().parent.parent
 BUNDLE = REPO / "assets" / "tiny"

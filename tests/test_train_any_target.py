@@ -15,6 +15,7 @@ import torch
 
 import tests.helpers_ckpt as C
 from dart_core.arena import load_target, stop_token_ids
+from dart_core.data.prompts.chat_set import chat_set
 from dart_core.drafters.dart import DartDrafter
 from dart_core.drafters.dflash import DFlashTreeDrafter
 from dart_core.drafters.eagle3 import Eagle3Drafter
@@ -29,7 +30,6 @@ from dart_core.train.distill import (
     runs_path,
 )
 from dart_core.train.features import FeatureStore, StoredWindows, build_features
-from dart_core.train.prompt_set import chat_set
 
 V = 97
 CHAT = ("{% for m in messages %}<|im_end|>{{ m['role'] }} {{ m['content'] }}<|im_end|>{% endfor %}"

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from dart_core.train.prompt_code import FENCE, LANGUAGES, SNIPPETS
-from dart_core.train.prompt_puzzles import _values
-from dart_core.train.prompt_set import CATEGORIES, chat_set, heldout_roles
-from dart_core.train.prompts import is_heldout_topic
+from dart_core.data.prompts.chat_set import CATEGORIES, chat_set, heldout_roles
+from dart_core.data.prompts.code import FENCE, LANGUAGES, SNIPPETS
+from dart_core.data.prompts.puzzles import _values
+from dart_core.data.prompts.topics import is_heldout_topic
 
 REPO = Path(__file__).resolve().parent.parent
 Records = list[dict[str, Any]]
@@ -193,7 +193,7 @@ def test_heldout_roles_are_topic_disjoint_and_category_balanced(splits: tuple[Re
 
 def test_no_8_word_run_shared_with_mt_bench(splits: tuple[Records, Records]) -> None:
     try:
-        from dart_core.bench.datasets import load_dataset
+        from dart_core.data.datasets import load_dataset
 
         mt = load_dataset("mt-bench")
     except Exception as e:  # the MT-bench package is optional here

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from dart_core.bench.corpus import is_heldout, module_key, split_stdlib, stdlib_root
+from dart_core.data.corpus import is_heldout, module_key, split_stdlib, stdlib_root
 from dart_core.train.data import EOS, encode_corpus, heldout_prompts, split_texts, train_tokenizer, write_prompts
 
 TINY = {"hidden_size": 32, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,

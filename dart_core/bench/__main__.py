@@ -10,7 +10,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dart_core.bench", description=__doc__)
     sub = parser.add_subparsers(dest="benchmark", required=True)
     from dart_core.bench import attention, e2e, gpu, gpu_check, in_app, long, native, soak, verify_cost
-    from dart_core.bench.standings import COMMAND, command_line
+    from dart_core.race.standings import COMMAND, command_line
 
     native.add_arguments(sub.add_parser("native", help=native.__doc__.splitlines()[0], description=native.__doc__))
     e2e.add_arguments(sub.add_parser("e2e", help=e2e.__doc__.splitlines()[0], description=e2e.__doc__,

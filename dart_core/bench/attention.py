@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from dart_core.options import add_dtype_argument, add_threads_argument, check_threads
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, default=256, help="rows (default 256, the distillation's CPU batch)")
@@ -29,8 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--head-dim", type=int, default=64, help="head width (default 64)")
     p.add_argument("--layers", type=int, default=12, help="separate cache buffers visited in turn (default 12)")
     p.add_argument("--repeats", type=int, default=3, help="passes over the layers per method (default 3)")
-    p.add_argument("--dtypes", default="bfloat16,float32", help="comma-separated (default bfloat16,float32)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    add_dtype_argument(p, help="bfloat16, float32, float16", multiple=True)
+    add_threads_argument(p, help="PyTorch CPU threads (default: PyTorch's, one per core)")
     p.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
 
 
@@ -56,7 +58,7 @@ def measure(args: argparse.Namespace, dtype: torch.dtype) -> dict[str, Any]:
     """Both methods over the same buffers; seconds a layer, GB/s of cache read, the outputs' largest difference."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    from dart_core.train.cpu_attention import native_attention
+    from dart_core.engine.cpu_attention import native_attention
 
     b, n, h, kv, d = args.batch, args.length, args.heads, args.kv_heads, args.head_dim
     gen = torch.Generator().manual_seed(0)
@@ -84,7 +86,7 @@ def measure(args: argparse.Namespace, dtype: torch.dtype) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.threads:
+    if check_threads(args.threads):
         torch.set_num_threads(args.threads)
     if args.heads % args.kv_heads:
         raise SystemExit("--heads must be a multiple of --kv-heads")
@@ -93,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
           f"{torch.get_num_threads()} threads")
     print(f"{'dtype':<9} {'native ms':>10} {'GB/s':>6} {'sdpa ms':>9} {'GB/s':>6} {'speedup':>8} {'max diff':>9}")
     rows = []
-    for name in args.dtypes.split(","):
+    for name in args.dtype.split(","):
         dtype = getattr(torch, name.strip(), None)
         if dtype not in (torch.float32, torch.bfloat16):
             raise SystemExit(f"--dtypes: {name!r} is not float32 or bfloat16")

@@ -31,74 +31,42 @@ from typing import Any
 
 import torch
 
-from dart_core.arena import add_fast_path_arguments
-from dart_core.bench.datasets import DATASETS, DatasetError, load_dataset
 from dart_core.bench.e2e_report import write_html
-from dart_core.bench.standings import command_line, models_identity, results_dir, run_record
-from dart_core.bundle import Bundle, BundleError, build_command, default_bundle_dir, open_bundle
-from dart_core.engine.cpu import AUTO_DTYPE_HELP
-from dart_core.engine.cpu_linear import CPU_LINEAR_HELP, MODES
+from dart_core.bundle import build_command
+from dart_core.data.datasets import DATASETS, DatasetError, load_dataset
 from dart_core.engine.greedy_check import TopLogits, compare
 from dart_core.engine.loop import Step
-from dart_core.engine.metrics import summarize
 from dart_core.engine.verify import SamplingConfig
-from dart_core.generate.__main__ import (
-    ACCEPTANCE_HEADER,
-    acceptance_cells,
-    add_tree_arguments,
-    encode_prompt,
-    method_width,
-    per_position_lines,
-    tree_settings,
-)
+from dart_core.loading.chat import encode_chat, encode_prompt
 from dart_core.loading.errors import report_error
 from dart_core.loading.hub import HubFileError
 from dart_core.ngram.store import NgramFormatError
-from dart_core.racers.registry import BASELINE, RACERS, checkpoint_racers, model_free_asked, racer
+from dart_core.options import (
+    ModelsError,
+    add_mode_arguments,
+    add_model_arguments,
+    add_tree_arguments,
+    resolve_models,
+    runtime_options,
+    tree_settings,
+)
+from dart_core.race import (
+    ACCEPTANCE_HEADER,
+    acceptance_cells,
+    command_line,
+    method_width,
+    models_identity,
+    per_position_lines,
+    racer_figures,
+    results_dir,
+    run_record,
+    summarize_racers,
+)
+from dart_core.racers.registry import BASELINE, RACERS, model_free_asked, racer
 
 
 class BenchError(Exception):
     """A user-facing setup problem (missing bundle, bad prompt file): printed, exit code 2."""
-
-
-def default_bundle() -> Path:
-    """The default bundle (``assets/smollm2`` next to the package, or ``$DART_ARENA_BUNDLE``)."""
-    return default_bundle_dir()
-
-
-def add_model_arguments(p: argparse.ArgumentParser) -> None:
-    """The model flags (``--bundle``, ``--base``, drafters, N-gram store, device, dtype), shared with the
-    app-vs-benchmark run so both resolve models the same way (:func:`resolve_sources`)."""
-    m = p.add_argument_group("models (local directories or Hub ids)")
-    m.add_argument("--bundle", type=Path, default=None,
-                   help="bundle dir: bundle.json naming the target (or a target/ dir), "
-                        f"{', '.join(sorted({r.bundle_dir + '/' for r in checkpoint_racers()}))}, ngram/small.ngram, "
-                        "prompts.jsonl "
-                        f"(default: {default_bundle()}, or $DART_ARENA_BUNDLE; "
-                        "assets/tiny: the stdlib toy); used unless --base is given")
-    m.add_argument("--base", help="target model (overrides the bundle's target)")
-    for r in checkpoint_racers():
-        m.add_argument(f"--{r.key}", metavar="MODEL",
-                       help=f"{r.label} drafter (overrides the bundle's {r.bundle_dir}/)")
-    m.add_argument("--ngram", help="N-gram store: a file, or a dir / Hub repo with small.trie / full.trie")
-    m.add_argument("--small-ngram", action="store_true", help="use small.trie instead of full.trie with --ngram")
-    m.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto; default: cuda if available")
-    m.add_argument("--dtype", default="auto", help=AUTO_DTYPE_HELP)
-    m.add_argument("--cpu-linear", choices=MODES, default="auto", help=CPU_LINEAR_HELP)
-    add_fast_path_arguments(m)
-    m.add_argument("--threads", type=int, default=None, metavar="N",
-                   help="PyTorch CPU threads (default: PyTorch's, one per core; the app's engine on a CPU leaves "
-                        "one core to the page: compare with the same number)")
-
-
-def add_mode_arguments(g: argparse._ArgumentGroup) -> None:
-    """``--raw`` / ``--chat`` (unset: the bundle's mode), shared with the app-vs-benchmark run."""
-    mode = g.add_mutually_exclusive_group()
-    mode.add_argument("--raw", dest="chat", action="store_false", default=None,
-                      help="completion mode, no chat template (default for a completion bundle: the toy)")
-    mode.add_argument("--chat", dest="chat", action="store_true",
-                      help="chat template when the tokenizer has one (default with --base and for a chat bundle: "
-                           "the default one)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -125,7 +93,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--seed", type=int, default=0)
     add_mode_arguments(g)
-    g.add_argument("--system", default=None, help="system prompt (chat mode)")
     g.add_argument("--out", type=Path, default=None, help="output dir for e2e.json / e2e.html (default "
                    f"{results_dir()}/e2e-<timestamp>/: $DART_ARENA_RESULTS, else $DART_ARENA_CACHE/bench, where the "
                    "app's 'Measured on this host' panel finds the last run for its models)")
@@ -149,33 +116,13 @@ class Sources:
 
 
 def resolve_sources(args: argparse.Namespace) -> Sources:
-    """Bundle parts, overridden by explicit --base/--dart/...; a missing bundle is a clear error. Chat mode is the
-    default with --base and for a bundle whose ``bundle.json`` says ``"mode": "chat"``."""
-    use_bundle = args.bundle is not None or args.base is None
-    notes: list[str] = []
-    parts: dict[str, str | None] = {**{r.key: getattr(args, r.dest, None) for r in checkpoint_racers()},
-                                    "ngram": args.ngram}
-    small = bool(args.small_ngram)
-    found: Bundle | None = None
-    bundle: Path | None = None
-    if use_bundle:
-        bundle = Path(args.bundle).expanduser() if args.bundle is not None else default_bundle()
-        try:
-            found = open_bundle(bundle)
-        except BundleError as e:
-            # with --base the bundle only lends its drafters and prompts: no target needed, but a broken
-            # bundle.json is still an error
-            if args.base is None or not bundle.is_dir() or (bundle / "bundle.json").exists():
-                raise BenchError(f"{e}\n(--bundle DIR picks another bundle, e.g. --bundle assets/tiny for the "
-                                 "stdlib toy; --base MODEL another target.)") from None
-        for name, sub in [*((r.key, r.bundle_dir) for r in checkpoint_racers()), ("ngram", "ngram/small.ngram")]:
-            if parts[name] is None:
-                if (bundle / sub).exists():
-                    parts[name] = str(bundle / sub)
-                else:
-                    notes.append(f"bundle has no {sub}: {name} skipped")
-    base = args.base or found.target  # type: ignore[union-attr]
-    drafters = {r.key: parts[r.key] for r in checkpoint_racers()}
+    """The models (:func:`~dart_core.options.resolve_models`: bundle parts, overridden by explicit flags) and the
+    prompt set; a missing bundle or prompt file is a clear error."""
+    try:
+        models = resolve_models(args)
+    except ModelsError as e:
+        raise BenchError(str(e)) from None
+    bundle, base, drafters, notes = models.bundle, models.base, models.drafters, models.notes
     dataset = getattr(args, "dataset", None)
     if getattr(args, "turns", 1) > 1 and dataset is None:
         raise BenchError(f"--turns {args.turns} needs a multi-turn --dataset ({', '.join(sorted(DATASETS))}); "
@@ -184,15 +131,14 @@ def resolve_sources(args: argparse.Namespace) -> Sources:
         if args.chat is False:
             raise BenchError(f"--raw with --dataset {dataset}: its questions are chat prompts, run in chat mode "
                              "(drop --raw)")
-        return Sources(base, drafters, parts["ngram"], small, None, True, bundle, notes, dataset)
+        return Sources(base, drafters, models.ngram, models.small_ngram, None, True, bundle, notes, dataset)
     prompts = args.prompts or (bundle / "prompts.jsonl" if bundle is not None else None)
     if prompts is None:
         raise BenchError("no prompt set: pass --prompts FILE.jsonl (fields: prompt, optional id)")
     if not Path(prompts).is_file():
         hint = f" Build the bundle with `{build_command(bundle)}`." if args.prompts is None and bundle else ""
         raise BenchError(f"prompt file not found: {prompts}.{hint}")
-    chat = args.chat if args.chat is not None else (args.base is not None or (found is not None and found.chat))
-    return Sources(base, drafters, parts["ngram"], small, Path(prompts), chat, bundle, notes)
+    return Sources(base, drafters, models.ngram, models.small_ngram, Path(prompts), models.chat, bundle, notes)
 
 
 def read_prompts(path: Path, limit: int = 0) -> list[dict[str, str]]:
@@ -221,23 +167,9 @@ def step_record(s: Step) -> dict[str, Any]:
 
 
 def method_figures(steps: Sequence[Step], wall_ms: float) -> dict[str, Any]:
-    """τ, tokens/s (prefill included) by the engine's stopwatches and by the wall clock around the generation(s)
-    (``wall_ms``: glue between steps counts too), the per-step split and the acceptance metrics (``summarize``:
-    over pooled steps, counts summed before any division)."""
-    st = summarize(steps)
-    return {
-        "tokens": st.new_tokens,
-        "tau": st.tau,
-        "tokens_per_s": st.tokens_per_s,
-        "tokens_per_s_wall": st.new_tokens / (wall_ms / 1e3) if wall_ms > 0 else 0.0,
-        "wall_ms": wall_ms,
-        "total_ms": st.total_ms,
-        "prefill_ms": st.prefill_ms,
-        "draft_ms_per_step": st.draft_ms_per_step,
-        "search_ms_per_step": st.search_ms_per_step,
-        "verify_ms_per_step": st.verify_ms_per_step,
-        **st.acceptance(),
-    }
+    """:func:`~dart_core.race.racer_figures` with the wall clock around the generation(s) (``wall_ms``: glue
+    between steps counts too)."""
+    return racer_figures(steps, wall_ms)
 
 
 def environment(arena: Any) -> dict[str, Any]:
@@ -272,13 +204,6 @@ def run(args: argparse.Namespace) -> int:
         return report_error(e, debug=getattr(args, "debug", False))
 
 
-def encode_messages(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
-    """A whole conversation through the chat template, rendered as ``encode_prompt`` renders a single turn."""
-    rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
-                                             enable_thinking=False)
-    return tokenizer(rendered, add_special_tokens=False)["input_ids"]
-
-
 def _load_prompts(src: Sources, args: argparse.Namespace) -> list[dict[str, Any]]:
     if src.dataset is None:
         return read_prompts(src.prompts, args.limit)  # type: ignore[arg-type]
@@ -306,7 +231,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{name}: {plan.describe()}")
     sampling = SamplingConfig(args.temperature, args.top_p, args.top_k)
     runs = Conversations(arena, trees, args, sampling, n_turns)
-    encoded = [encode_prompt(arena.tokenizer, p["prompt"], raw=not chat, system=args.system) for p in prompts]
+    encoded = [encode_prompt(arena.tokenizer, p["prompt"], chat=chat, system=args.system) for p in prompts]
     # AR runs first on each prompt so the other methods are checked against it as soon as they finish.
     order = ([BASELINE] if BASELINE in methods else []) + [m for m in methods if m != BASELINE]
     tally = _race(args, src, prompts, encoded, order, methods, runs)
@@ -324,15 +249,13 @@ def _load(args: argparse.Namespace) -> tuple[Sources, list[dict[str, Any]], Any,
     for note in src.notes:
         print(f"note: {note}")
     torch.manual_seed(args.seed)
-    if args.threads is not None:
-        if args.threads < 1:
-            raise BenchError(f"--threads must be at least 1, got {args.threads}")
-        torch.set_num_threads(args.threads)
-    arena = load_arena(src.base, ngram=src.ngram, small_ngram=src.small_ngram, device=args.device, dtype=args.dtype,
-                       progress=not args.no_progress, hf=args.hf_generate, fast_path=args.fast_path,
-                       fast_path_mode=args.fast_path_mode,
-                       cpu_linear=args.cpu_linear,
-                       **src.drafters, **model_free_asked(asked := args.methods.split(",") if args.methods else None))
+    try:
+        runtime = runtime_options(args)
+    except ValueError as e:
+        raise BenchError(str(e)) from None
+    asked = args.methods.split(",") if args.methods else None
+    arena = load_arena(src.base, ngram=src.ngram, small_ngram=src.small_ngram, progress=not args.no_progress,
+                       hf=args.hf_generate, **runtime, **src.drafters, **model_free_asked(asked))
     methods = asked or arena.methods
     for m in methods:
         arena.drafter(m)  # a clear error for a method that is not loaded
@@ -370,7 +293,7 @@ class Conversations:
             answer = tokenizer.decode([t for s in out[-1][1] for t in s.tokens], skip_special_tokens=True,
                                       clean_up_tokenization_spaces=False)
             messages += [{"role": "user", "content": p["turns"][k - 1]}, {"role": "assistant", "content": answer}]
-            ids = encode_messages(tokenizer, [*messages, {"role": "user", "content": p["turns"][k]}])
+            ids = encode_chat(tokenizer, [*messages, {"role": "user", "content": p["turns"][k]}])
             out.append((ids, *self.generate(method, ids, seed)))
         return out
 
@@ -529,12 +452,7 @@ def _write(args: argparse.Namespace, report: dict[str, Any], methods: list[str],
 def summarize_methods(pooled: dict[str, list[Step]], wall_ms: dict[str, float]) -> dict[str, dict[str, Any]]:
     """Overall figures per method over every counted prompt (pooled steps, summed wall clock) + speedups vs AR
     (``speedup_vs_ar`` by wall clock, ``speedup_vs_ar_engine`` by the engine's stopwatches)."""
-    summary = {m: method_figures(steps, wall_ms[m]) for m, steps in pooled.items()}
-    ar = summary.get(BASELINE, {})
-    for s in summary.values():
-        s["speedup_vs_ar"] = s["tokens_per_s_wall"] / ar["tokens_per_s_wall"] if ar.get("tokens_per_s_wall") else None
-        s["speedup_vs_ar_engine"] = s["tokens_per_s"] / ar["tokens_per_s"] if ar.get("tokens_per_s") else None
-    return summary
+    return summarize_racers(pooled, wall_ms)
 
 
 def print_table(summary: dict[str, dict[str, Any]], methods: list[str], n: int, sampling: SamplingConfig,

@@ -35,9 +35,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from dart_core.arena import FAST_PATH_MODE_HELP
-from dart_core.engine.cpu import AUTO_DTYPE_HELP
-from dart_core.engine.target import FAST_PATH_MODES
+from dart_core.options import (
+    add_device_argument,
+    add_dtype_argument,
+    add_fast_path_arguments,
+    add_threads_argument,
+    app_threads,
+)
 
 
 @dataclass(frozen=True)
@@ -101,9 +105,8 @@ def _csv(kind: Callable[[str], Any], choices: Sequence[str] | None = None) -> Ca
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shapes", type=_csv(str, list(SHAPES)), default=["1.7b", "8b"],
                    help=f"target shapes, comma-separated, from {', '.join(SHAPES)} (default 1.7b,8b)")
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: cuda if available, else cpu)")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
-                   help=AUTO_DTYPE_HELP)
+    add_device_argument(p, help="cpu, cuda, cuda:N (default: cuda if available, else cpu)")
+    add_dtype_argument(p, choices=("auto", "float32", "bfloat16", "float16"))
     p.add_argument("--prefix", type=int, default=256, help="committed tokens before the measured steps (256)")
     p.add_argument("--repeats", type=int, default=10, help="timed steps per row, after the warm-ups (10)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per row before the timed ones (2)")
@@ -111,14 +114,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="DART tree sizes (nodes below the root), comma-separated (16,32,60)")
     p.add_argument("--depths", type=_csv(int), default=[4, 6, 8], help="EAGLE-3 depths, comma-separated (4,6,8)")
     p.add_argument("--hf-tokens", type=int, default=32, help="tokens of the long HF generate (32)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="CPU threads for torch (default on a CPU: one per core but one, as the app's default)")
+    add_threads_argument(p, help="CPU threads for torch (default on a CPU: one per core but one, as the app's "
+                                 "default)")
     p.add_argument("--bandwidth", type=float, default=None,
                    help="device memory bandwidth in GB/s for the floor (default: known peak of the GPU)")
     p.add_argument("--fast-path", action="store_true",
                    help="the fast path: static KV caches, every forward at static shapes (TargetModel and the "
                         "drafters' use_static_cache)")
-    p.add_argument("--fast-path-mode", choices=FAST_PATH_MODES, default="graphs", help=FAST_PATH_MODE_HELP)
+    add_fast_path_arguments(p, rows=False)
     p.add_argument("--hf-static", action=argparse.BooleanOptionalAction, default=True,
                    help="with --fast-path, HF generate over a static cache of its own, as the racer runs there (on "
                         "a GPU transformers compiles it in the warm-up calls: about a minute; default on)")
@@ -503,7 +506,6 @@ def bench_shape(name: str, shape: Shape, args: argparse.Namespace, device: torch
 
 def run(args: argparse.Namespace) -> int:
     from dart_core.arena import resolve_dtype
-    from dart_core.engine.timing import threads_leaving_a_core
 
     for flag, value, low in (("--prefix", args.prefix, 1), ("--repeats", args.repeats, 1), ("--warmup", args.warmup, 0),
                              ("--hf-tokens", args.hf_tokens, 2), ("--threads", args.threads or 1, 1)):
@@ -553,7 +555,7 @@ def run(args: argparse.Namespace) -> int:
 
     threads = torch.get_num_threads()
     if device.type == "cpu":  # PyTorch's parallel regions wait for their slowest thread: keep a core for the rest
-        torch.set_num_threads(args.threads or threads_leaving_a_core())
+        torch.set_num_threads(app_threads(args.threads, "cpu"))
     try:
         return _run(args, device, dtype, dtype_name)
     finally:

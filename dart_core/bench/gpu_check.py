@@ -26,12 +26,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dart_core.options import add_device_argument
+
 REPORT = "gpu_check"  # the report's file name: .json and .md
 CUDA_TESTS = ("tests/test_fast_path_drafters.py", "tests/test_fast_path.py", "tests/test_gpu_attention.py")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", default=None, help="cuda (default when there is one) or cpu (with --smoke)")
+    add_device_argument(p, help="cuda (default when there is one) or cpu (with --smoke)")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="the rerun subset: fast-path rows, profile, bf16 race")
     size.add_argument("--smoke", action="store_true", help="tiny shapes, the toy bundle, two prompts (a CPU's CI)")

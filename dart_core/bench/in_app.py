@@ -38,8 +38,8 @@ from dart_core.bench.drive import (
     tree_values,
 )
 from dart_core.bench.e2e import BenchError, Sources
-from dart_core.engine.timing import threads_leaving_a_core
-from dart_core.generate.__main__ import add_tree_arguments, knob_argv, method_width
+from dart_core.options import add_tree_arguments, app_threads, knob_argv
+from dart_core.race import method_width
 from dart_core.racers.registry import BASELINE, checkpoint_racers, label
 
 TARGET = 0.10  # the in-app figures must be within 10 % of the plain benchmark's
@@ -306,7 +306,7 @@ def _run(args: argparse.Namespace) -> int:
         raise BenchError("--no-browser needs the gradio_client package (it comes with gradio)")
     src = e2e.resolve_sources(args)
     if args.threads is None and not torch.cuda.is_available() and args.device in (None, "cpu"):
-        args.threads = threads_leaving_a_core()  # the app's own default on a CPU, given to both runs
+        args.threads = app_threads(None, "cpu")  # the app's own default on a CPU, given to both runs
     prompts = e2e.read_prompts(src.prompts, args.limit)  # type: ignore[arg-type]
     for note in src.notes:
         print(f"note: {note}")

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dart_core.engine.cpu import AUTO_DTYPE_HELP
+from dart_core.options import add_device_argument, add_dtype_argument
 
 PROMPT = "Write a long, detailed tutorial on sorting algorithms in Python, with code for each one."
 
@@ -27,8 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--window", type=int, default=100, help="verify steps averaged at each end (100)")
     p.add_argument("--methods", default=None, help="comma-separated drafting methods (default: every loaded one)")
     p.add_argument("--prompt", default=PROMPT, help="the prompt (chat template when the bundle is a chat bundle)")
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: cuda if available)")
-    p.add_argument("--dtype", default="auto", help=AUTO_DTYPE_HELP)
+    add_device_argument(p)
+    add_dtype_argument(p)
     p.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
 
 
@@ -49,8 +49,9 @@ def run(args: argparse.Namespace) -> int:
 
     from dart_core.arena import load_arena
     from dart_core.bundle import BundleError, open_bundle
-    from dart_core.generate.__main__ import encode_prompt, method_width
+    from dart_core.loading.chat import encode_prompt
     from dart_core.loading.errors import report_error
+    from dart_core.race import method_width
     from dart_core.racers.registry import racer
 
     try:
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as e:  # a LoadError (or HubFileError): one line naming the file
         return report_error(e, debug_flag=None)
     methods = args.methods.split(",") if args.methods else [m for m in arena.methods if racer(m).drafts]
-    ids = encode_prompt(arena.tokenizer, args.prompt, raw=not bundle.chat, system=None)
+    ids = encode_prompt(arena.tokenizer, args.prompt, chat=bundle.chat)
     if len(ids) + args.tokens > arena.target.max_context:
         print(f"error: {len(ids)} prompt + {args.tokens} new tokens exceed the target's context "
               f"({arena.target.max_context})")

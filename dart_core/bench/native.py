@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from dart_core import _native
-from dart_core.bench.corpus import RegexTokenizer, python_version, read_texts, stdlib_files
+from dart_core.data.corpus import RegexTokenizer, python_version, read_texts, stdlib_files
 from dart_core.ngram.store import NgramStore, build_to_file
 
 

@@ -16,19 +16,23 @@ from typing import Any
 
 import numpy as np
 
-from dart_core.engine.cpu import AUTO_DTYPE_HELP
-from dart_core.engine.cpu_linear import CPU_LINEAR_HELP, MODES
 from dart_core.engine.tree import DraftTree
+from dart_core.options import (
+    add_cpu_linear_argument,
+    add_device_argument,
+    add_dtype_argument,
+    add_threads_argument,
+    check_threads,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bundle", type=Path, default=None, help="bundle dir (default: the default bundle)")
     p.add_argument("--base", default=None, help="target model instead of the bundle's")
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: cuda if available)")
-    p.add_argument("--dtype", default="auto", help=AUTO_DTYPE_HELP)
-    p.add_argument("--cpu-linear", choices=MODES, default="auto", help=CPU_LINEAR_HELP)
-    p.add_argument("--threads", type=int, default=None, metavar="N",
-                   help="PyTorch CPU threads (default: PyTorch's, one per core)")
+    add_device_argument(p)
+    add_dtype_argument(p)
+    add_cpu_linear_argument(p)
+    add_threads_argument(p)
     p.add_argument("--prefix", type=int, default=200, help="committed tokens before the measured forward (200)")
     p.add_argument("--sizes", default="1,2,4,8,12,16,24,32,60", help="tree sizes (nodes incl. the root) to time")
     p.add_argument("--repeats", type=int, default=12, help="timed forwards per size, after 2 warm-ups (12)")
@@ -81,11 +85,12 @@ def run(args: argparse.Namespace) -> int:
     if not sizes or sizes[0] < 1:
         print("error: --sizes must list positive node counts")
         return 2
-    if args.threads is not None:
-        if args.threads < 1:
-            print(f"error: --threads must be at least 1, got {args.threads}")
-            return 2
-        torch.set_num_threads(args.threads)
+    try:
+        if check_threads(args.threads) is not None:
+            torch.set_num_threads(args.threads)  # before loading: the CPU kernels are timed at it
+    except ValueError as e:
+        print(f"error: {e}")
+        return 2
     try:
         target, tok = load_target(ref, device=args.device, dtype=args.dtype, cpu_linear=args.cpu_linear)
     except (ValueError, OSError) as e:  # a LoadError (or HubFileError): one line naming the file

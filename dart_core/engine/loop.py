@@ -19,6 +19,7 @@ import torch
 
 from dart_core.engine.drafter import Drafter, DraftInput, PlainDecoding, Proposal
 from dart_core.engine.greedy_check import top_logits_of
+from dart_core.engine.prompt import check_prompt, context_limit
 from dart_core.engine.target import Interrupted, TargetModel
 from dart_core.engine.timing import Stopwatch
 from dart_core.engine.tree import DraftTree
@@ -69,16 +70,13 @@ def _as_prompt(input_ids: Any) -> list[int]:
 def checked_request(target: TargetModel, input_ids: Any, max_new_tokens: int,
                     max_length: int | None) -> tuple[list[int], int]:
     """The prompt as a list of ids and the context limit ``min(max_length, target context)`` on prompt + output;
-    a ValueError for an empty or too long prompt or a token budget below 1 (every racer's loop checks the same)."""
+    a :class:`~dart_core.engine.prompt.PromptError` for an empty or too long prompt, a ValueError for a token
+    budget below 1 (every racer's loop checks the same)."""
     prompt = _as_prompt(input_ids)
-    limit = target.max_context if max_length is None else min(int(max_length), target.max_context)
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if not prompt:
-        raise ValueError("the prompt is empty: give at least one token")
-    if len(prompt) >= limit:
-        raise ValueError(f"the prompt has {len(prompt)} tokens but the context limit is {limit}: "
-                         "shorten it or raise max_length")
+    limit = context_limit(target.max_context, max_length)
+    check_prompt(prompt, limit)
     return prompt, limit
 
 

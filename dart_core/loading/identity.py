@@ -1,5 +1,5 @@
 """What a model reference is, as one string that changes when the model does: the key by which a benchmark run's
-figures are matched to the models an app has loaded (``dart_core.bench.standings``). Cheap by design (the app
+figures are matched to the models an app has loaded (``dart_core.race.standings``). Cheap by design (the app
 computes it at start-up for a multi-gigabyte target), so no weight is read:
 
 - a packaged model (``smollm2``): its name and the pinned sha256 of its GGUF;

@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dart_core.bench.corpus import python_version
+from dart_core.data.corpus import python_version
+from dart_core.options import add_threads_argument
 
 # Full-scale defaults (measured on the 2-core CPU floor machine; see README "Training the bundle").
 FULL = {
@@ -225,7 +226,7 @@ def write_model_card(out: Path, recipe: Recipe) -> Path:
         "",
         "## Data",
         f"- Python {d.get('python_version')} standard library; split by top-level module "
-        f"(`dart_core.bench.corpus.split_stdlib`): {d.get('split', {}).get('train_files_used')} training files, "
+        f"(`dart_core.data.corpus.split_stdlib`): {d.get('split', {}).get('train_files_used')} training files, "
         f"{d.get('split', {}).get('heldout_files')} held-out files.",
         "- Held-out modules (benchmark prompts in `prompts.jsonl`): "
         f"{', '.join(d.get('split', {}).get('heldout_modules', []))}.",
@@ -283,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true",
                    help="tiny, fast variant of every stage (a file subset, a tiny model, a few steps): seconds")
     p.add_argument("--seed", type=int, default=0, help="seed of every stage (default 0)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    add_threads_argument(p, help="PyTorch CPU threads (default: PyTorch's, one per core)")
     p.add_argument("--steps", type=int, default=None,
                    help=f"target training steps (default {FULL['target_steps']}, --quick {QUICK['target_steps']})")
     p.add_argument("--min-count", type=int, default=None,

@@ -26,6 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dart_core.engine.cpu import AUTO_DTYPE_HELP
+from dart_core.options import add_device_argument, add_dtype_argument, add_threads_argument
+
 
 def _versions() -> dict[str, str]:
     import torch
@@ -235,7 +238,7 @@ def cmd_vocab(args: argparse.Namespace) -> None:
 
 
 def add_prompts_parser(sub: Any) -> None:
-    p = sub.add_parser("prompts", help="write the seeded chat prompt set (dart_core.train.prompt_set) as JSONL",
+    p = sub.add_parser("prompts", help="write the seeded chat prompt set (dart_core.data.prompts.chat_set) as JSONL",
                        description="The default bundle's distillation prompts: 20,000+ training prompts across "
                                    "writing, roleplay, reasoning, math, code, extraction, STEM, humanities and advice, "
                                    "a quarter with a follow-up turn; --heldout writes the held-out topics' prompts.")
@@ -328,12 +331,11 @@ def add_fit_parser(sub: Any) -> None:
 
 
 def add_common_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N")
-    p.add_argument("--dtype", default="auto",
-                   help="target dtype: auto (bf16 on CUDA and on CPUs with native bf16, else fp32), float32, bfloat16, "
-                   "float16")
+    add_device_argument(p, help="cpu (default), cuda, cuda:N")
+    p.set_defaults(device="cpu")
+    add_dtype_argument(p, help=f"the target's dtype: {AUTO_DTYPE_HELP}")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    add_threads_argument(p, help="PyTorch CPU threads (default: PyTorch's, one per core)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -354,8 +356,8 @@ def main(argv: list[str]) -> int:
     command = "python -m dart_core.train " + " ".join(argv)
     try:
         if args.command == "prompts":
-            from dart_core.train.prompt_set import chat_set, heldout_roles
-            from dart_core.train.prompts import write_jsonl
+            from dart_core.data.prompts.chat_set import chat_set, heldout_roles
+            from dart_core.data.prompts.topics import write_jsonl
 
             if args.role != "all" and not args.heldout:
                 raise ValueError("--role picks among the held-out prompts: add --heldout")

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-from dart_core.train.cpu_attention import native_decode_attention
+from dart_core.engine.cpu_attention import native_decode_attention
 
 # Drop finished rows once this share of the batch has finished: each drop copies the kept rows' keys and values
 # once, so dropping on every finished row would cost as much as the concatenation this module avoids.
@@ -272,7 +272,7 @@ def batch_answers(model: Any, prompts: Sequence[Sequence[int]], *, max_new_token
     """Each prompt's continuation, ending with its stop token or after ``max_new_tokens`` tokens: greedy, or
     sampled at ``temperature`` (> 0) with ``generator``. Prompts are left-padded to one width; give prompts of
     similar length for little padding. ``attention``: "native" (on a CPU, the decode steps attend through
-    ``dart_core.train.cpu_attention``) or "sdpa" (the model's own attention throughout)."""
+    ``dart_core.engine.cpu_attention``) or "sdpa" (the model's own attention throughout)."""
     return batch_answers_keeping(model, prompts, max_new_tokens=max_new_tokens, stop_ids=stop_ids, pad_id=pad_id,
                                  temperature=temperature, generator=generator, attention=attention)[0]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from dart_core.bench.corpus import module_key, read_texts, split_stdlib, stdlib_root
+from dart_core.data.corpus import module_key, read_texts, split_stdlib, stdlib_root
 
 EOS = "<|endoftext|>"
 
@@ -36,7 +36,7 @@ def split_summary(root: Path | None = None) -> dict[str, Any]:
     root = root or stdlib_root()
     train, heldout = split_stdlib(root)
     return {
-        "method": "dart_core.bench.corpus.split_stdlib (sha256 of the top-level module name)",
+        "method": "dart_core.data.corpus.split_stdlib (sha256 of the top-level module name)",
         "train_files": len(train),
         "heldout_files": len(heldout),
         "train_bytes": sum(p.stat().st_size for p in train),

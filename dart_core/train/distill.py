@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from dart_core.loading.atomic import atomic_output
+from dart_core.loading.chat import encode_chat
 
 
 class DistillError(ValueError):
@@ -77,10 +78,7 @@ def prompt_ids(tokenizer: Any, rec: dict[str, Any]) -> list[int]:
     if not getattr(tokenizer, "chat_template", None):
         raise DistillError("the target's tokenizer has no chat template: give raw-text records ({\"text\": ...}) "
                            "or a chat model")
-    out = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, enable_thinking=False)
-    if isinstance(out, dict) or hasattr(out, "input_ids"):
-        out = out["input_ids"]
-    return [int(t) for t in out]
+    return encode_chat(tokenizer, msgs)
 
 
 def _resume(path: Path, stop_ids: list[int]) -> tuple[set[str], dict[str, int]]:

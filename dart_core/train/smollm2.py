@@ -117,12 +117,12 @@ def run(args: argparse.Namespace, command: str) -> int:
     coverage behind its size, N-gram store, the three drafters on one time budget, model card. Every stage resumes
     (answered prompts, stored features and training checkpoints are kept in ``--work`` and ``OUT/<drafter>``);
     ``--stages`` runs some of them (a GPU distils and trains, a CPU builds the N-gram store and the card)."""
+    from dart_core.data.prompts.chat_set import chat_set, heldout_roles
+    from dart_core.data.prompts.topics import write_jsonl
     from dart_core.loading.bundle_digests import record_digests
     from dart_core.loading.wheel_fetch import sha256_file
     from dart_core.train.distill import distill_runs, read_sequences
     from dart_core.train.model_card import write_model_card
-    from dart_core.train.prompt_set import chat_set, heldout_roles
-    from dart_core.train.prompts import write_jsonl
 
     stages = parse_stages(args.stages)
     hp = hyperparameters(args)
@@ -138,7 +138,7 @@ def run(args: argparse.Namespace, command: str) -> int:
                                        for p in bench])
     (out / "bundle.json").write_text(json.dumps({"target": hp["target"], "mode": "chat"}, indent=1) + "\n")
     record_stage(out, "prompts", {
-        "generator": "dart_core.train.prompt_set.chat_set", "seed": args.seed, "set_size": len(chat_set(
+        "generator": "dart_core.data.prompts.chat_set.chat_set", "seed": args.seed, "set_size": len(chat_set(
             seed=args.seed)), "train": len(train), "with_followup": sum(1 for p in train if p.get("followups")),
         "eval": len(evals), "bench": len(bench),
         "split": "by topic (stable hash): no held-out topic is in training; eval and bench topics are disjoint"},

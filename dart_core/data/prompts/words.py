@@ -1,4 +1,4 @@
-"""Word lists for the distillation prompt set (:mod:`dart_core.train.prompt_set`): topics by domain, personas,
+"""Word lists for the distillation prompt set (:mod:`dart_core.data.prompts.chat_set`): topics by domain, personas,
 products, places and the names and numbers that fill passages. Data only; every entry is a held-out unit (the split
 is by topic), so the lists are long to keep both splits broad."""
 

@@ -1,4 +1,4 @@
-"""Numbers-and-facts families of the distillation prompt set (:mod:`dart_core.train.prompt_set`): math with
+"""Numbers-and-facts families of the distillation prompt set (:mod:`dart_core.data.prompts.chat_set`): math with
 concrete, consistent numbers (every problem has a clean answer), logic puzzles, and extraction tasks over generated
 passages (emails, reviews, meeting notes, product specs, news). Each generator yields ``(topic, prompt)``; the topic
 is the template or passage subject, the unit of the held-out split."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 
-from dart_core.train.prompt_words import (
+from dart_core.data.prompts.words import (
     BUSINESS,
     COMPANIES,
     JOBS,

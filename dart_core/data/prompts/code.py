@@ -1,4 +1,4 @@
-"""Code material for the distillation prompt set (:mod:`dart_core.train.prompt_set`): a library of short, correct
+"""Code material for the distillation prompt set (:mod:`dart_core.data.prompts.chat_set`): a library of short, correct
 snippets in ten languages (each with one realistic bug for fix-this-bug requests), function-writing tasks,
 programming concepts and error messages. Data only."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from dart_core.train.prompt_words import word_list
+from dart_core.data.prompts.words import word_list
 
 
 class Snippet(NamedTuple):

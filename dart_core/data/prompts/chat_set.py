@@ -3,9 +3,9 @@
 The drafters learn the target's own answers, so what matters is breadth of *form*: prose, lists, tables, JSON, code
 in ten languages (written, explained, fixed, tested), arithmetic with real numbers, dialogue and role-play, and
 answers about a passage given in the prompt, each dressed with the modifiers users type (audience, length, tone,
-format). Several hundred topics feed the templates (:mod:`~dart_core.train.prompt_words`, :mod:`~dart_core.train.
-prompt_code`, :mod:`~dart_core.train.prompt_puzzles`). The held-out split is by *topic* (the stable hash of
-:func:`~dart_core.train.prompts.is_heldout_topic`), so no held-out topic, template family or snippet is seen in
+format). Several hundred topics feed the templates (:mod:`~dart_core.data.prompts.words`, :mod:`~dart_core.train.
+prompt_code`, :mod:`~dart_core.data.prompts.puzzles`). The held-out split is by *topic* (the stable hash of
+:func:`~dart_core.data.prompts.topics.is_heldout_topic`), so no held-out topic, template family or snippet is seen in
 training. Nothing is taken from a benchmark: a test checks that no prompt shares an 8-word run with MT-bench or with
 the bundles' shipped ``prompts.jsonl``."""
 
@@ -15,7 +15,7 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
-from dart_core.train.prompt_code import (
+from dart_core.data.prompts.code import (
     CONCEPTS,
     ERRORS,
     FENCE,
@@ -26,8 +26,9 @@ from dart_core.train.prompt_code import (
     TASK_LANGUAGES,
     TASKS,
 )
-from dart_core.train.prompt_puzzles import extraction_prompts, math_prompts, reasoning_prompts
-from dart_core.train.prompt_words import (
+from dart_core.data.prompts.puzzles import extraction_prompts, math_prompts, reasoning_prompts
+from dart_core.data.prompts.topics import is_heldout_topic, topic_key
+from dart_core.data.prompts.words import (
     ARTS,
     BUSINESS,
     EVERYDAY,
@@ -44,7 +45,6 @@ from dart_core.train.prompt_words import (
     STEM,
     TECH,
 )
-from dart_core.train.prompts import is_heldout_topic, topic_key
 
 CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities", "advice")
 FOLLOWUP_SHARE = 0.25  # records that carry a second user turn

@@ -1,4 +1,4 @@
-"""Helpers of the prompt sets (``dart_core.train.prompt_set``): the stable topic split that keeps held-out topics
+"""Helpers of the prompt sets (``dart_core.data.prompts.chat_set``): the stable topic split that keeps held-out topics
 out of training on every machine and run, and the JSONL writer the prompt and distillation files use."""
 
 from __future__ import annotations

@@ -1,0 +1,63 @@
+"""A racer's figures from its steps, the same for every surface (the page's cards, ``generate``'s table, the
+benchmarks' JSON): τ, tokens/s, the per-step split and the acceptance metrics (``RunStats``), and the speedups over
+plain decoding."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dart_core.engine.loop import Step
+from dart_core.engine.metrics import summarize
+from dart_core.racers.registry import BASELINE
+
+
+def racer_figures(steps: Sequence[Step], wall_ms: float | None = None) -> dict[str, Any]:
+    """τ, tokens/s (prefill included) by the engine's stopwatches, the per-step split and the acceptance metrics
+    over pooled steps (counts summed before any division); with ``wall_ms`` (the clock around the generations,
+    loop glue included) also tokens/s by the wall clock."""
+    st = summarize(steps)
+    out: dict[str, Any] = {
+        "tokens": st.new_tokens,
+        "forwards": st.forwards,
+        "tau": st.tau,
+        "tokens_per_s": st.tokens_per_s,
+        "total_ms": st.total_ms,
+        "prefill_ms": st.prefill_ms,
+        "draft_ms_per_step": st.draft_ms_per_step,
+        "search_ms_per_step": st.search_ms_per_step,
+        "verify_ms_per_step": st.verify_ms_per_step,
+        **st.acceptance(),
+    }
+    if wall_ms is not None:
+        out["tokens_per_s_wall"] = st.new_tokens / (wall_ms / 1e3) if wall_ms > 0 else 0.0
+        out["wall_ms"] = wall_ms
+    return out
+
+
+def ratio(mine: float | None, ar: float | None) -> float | None:
+    """``mine / ar``, None without a usable baseline."""
+    return mine / ar if mine is not None and ar else None
+
+
+def add_speedups(summary: Mapping[str, dict[str, Any]]) -> None:
+    """Each racer's ``speedup_vs_ar`` over plain decoding's row in ``summary``: by the wall clock where the figures
+    have one (the engine's stopwatches then in ``speedup_vs_ar_engine``), else by the stopwatches."""
+    ar = summary.get(BASELINE) or {}
+    for s in summary.values():
+        if s is None:
+            continue
+        engine = ratio(s.get("tokens_per_s"), ar.get("tokens_per_s"))
+        if "tokens_per_s_wall" in s:
+            s["speedup_vs_ar"] = ratio(s["tokens_per_s_wall"], ar.get("tokens_per_s_wall"))
+            s["speedup_vs_ar_engine"] = engine
+        else:
+            s["speedup_vs_ar"] = engine
+
+
+def summarize_racers(pooled: Mapping[str, Sequence[Step]],
+                     wall_ms: Mapping[str, float] | None = None) -> dict[str, dict[str, Any]]:
+    """:func:`racer_figures` per racer over its pooled steps (and summed wall clock), with the speedups."""
+    summary = {m: racer_figures(steps, None if wall_ms is None else wall_ms[m]) for m, steps in pooled.items()}
+    add_speedups(summary)
+    return summary
