@@ -29,6 +29,18 @@ log = logging.getLogger("dart_arena.app")
 IDLE_S = 1.0
 
 
+
+def sampling_text(sampling: Any) -> str | None:
+    """A sampled race's settings in a few words ("T=0.7, top-p 0.9"), None for a greedy one."""
+    if sampling.greedy:
+        return None
+    parts = [f"T={sampling.temperature:g}"]
+    if sampling.top_p < 1.0:
+        parts.append(f"top-p {sampling.top_p:g}")
+    if sampling.top_k:
+        parts.append(f"top-k {sampling.top_k}")
+    return ", ".join(parts)
+
 class LiveRace:
     """One race as the page shows it: the race (run by the engine), each method's decoded text, the conversation
     turn it answers; renders the page's outputs. ``closed`` is set once the race has ended on the engine."""
@@ -115,7 +127,8 @@ class LiveRace:
             result = KEEP
         return PageUpdate(conv=self.conv, status=banner,
                           lanes=self.ui.lanes_html(self.conv, live=not final, methods=self.methods),
-                          cards=render.summary_html(summary, self.conv["matches"], dtype_name(race.dtype)),
+                          cards=render.summary_html(summary, self.conv["matches"], dtype_name(race.dtype),
+                                                    sampled=sampling_text(race.settings.sampling)),
                           plots=self.ui.race_plots(race) if plots or final else {}, result=result)
 
     def final_kind(self) -> str:
@@ -146,6 +159,9 @@ class LiveRace:
         tail = ""
         if only_ar:
             tail = " — no drafter raced, so nothing was compared with AR"
+        elif not race.settings.sampling.greedy:
+            tail = (f" — sampled ({sampling_text(race.settings.sampling)}): each racer keeps the target's "
+                    "distribution; outputs are not compared token by token")
         elif verdicts:
             kinds = {v.kind for v in verdicts.values()}
             tail = (" — OUTPUT DIFFERS FROM AR" if "mismatch" in kinds else

@@ -158,11 +158,17 @@ def lane_html(method: str, turns: Sequence[dict[str, Any]], *, chat: bool, figur
     return out if is_open else out + "</div></div>"
 
 
+SAMPLED_CHECK = ("sampled at {sampling}: each racer's output is a draw from the target's own distribution (the "
+                 "acceptance rule keeps it, checked statistically by the test suite), so outputs differ from AR's "
+                 "by chance and nothing is compared token by token")
+
+
 def summary_html(summary: dict[str, dict[str, Any]], verdicts: dict[str, Verdict] | None = None,
-                 dtype: str = "float32") -> str:
+                 dtype: str = "float32", sampled: str | None = None) -> str:
     """The summary row: one card per method with τ, tokens/s, speedup vs AR and the draft tokens verified and
     accepted with their rate (docs/metrics.md), plus the greedy check (a flip between the target's best tokens
-    within ``dtype``'s rounding is shown neutrally, as a tie)."""
+    within ``dtype``'s rounding is shown neutrally, as a tie), or for a sampled race (``sampled``: its settings)
+    what holds instead of token equality."""
     cards = []
     for m, f in summary.items():
         speed = _fmt(f.get("speedup_vs_ar"), ".2f", "×") if m != BASELINE else "1.00×"
@@ -179,6 +185,8 @@ def summary_html(summary: dict[str, dict[str, Any]], verdicts: dict[str, Verdict
             f'<span>search {_fmt(f.get("search_ms_per_step"), ".2f")}</span>'
             f'<span>verify {_fmt(f.get("verify_ms_per_step"), ".2f")} ms/step</span></div></div>')
     note = ""
+    if sampled and len(summary) > 1:
+        note += f'<div class="check sampled">~ {html.escape(SAMPLED_CHECK.format(sampling=sampled))}</div>'
     if verdicts:
         same = [label(m) for m, v in verdicts.items() if v.kind == "identical"]
         ties = [f"{label(m)} {v.describe(dtype)}" for m, v in verdicts.items() if v.kind == "tie"]

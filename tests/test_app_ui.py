@@ -72,6 +72,18 @@ def test_completion_race_and_regenerate(arena: Any) -> None:
     assert again.result["methods"]["ar"]["token_ids"] == result["methods"]["ar"]["token_ids"]
 
 
+def test_a_sampled_race_says_what_it_checks_instead_of_token_equality(arena: Any) -> None:
+    """At temperature 0.7 and top-p 0.9 the outputs differ from AR's by chance: the status and the cards say that
+    each racer keeps the target's distribution, never "identical to AR", and no greedy verdict is made."""
+    out = list(ui_for(arena).run(held_out_prompt(0), new_conversation(), 0.7, 0.9, 0, 12, 16, 21, 6, 4,
+                                 session="s"))
+    final = out[-1]
+    assert "Done" in final.status and "sampled (T=0.7, top-p 0.9)" in final.status
+    assert "identical" not in final.status and "identical" not in final.cards
+    assert "sampled at T=0.7, top-p 0.9" in html.unescape(final.cards) and "check sampled" in final.cards
+    assert final.result["greedy_matches_ar"] is None
+
+
 def test_multi_turn_chat_continues_each_methods_own_conversation(arena: Any) -> None:
     tok = arena.tokenizer
     saved = tok.chat_template
