@@ -13,12 +13,15 @@ import pytest
 import torch
 from helpers_ckpt import write_tiny_bundle
 
+from dart_core.bench import e2e, e2e_report
 from dart_core.bench.__main__ import main as bench_main
-from dart_core.data import datasets, e2e, e2e_report
+from dart_core.data import datasets
 from dart_core.engine import greedy_check
 from dart_core.engine import loop as generate
+from dart_core.engine.loop import Step
 from dart_core.ngram.store import NgramStore
-from dart_core.racers.registry import model_free_racers
+from dart_core.race import summarize_racers
+from dart_core.racers.registry import model_free_racers, racer
 
 VOCAB = 97
 # ChatML-like, over words the tiny word-level tokenizer knows (the question words themselves all map to w0)
@@ -93,10 +96,88 @@ def test_e2e_on_tiny_bundle(bundle: Path, tmp_path: Path, capsys: pytest.Capture
         assert s["wall_ms"] == pytest.approx(sum(e["methods"][m]["wall_ms"] for e in report["prompts"]))
         assert s["speedup_vs_ar"] == pytest.approx(s["tokens_per_s_wall"] / summary["ar"]["tokens_per_s_wall"])
     assert "tok/s wall" in printed and "vs AR wall" in printed
+    # a prompt file without categories: one category, "all", the pooled figures themselves
+    assert {e["category"] for e in report["prompts"]} == {"all"}
+    assert report["by_category"] == {"all": summary}
+    best = report["best_by_category"]["all"]
+    assert racer(best).drafts
+    assert best == max((m for m in summary if racer(m).drafts), key=lambda m: summary[m]["speedup_vs_ar"])
+    assert f"best racer: {best} {summary[best]['speedup_vs_ar']:.2f}x AR" in printed
+    assert "by category" not in printed  # no per-category table for one category
     html = (tmp_path / "out/e2e.html").read_text()
     assert "plotly" in html.lower()
     for title in e2e_report.FIGURE_TITLES:
         assert title in html
+    assert e2e_report.HEATMAP_TITLE not in html and "category (prompts)" not in html  # no heatmap, no axis
+
+
+def test_figures_per_category(bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A prompt file of two categories: each category's figures are those of its own prompts only, its best racer
+    the fastest drafting one there, in the JSON, the printed per-category table and the HTML heatmap."""
+    records = [json.loads(line) for line in (bundle / "prompts.jsonl").read_text().splitlines()][:4]
+    cats = ["code", "prose", "prose", "code"]
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({**r, "category": c}) + "\n" for r, c in zip(records, cats, strict=True)))
+    assert _run(bundle, tmp_path / "out", "--prompts", str(prompts), "--warmup", "0", limit=4, new=12) == 0
+    printed = capsys.readouterr().out
+    report = json.loads((tmp_path / "out/e2e.json").read_text())
+    assert [(e["id"], e["category"]) for e in report["prompts"]] == list(zip([r["id"] for r in records], cats,
+                                                                             strict=True))
+    by_category, best = report["by_category"], report["best_by_category"]
+    assert list(by_category) == list(best) == ["code", "prose"]  # in the order they first come
+    methods = report["config"]["methods"]
+    for c, figures in by_category.items():
+        entries = [e for e in report["prompts"] if e["category"] == c]
+        assert len(entries) == 2 and set(figures) == set(methods)
+        # summarize_racers over exactly this category's prompts, its steps rebuilt from the entries (the step
+        # records keep no tree: a tree's depth counts as tree_size - 1, which lengthens only the histogram)
+        wall = {m: 0.0 for m in methods}
+        for e in entries:
+            for m in methods:
+                wall[m] += e["methods"][m]["wall_ms"]
+        steps = {m: [Step(m, s["tokens"], s["accepted"], s["tree_size"], s["draft_ms"], s["search_ms"],
+                          s["verify_ms"], prefill=s["prefill"]) for e in entries for s in e["methods"][m]["steps"]]
+                 for m in methods}
+        expected = summarize_racers(steps, wall)
+        for m, f in figures.items():
+            want = expected[m]
+            for name in ("tokens", "forwards", "verify_steps", "tau", "num_drafts", "num_draft_tokens",
+                         "num_accepted_tokens", "mean_acceptance_length", "draft_acceptance_rate", "wall_ms",
+                         "tokens_per_s_wall", "speedup_vs_ar"):
+                assert f[name] == want[name], (c, m, name)  # exactly: the same counts, the same divisions
+            assert f["tokens"] == sum(e["methods"][m]["tokens"] for e in entries)
+            assert f["tokens_per_s"] == pytest.approx(want["tokens_per_s"], rel=1e-4)  # step ms rounded in the JSON
+            hist = list(f["acceptance_histogram"])
+            assert hist[:len(want["acceptance_histogram"])] == want["acceptance_histogram"][:len(hist)]
+            assert sum(hist) == f["num_drafts"]
+            rates = f["per_position_acceptance_rate"]
+            assert rates == want["per_position_acceptance_rate"][:len(rates)]
+        winner = max((m for m in methods if racer(m).drafts), key=lambda m: figures[m]["speedup_vs_ar"])
+        assert best[c] == winner and winner not in ("ar", "hf")
+        row = next(line for line in printed.splitlines() if line.startswith(f"{c} (2)"))
+        for m in methods:
+            assert f"{figures[m]['tau']:.2f} {figures[m]['speedup_vs_ar']:.2f}x" in row, (c, m)
+        assert row.endswith(f"  {winner}")
+        assert f"best in {c}: {winner} {figures[winner]['speedup_vs_ar']:.2f}x AR, tau {figures[winner]['tau']:.2f}" \
+            in printed
+    for m, s in report["summary"].items():  # the pooled figures pool both categories
+        assert s["tokens"] == by_category["code"][m]["tokens"] + by_category["prose"][m]["tokens"]
+        assert s["num_drafts"] == by_category["code"][m]["num_drafts"] + by_category["prose"][m]["num_drafts"]
+    assert "by category (n prompts)" in printed
+    html = (tmp_path / "out/e2e.html").read_text()
+    assert e2e_report.HEATMAP_TITLE in html
+    # the heatmap trace as written into the page (every figure's template also names a heatmap type: not that)
+    assert '"x":["code (2)","prose (2)"],"y":[' + ",".join(f'"{m}"' for m in methods) + "]" in html
+    assert '"zmid":1.0,"type":"heatmap"}]' in html
+    heatmap = e2e_report.category_heatmap(report)
+    (trace,) = heatmap.data
+    assert list(trace.x) == ["code (2)", "prose (2)"] and list(trace.y) == methods
+    assert [list(row) for row in trace.z] == [[by_category[c][m]["speedup_vs_ar"] for c in ("code", "prose")]
+                                              for m in methods]
+    for m, texts in zip(methods, trace.text, strict=True):
+        for c, text in zip(("code", "prose"), texts, strict=True):
+            f = by_category[c][m]
+            assert text == ("★ " if best[c] == m else "") + f"τ {f['tau']:.2f}<br>{f['speedup_vs_ar']:.2f}×"
 
 
 @pytest.mark.parametrize(("name", "command"), [("tiny", "python -m dart_core.train all --out assets/tiny"),

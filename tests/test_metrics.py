@@ -238,7 +238,8 @@ def test_bench_e2e_pools_the_prompts_in_its_table_json_and_report(rigged: Any, t
     from dart_core.bench.__main__ import main as bench_main
 
     prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"id": f"p{i}", "prompt": p}) + "\n" for i, p in enumerate(PROMPTS)))
+    prompts.write_text("".join(json.dumps({"id": f"p{i}", "category": f"c{i}", "prompt": p}) + "\n"
+                               for i, p in enumerate(PROMPTS)))  # one category a prompt
     out = tmp_path / "out"
     assert bench_main(["e2e", "--base", str(BUNDLE / "target"), f"--{KEY}", "builtin", "--methods", f"{KEY},ar",
                        "--prompts", str(prompts), "--raw", "--warmup", "0", "--no-hf-generate", "--max-new-tokens",
@@ -248,8 +249,10 @@ def test_bench_e2e_pools_the_prompts_in_its_table_json_and_report(rigged: Any, t
     pooled = by_hand(*PLANS)
     report = json.loads((out / "e2e.json").read_text())
     close(report["summary"][KEY], pooled)  # counts summed over the prompts, then divided
-    for entry, plan in zip(report["prompts"], PLANS, strict=True):
+    for i, (entry, plan) in enumerate(zip(report["prompts"], PLANS, strict=True)):
         close(entry["methods"][KEY], by_hand(plan))
+        close(report["by_category"][f"c{i}"][KEY], by_hand(plan))  # each category: its own prompt's plan
+        assert report["best_by_category"][f"c{i}"] == KEY  # the only drafting racer
     assert report["summary"]["ar"]["num_drafts"] == 0
     row = next(line for line in printed.splitlines() if line.startswith(f"{KEY} "))
     assert table_cells(pooled) in row

@@ -9,6 +9,9 @@ Prints one row per method (τ, draft tokens verified and accepted, the acceptanc
 tokens/s by the engine's stopwatches and by wall clock, speedup vs AR by wall clock, mean draft / tree-search / verify
 ms per step) and each drafting method's per-position acceptance rates (vLLM's metrics, docs/metrics.md), checks on
 the fly that every method's greedy output equals AR's, and writes ``e2e.json`` + a self-contained ``e2e.html``.
+Every prompt carries a category (MT-bench's own, the held-out set's topic categories, a prompt file's ``category``
+field, else ``all``): the same figures per category and racer (``by_category``) and the best drafting racer per
+category (``best_by_category``), as a second table, in ``e2e.json`` and as a heatmap in ``e2e.html``.
 ``--dataset mt-bench`` runs a named chat prompt set instead of a prompt file; ``--turns 2`` continues each method's
 own conversation with the set's follow-up question. The ``hf`` row is Hugging Face ``generate`` on the same weights,
 dtype and device (``--no-hf-generate`` drops it): the baseline a user would otherwise run. A greedy output that
@@ -31,7 +34,7 @@ from typing import Any
 
 import torch
 
-from dart_core.bench.e2e_report import write_html
+from dart_core.bench.e2e_report import category_counts, write_html
 from dart_core.bundle import build_command
 from dart_core.data.datasets import DATASETS, DatasetError, load_dataset
 from dart_core.engine.greedy_check import TopLogits, compare
@@ -69,12 +72,23 @@ class BenchError(Exception):
     """A user-facing setup problem (missing bundle, bad prompt file): printed, exit code 2."""
 
 
+NO_CATEGORY = "all"  # the category of a prompt whose record names none
+
+
+def category_of(record: dict[str, Any]) -> str:
+    """A prompt record's category (MT-bench's own, the held-out set's topic category, a prompt file's ``category``
+    field), :data:`NO_CATEGORY` when it names none."""
+    category = record.get("category")
+    return str(category) if category not in (None, "") else NO_CATEGORY
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p)
     g = p.add_argument_group("run")
     source = g.add_mutually_exclusive_group()
     source.add_argument("--prompts", type=Path, default=None,
-                        help="JSONL prompt file (fields: prompt, optional id); default: the bundle's prompts.jsonl")
+                        help="JSONL prompt file (fields: prompt, optional id and category); default: the bundle's "
+                             "prompts.jsonl")
     source.add_argument("--dataset", default=None, metavar="NAME",
                         help=f"named chat prompt set instead of a file: {', '.join(sorted(DATASETS))} "
                              "(chat mode; needs a tokenizer with a chat template)")
@@ -142,7 +156,8 @@ def resolve_sources(args: argparse.Namespace) -> Sources:
 
 
 def read_prompts(path: Path, limit: int = 0) -> list[dict[str, str]]:
-    """JSONL lines with ``prompt`` (text) and an optional ``id`` (default: the line number)."""
+    """JSONL lines with ``prompt`` (text), an optional ``id`` (default: the line number) and an optional
+    ``category`` (default :data:`NO_CATEGORY`: the figures per category then pool every such prompt)."""
     out = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
@@ -152,7 +167,7 @@ def read_prompts(path: Path, limit: int = 0) -> list[dict[str, str]]:
             text = rec["prompt"]
         except (json.JSONDecodeError, KeyError, TypeError):
             raise BenchError(f"{path}:{n}: expected a JSON object with a 'prompt' field") from None
-        out.append({"id": str(rec.get("id", n)), "prompt": str(text)})
+        out.append({"id": str(rec.get("id", n)), "category": category_of(rec), "prompt": str(text)})
     if limit:
         out = out[:limit]
     if not out:
@@ -300,8 +315,9 @@ class Conversations:
 
 @dataclass
 class Tally:
-    """Everything counted over the prompts: per prompt and turn, pooled per method and per turn, and the greedy
-    check's findings (real mismatches beyond the dtype's rounding, and rounding ties: ``greedy_check``)."""
+    """Everything counted over the prompts: per prompt and turn, pooled per method, per turn and per category
+    (prompts of one category, both turns pooled; categories in the order they first come), and the greedy check's
+    findings (real mismatches beyond the dtype's rounding, and rounding ties: ``greedy_check``)."""
 
     methods: list[str]
     n_turns: int
@@ -314,12 +330,19 @@ class Tally:
         self.wall: dict[str, float] = dict.fromkeys(self.methods, 0.0)
         self.turn_steps: list[dict[str, list[Step]]] = [{m: [] for m in self.methods} for _ in range(self.n_turns)]
         self.turn_wall: list[dict[str, float]] = [dict.fromkeys(self.methods, 0.0) for _ in range(self.n_turns)]
+        self.category_steps: dict[str, dict[str, list[Step]]] = {}
+        self.category_wall: dict[str, dict[str, float]] = {}
 
-    def count(self, method: str, turn: int, run: list[Step], wall_ms: float) -> None:
+    def count(self, method: str, turn: int, run: list[Step], wall_ms: float, category: str = NO_CATEGORY) -> None:
         self.pooled[method].extend(run)
         self.wall[method] += wall_ms
         self.turn_steps[turn][method].extend(run)
         self.turn_wall[turn][method] += wall_ms
+        if category not in self.category_steps:
+            self.category_steps[category] = {m: [] for m in self.methods}
+            self.category_wall[category] = dict.fromkeys(self.methods, 0.0)
+        self.category_steps[category][method].extend(run)
+        self.category_wall[category][method] += wall_ms
 
 
 def _race(args: argparse.Namespace, src: Sources, prompts: list[dict[str, Any]], encoded: list[list[int]],
@@ -336,16 +359,16 @@ def _race(args: argparse.Namespace, src: Sources, prompts: list[dict[str, Any]],
     dtype = runs.arena.target.dtype
     bar = tqdm(list(zip(prompts, encoded, strict=True)), desc="e2e", unit="prompt", disable=args.no_progress)
     for i, (p, ids) in enumerate(bar):
-        tags = [{"category": p.get("category"), "turn": k + 1} if src.dataset is not None else {}
-                for k in range(runs.n_turns)]
-        entries: list[dict[str, Any]] = [{"id": p["id"], **tags[k], "prompt_tokens": len(ids), "methods": {}}
-                                         for k in range(runs.n_turns)]
+        category = category_of(p)
+        tags = [{"turn": k + 1} if src.dataset is not None else {} for k in range(runs.n_turns)]
+        entries: list[dict[str, Any]] = [{"id": p["id"], "category": category, **tags[k], "prompt_tokens": len(ids),
+                                          "methods": {}} for k in range(runs.n_turns)]
         outputs: dict[str, list[list[int]]] = {}
         tops: dict[str, list[list[TopLogits]]] = {}
         for m in order:
             outputs[m], tops[m] = [], []
             for k, (turn_ids, run, wall_ms) in enumerate(runs.converse(m, p, ids, args.seed + i)):
-                tally.count(m, k, run, wall_ms)
+                tally.count(m, k, run, wall_ms, category)
                 steps = [step_record(s) for s in run]
                 outputs[m].append([t for s in run for t in s.tokens])
                 tops[m].append([t for s in run for t in s.top_logits])
@@ -390,6 +413,7 @@ def _report(args: argparse.Namespace, src: Sources, arena: Any, prompts: list[di
     summary = summarize_methods(tally.pooled, tally.wall)
     per_turn = ({str(k + 1): summarize_methods(tally.turn_steps[k], tally.turn_wall[k]) for k in range(n_turns)}
                 if n_turns > 1 else None)
+    by_category = {c: summarize_methods(steps, tally.category_wall[c]) for c, steps in tally.category_steps.items()}
     checked = sampling.greedy and BASELINE in methods and len(methods) > 1
     models = models_identity(src.base, src.drafters, src.ngram, src.small_ngram)
     return {
@@ -416,9 +440,15 @@ def _report(args: argparse.Namespace, src: Sources, arena: Any, prompts: list[di
                                 "that accepted at least k drafts), acceptance_histogram[k] (drafting steps that "
                                 "accepted exactly k); docs/metrics.md",
                   **({"summary_per_turn": "the same figures over turn 1 / turn 2 only; `summary` pools both; "
-                                          "prompts holds one entry per prompt and turn"} if per_turn else {})},
+                                          "prompts holds one entry per prompt and turn"} if per_turn else {}),
+                  "by_category": "the same figures over each category's prompts only (its turns pooled), "
+                                 f"category -> racer -> figures; prompts without a category are in {NO_CATEGORY!r}",
+                  "best_by_category": "per category the drafting racer (neither AR nor HF generate) with the highest "
+                                      "speedup_vs_ar there (null without one)"},
         "summary": summary,
         **({"summary_per_turn": per_turn} if per_turn else {}),
+        "by_category": by_category,
+        "best_by_category": {c: best_racer(figures) for c, figures in by_category.items()},
         "mismatches": tally.mismatches if checked else None,
         "ties": tally.ties if checked else None,
         "prompts": tally.per_prompt,
@@ -432,6 +462,9 @@ def _write(args: argparse.Namespace, report: dict[str, Any], methods: list[str],
     out.mkdir(parents=True, exist_ok=True)
     (out / "e2e.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
     print_table(report["summary"], methods, n, sampling, report.get("summary_per_turn"))
+    for line in category_lines(report["by_category"], report["best_by_category"], methods,
+                               category_counts(report["prompts"])):
+        print(line)
     if report["mismatches"] is None:
         print("mismatches: not checked (needs greedy and AR plus another method)")
     else:
@@ -453,6 +486,59 @@ def summarize_methods(pooled: dict[str, list[Step]], wall_ms: dict[str, float]) 
     """Overall figures per method over every counted prompt (pooled steps, summed wall clock) + speedups vs AR
     (``speedup_vs_ar`` by wall clock, ``speedup_vs_ar_engine`` by the engine's stopwatches)."""
     return summarize_racers(pooled, wall_ms)
+
+
+def best_racer(figures: dict[str, dict[str, Any]]) -> str | None:
+    """The drafting racer (not the baseline, not HF ``generate``: ``Racer.drafts``) with the highest
+    ``speedup_vs_ar`` in ``figures`` (racer -> figures of one category; without an AR row, the highest wall-clock
+    tokens/s, which ranks them alike); None without a drafting racer."""
+    drafting = [m for m in figures if racer(m).drafts]
+    return max(drafting, key=lambda m: (figures[m]["speedup_vs_ar"] or 0.0, figures[m]["tokens_per_s_wall"]),
+               default=None)
+
+
+def _speedup(s: dict[str, Any]) -> str:
+    return f"{s['speedup_vs_ar']:.2f}x" if s["speedup_vs_ar"] else "-"
+
+
+def category_lines(by_category: dict[str, dict[str, dict[str, Any]]], best: dict[str, str | None],
+                   methods: list[str], counts: dict[str, int]) -> list[str]:
+    """The per-category table (one row per category: each racer's τ and speedup vs AR by wall clock, the best
+    racer), each drafting racer's acceptance rate and per-position acceptance per category, and one line per
+    category naming its best racer. With one category (a prompt set without categories) only the best racer's
+    line: the table above holds the same figures."""
+
+    def winner(c: str) -> str:
+        m = best.get(c)
+        if m is None:
+            return "-"
+        s = by_category[c][m]
+        slower = " (slower than AR)" if s["speedup_vs_ar"] is not None and s["speedup_vs_ar"] < 1 else ""
+        return f"{m} {_speedup(s)} AR, tau {s['tau']:.2f}{slower}"
+
+    if len(by_category) < 2:
+        return [f"best racer: {winner(c)}" for c in by_category]
+    cw = max(8, *(len(c) + 2 + len(str(counts.get(c, 0))) + 1 for c in by_category))
+    cells = {c: {m: f"{by_category[c][m]['tau']:.2f} {_speedup(by_category[c][m])}" for m in methods}
+             for c in by_category}
+    widths = {m: max(len(m), *(len(cells[c][m]) for c in by_category)) for m in methods}
+    out = ["\nby category (n prompts): tau and speedup vs AR by wall clock per racer; best: the fastest drafting "
+           "racer", f"{'category':<{cw}} " + " ".join(f"{m:>{widths[m]}}" for m in methods) + "  best"]
+    for c in by_category:
+        name = f"{c} ({counts.get(c, 0)})"
+        out.append(f"{name:<{cw}} " + " ".join(f"{cells[c][m]:>{widths[m]}}" for m in methods)
+                   + f"  {best.get(c) or '-'}")
+    drafting = [m for m in methods if racer(m).drafts]
+    if drafting:
+        out.append("acceptance by category (draft acceptance rate; per-position acceptance rate, k = 1, 2, ...):")
+        for c in by_category:
+            for m in drafting:
+                f = by_category[c][m]
+                if f["num_drafts"]:
+                    out.append(f"  {c:<{cw}} {m:<{method_width(methods)}} {f['draft_acceptance_rate']:>6.1%}  "
+                               + ", ".join(f"{r:.3f}" for r in f["per_position_acceptance_rate"]))
+    out += [f"best in {c}: {winner(c)}" for c in by_category]
+    return out
 
 
 def print_table(summary: dict[str, dict[str, Any]], methods: list[str], n: int, sampling: SamplingConfig,

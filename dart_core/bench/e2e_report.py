@@ -1,7 +1,8 @@
 """The end-to-end benchmark's report for people: five plotly figures (τ per step with its running mean, the
-latency split, tokens/s per prompt, the per-position acceptance rate, the acceptance histogram) and the summary
-table with the acceptance metrics (docs/metrics.md) in a self-contained ``e2e.html`` that works offline, from the
-``e2e.json`` report that ``dart_core.bench.e2e`` writes."""
+latency split, tokens/s per prompt, the per-position acceptance rate, the acceptance histogram), the summary
+table with the acceptance metrics (docs/metrics.md) and, for a prompt set of two or more categories, a racers ×
+categories heatmap of the speedup vs AR with τ in each cell and the best racer per category, in a self-contained
+``e2e.html`` that works offline, from the ``e2e.json`` report that ``dart_core.bench.e2e`` writes."""
 
 from __future__ import annotations
 
@@ -18,6 +19,46 @@ FIGURE_TITLES = (
     "Accepted draft tokens per drafting step (histogram)",
 )
 SPLIT_COLORS = {"draft": "#ff7f0e", "search": "#2ca02c", "verify": "#9467bd"}
+HEATMAP_TITLE = "Speedup vs AR by category (wall clock; τ in each cell, ★ the best racer)"
+
+
+def category_counts(entries: list[dict[str, Any]]) -> dict[str, int]:
+    """Prompts per category (a prompt of several turns counts once), in the order of the entries."""
+    seen: dict[str, set[str]] = {}
+    for e in entries:
+        seen.setdefault(e.get("category", "all"), set()).add(e["id"])
+    return {c: len(ids) for c, ids in seen.items()}
+
+
+def category_heatmap(report: dict[str, Any]) -> Any | None:
+    """Racers (rows) × categories (columns): the colour is the speedup vs AR by wall clock (the wall-clock
+    tokens/s in a run without AR), each cell says τ and the speedup, ★ marks the category's best racer
+    (``best_by_category``); None for fewer than two categories (the summary table says it all)."""
+    import plotly.graph_objects as go
+
+    by_category = report.get("by_category") or {}
+    if len(by_category) < 2:
+        return None
+    methods = report["config"]["methods"]
+    best = report.get("best_by_category") or {}
+    counts = category_counts(report["prompts"])
+    cats = list(by_category)
+    speedup = any(by_category[c][m]["speedup_vs_ar"] for c in cats for m in methods)
+    field = "speedup_vs_ar" if speedup else "tokens_per_s_wall"
+    z = [[by_category[c][m][field] for c in cats] for m in methods]
+    text = [[("★ " if best.get(c) == m else "") + f"τ {by_category[c][m]['tau']:.2f}<br>"
+             + (f"{by_category[c][m]['speedup_vs_ar']:.2f}×" if speedup else f"{by_category[c][m][field]:.1f} tok/s")
+             for c in cats] for m in methods]
+    x = [f"{c} ({counts.get(c, 0)})" for c in cats]
+    scale = {"colorscale": "RdBu", "zmid": 1.0} if speedup else {"colorscale": "Viridis"}
+    fig = go.Figure(go.Heatmap(z=z, x=x, y=methods, text=text, texttemplate="%{text}", **scale,
+                               colorbar={"title": {"text": "× AR" if speedup else "tok/s"}},
+                               hovertemplate="%{y} on %{x}: %{text}<extra></extra>"))
+    fig.update_layout(title=HEATMAP_TITLE, template="plotly_white", paper_bgcolor="#ffffff", plot_bgcolor="#ffffff",
+                      font={"color": "#222222"}, height=max(320, 60 + 48 * len(methods)),
+                      margin={"l": 110, "r": 20, "t": 60, "b": 60}, xaxis_title="category (prompts)",
+                      xaxis_type="category", yaxis_type="category", yaxis_autorange="reversed")
+    return fig
 
 
 def build_figures(report: dict[str, Any]) -> list[Any]:
@@ -106,6 +147,17 @@ def write_html(report: dict[str, Any], path: Path) -> None:
 
     figs = build_figures(report)
     parts = [f.to_html(full_html=False, include_plotlyjs=(i == 0)) for i, f in enumerate(figs)]
+    heatmap = category_heatmap(report)
+    category_card = ""
+    if heatmap is not None:
+        by_category = report["by_category"]
+        winners = "; ".join(
+            f"{html.escape(c)}: " + (f"<b>{html.escape(m)}</b> ({_speed(by_category[c][m]['speedup_vs_ar'])}, "
+                                     f"τ {by_category[c][m]['tau']:.2f})" if m else "–")
+            for c, m in report.get("best_by_category", {}).items())
+        category_card = (f'<div class="card"><h2>{html.escape(HEATMAP_TITLE)}</h2>'
+                         f'{heatmap.to_html(full_html=False, include_plotlyjs=False)}'
+                         f'<p>best racer per category (the fastest drafting racer by wall clock): {winners}</p></div>')
     tables = {"all": report["summary"], **report.get("summary_per_turn", {})}
     multi = len(tables) > 1
     rows = "".join(
@@ -148,6 +200,7 @@ metrics: docs/metrics.md).</p>
 <th>tok/s eng</th><th>tok/s wall</th><th>vs AR wall</th><th>draft ms</th><th>search ms</th><th>verify ms</th></tr>
 {rows}</table>
 <p>mismatches vs AR: {mm_text}</p><p>rounding ties vs AR (greedy_check): {tie_text}</p></div>
+{category_card}
 {''.join(f'<div class="card"><h2>{html.escape(t)}</h2>{p}</div>' for t, p in zip(FIGURE_TITLES, parts, strict=True))}
 </body></html>
 """
