@@ -356,3 +356,27 @@ def test_dataset_option_errors(bundle: Path, tmp_path: Path, capsys: pytest.Capt
 def test_dataset_and_prompts_exclude_each_other(bundle: Path, tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
         _run(bundle, tmp_path / "out", "--dataset", "mt-bench", "--prompts", str(bundle / "prompts.jsonl"))
+
+
+def test_a_sampled_run_over_several_seeds_reports_mean_and_spread(bundle: Path, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """``--seeds 2`` at temperature 0.7, top-p 0.9: the set runs once per seed, ``by_seed`` holds each run's pooled
+    figures, ``spread`` their mean and spread per racer, and the pooled summary counts both runs."""
+    import statistics
+
+    assert _run(bundle, tmp_path / "out", "--temperature", "0.7", "--top-p", "0.9", "--seeds", "2",
+                "--methods", "dart,ar", "--no-hf-generate", "--no-html", limit=2, new=12) == 0
+    printed = capsys.readouterr().out
+    report = json.loads((tmp_path / "out/e2e.json").read_text())
+    assert list(report["by_seed"]) == ["0", "1000"]
+    assert report["mismatches"] is None  # sampled: no token-by-token check
+    for m in ("dart", "ar"):
+        runs = [report["by_seed"][seed][m] for seed in ("0", "1000")]
+        assert report["summary"][m]["tokens"] == sum(r["tokens"] for r in runs) == 2 * 2 * 12
+        tau = report["spread"][m]["tau"]
+        assert tau["mean"] == pytest.approx(statistics.fmean(r["tau"] for r in runs))
+        assert tau["std"] == pytest.approx(statistics.stdev(r["tau"] for r in runs))
+        assert tau["min"] <= tau["mean"] <= tau["max"]
+    assert [e.get("seed") for e in report["prompts"]] == [None, None, 1000, 1000]
+    assert "over 2 seeds" in printed and "±" in printed
+    assert _run(bundle, tmp_path / "bad", "--seeds", "0") == 2

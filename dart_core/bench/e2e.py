@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from dart_core.bench.e2e_report import category_counts, write_html
+from dart_core.bench.e2e_table import best_racer, category_lines, print_table, seed_spread, spread_lines
 from dart_core.bundle import build_command
 from dart_core.data.datasets import DATASETS, DatasetError, load_dataset
 from dart_core.engine.greedy_check import TopLogits, compare
@@ -54,12 +55,8 @@ from dart_core.options import (
     tree_settings,
 )
 from dart_core.race import (
-    ACCEPTANCE_HEADER,
-    acceptance_cells,
     command_line,
-    method_width,
     models_identity,
-    per_position_lines,
     racer_figures,
     results_dir,
     run_record,
@@ -106,6 +103,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seeds", type=int, default=1, metavar="K",
+                   help="run the whole prompt set K times with different seeds (for sampling: each racer's mean and "
+                        "spread over the runs, in the table and in e2e.json's by_seed and spread; default 1)")
     add_mode_arguments(g)
     g.add_argument("--out", type=Path, default=None, help="output dir for e2e.json / e2e.html (default "
                    f"{results_dir()}/e2e-<timestamp>/: $DART_ARENA_RESULTS, else $DART_ARENA_CACHE/bench, where the "
@@ -237,6 +237,8 @@ def _load_prompts(src: Sources, args: argparse.Namespace) -> list[dict[str, Any]
 def _run(args: argparse.Namespace) -> int:
     """The benchmark in its phases: load the models and the prompts, run every method on every prompt (checking
     greedy outputs against AR's as they finish), then write and print the report."""
+    if args.seeds < 1:
+        raise BenchError(f"--seeds must be at least 1, got {args.seeds}")
     src, prompts, arena, methods = _load(args)
     chat = src.chat and bool(getattr(arena.tokenizer, "chat_template", None))
     n_turns = args.turns if src.dataset is not None else 1
@@ -249,12 +251,24 @@ def _run(args: argparse.Namespace) -> int:
     encoded = [encode_prompt(arena.tokenizer, p["prompt"], chat=chat, system=args.system) for p in prompts]
     # AR runs first on each prompt so the other methods are checked against it as soon as they finish.
     order = ([BASELINE] if BASELINE in methods else []) + [m for m in methods if m != BASELINE]
-    tally = _race(args, src, prompts, encoded, order, methods, runs)
+    tallies = []
+    for r in range(args.seeds):  # the whole set once per seed; the warm-up only before the first
+        seeded = argparse.Namespace(**{**vars(args), "seed": args.seed + r * SEED_STRIDE,
+                                       "warmup": args.warmup if r == 0 else 0})
+        tallies.append(_race(seeded, src, prompts, encoded, order, methods, runs))
+    by_seed = {str(args.seed + r * SEED_STRIDE): summarize_methods(t.pooled, t.wall) for r, t in enumerate(tallies)}
+    tally = tallies[0]
+    for r, other in enumerate(tallies[1:], 1):
+        tally.absorb(other, seed=args.seed + r * SEED_STRIDE)
     report = _report(args, src, arena, prompts, methods, tally, sampling, chat=chat, trees=trees)
+    if len(tallies) > 1:
+        report["by_seed"] = by_seed
+        report["spread"] = seed_spread(by_seed, methods)
     _write(args, report, methods, len(prompts), sampling, tally)
     return 0
 
 
+SEED_STRIDE = 1000  # seed of prompt i in run r: --seed + r * SEED_STRIDE + i
 def _load(args: argparse.Namespace) -> tuple[Sources, list[dict[str, Any]], Any, list[str]]:
     """The sources, the prompts, the loaded arena and the methods to run (each checked to be loaded)."""
     from dart_core.arena import load_arena
@@ -333,16 +347,35 @@ class Tally:
         self.category_steps: dict[str, dict[str, list[Step]]] = {}
         self.category_wall: dict[str, dict[str, float]] = {}
 
-    def count(self, method: str, turn: int, run: list[Step], wall_ms: float, category: str = NO_CATEGORY) -> None:
-        self.pooled[method].extend(run)
-        self.wall[method] += wall_ms
-        self.turn_steps[turn][method].extend(run)
-        self.turn_wall[turn][method] += wall_ms
+    def absorb(self, other: Tally, *, seed: int) -> None:
+        """Another seed's run of the same prompts, counted into this one (its prompt entries tagged with ``seed``)."""
+        for m in self.methods:
+            for k in range(self.n_turns):
+                self.turn_steps[k][m].extend(other.turn_steps[k][m])
+                self.turn_wall[k][m] += other.turn_wall[k][m]
+        for c, steps in other.category_steps.items():
+            for m in self.methods:
+                self.count_category(c, m, steps[m], other.category_wall[c][m])
+        for m in self.methods:
+            self.pooled[m].extend(other.pooled[m])
+            self.wall[m] += other.wall[m]
+        self.per_prompt.extend({**e, "seed": seed} for e in other.per_prompt)
+        self.mismatches.extend({**mm, "seed": seed} for mm in other.mismatches)
+        self.ties.extend({**t, "seed": seed} for t in other.ties)
+
+    def count_category(self, category: str, method: str, run: list[Step], wall_ms: float) -> None:
         if category not in self.category_steps:
             self.category_steps[category] = {m: [] for m in self.methods}
             self.category_wall[category] = dict.fromkeys(self.methods, 0.0)
         self.category_steps[category][method].extend(run)
         self.category_wall[category][method] += wall_ms
+
+    def count(self, method: str, turn: int, run: list[Step], wall_ms: float, category: str = NO_CATEGORY) -> None:
+        self.pooled[method].extend(run)
+        self.wall[method] += wall_ms
+        self.turn_steps[turn][method].extend(run)
+        self.turn_wall[turn][method] += wall_ms
+        self.count_category(category, method, run, wall_ms)
 
 
 def _race(args: argparse.Namespace, src: Sources, prompts: list[dict[str, Any]], encoded: list[list[int]],
@@ -465,6 +498,9 @@ def _write(args: argparse.Namespace, report: dict[str, Any], methods: list[str],
     for line in category_lines(report["by_category"], report["best_by_category"], methods,
                                category_counts(report["prompts"])):
         print(line)
+    if "spread" in report:
+        for line in spread_lines(report["spread"], len(report["by_seed"])):
+            print(line)
     if report["mismatches"] is None:
         print("mismatches: not checked (needs greedy and AR plus another method)")
     else:
@@ -486,86 +522,6 @@ def summarize_methods(pooled: dict[str, list[Step]], wall_ms: dict[str, float]) 
     """Overall figures per method over every counted prompt (pooled steps, summed wall clock) + speedups vs AR
     (``speedup_vs_ar`` by wall clock, ``speedup_vs_ar_engine`` by the engine's stopwatches)."""
     return summarize_racers(pooled, wall_ms)
-
-
-def best_racer(figures: dict[str, dict[str, Any]]) -> str | None:
-    """The drafting racer (not the baseline, not HF ``generate``: ``Racer.drafts``) with the highest
-    ``speedup_vs_ar`` in ``figures`` (racer -> figures of one category; without an AR row, the highest wall-clock
-    tokens/s, which ranks them alike); None without a drafting racer."""
-    drafting = [m for m in figures if racer(m).drafts]
-    return max(drafting, key=lambda m: (figures[m]["speedup_vs_ar"] or 0.0, figures[m]["tokens_per_s_wall"]),
-               default=None)
-
-
-def _speedup(s: dict[str, Any]) -> str:
-    return f"{s['speedup_vs_ar']:.2f}x" if s["speedup_vs_ar"] else "-"
-
-
-def category_lines(by_category: dict[str, dict[str, dict[str, Any]]], best: dict[str, str | None],
-                   methods: list[str], counts: dict[str, int]) -> list[str]:
-    """The per-category table (one row per category: each racer's τ and speedup vs AR by wall clock, the best
-    racer), each drafting racer's acceptance rate and per-position acceptance per category, and one line per
-    category naming its best racer. With one category (a prompt set without categories) only the best racer's
-    line: the table above holds the same figures."""
-
-    def winner(c: str) -> str:
-        m = best.get(c)
-        if m is None:
-            return "-"
-        s = by_category[c][m]
-        slower = " (slower than AR)" if s["speedup_vs_ar"] is not None and s["speedup_vs_ar"] < 1 else ""
-        return f"{m} {_speedup(s)} AR, tau {s['tau']:.2f}{slower}"
-
-    if len(by_category) < 2:
-        return [f"best racer: {winner(c)}" for c in by_category]
-    cw = max(8, *(len(c) + 2 + len(str(counts.get(c, 0))) + 1 for c in by_category))
-    cells = {c: {m: f"{by_category[c][m]['tau']:.2f} {_speedup(by_category[c][m])}" for m in methods}
-             for c in by_category}
-    widths = {m: max(len(m), *(len(cells[c][m]) for c in by_category)) for m in methods}
-    out = ["\nby category (n prompts): tau and speedup vs AR by wall clock per racer; best: the fastest drafting "
-           "racer", f"{'category':<{cw}} " + " ".join(f"{m:>{widths[m]}}" for m in methods) + "  best"]
-    for c in by_category:
-        name = f"{c} ({counts.get(c, 0)})"
-        out.append(f"{name:<{cw}} " + " ".join(f"{cells[c][m]:>{widths[m]}}" for m in methods)
-                   + f"  {best.get(c) or '-'}")
-    drafting = [m for m in methods if racer(m).drafts]
-    if drafting:
-        out.append("acceptance by category (draft acceptance rate; per-position acceptance rate, k = 1, 2, ...):")
-        for c in by_category:
-            for m in drafting:
-                f = by_category[c][m]
-                if f["num_drafts"]:
-                    out.append(f"  {c:<{cw}} {m:<{method_width(methods)}} {f['draft_acceptance_rate']:>6.1%}  "
-                               + ", ".join(f"{r:.3f}" for r in f["per_position_acceptance_rate"]))
-    out += [f"best in {c}: {winner(c)}" for c in by_category]
-    return out
-
-
-def print_table(summary: dict[str, dict[str, Any]], methods: list[str], n: int, sampling: SamplingConfig,
-                per_turn: dict[str, dict[str, dict[str, Any]]] | None = None) -> None:
-    """One row per method (and per turn when ``per_turn`` is given: ``all`` pools the turns)."""
-    mode = "greedy" if sampling.greedy else f"T={sampling.temperature} top-p={sampling.top_p} top-k={sampling.top_k}"
-    turns = f" x {len(per_turn)} turns" if per_turn else ""
-    print(f"\n{n} prompts{turns}, {mode}; tok/s include the prefill (eng: sum of the engine's step stopwatches, "
-          "wall: clock around each generation)\nvs AR by wall tok/s; ms are means per verify step")
-    turn = f" {'turn':>4}" if per_turn else ""
-    w = method_width(methods)
-    print(f"{'method':<{w}}{turn} {'tokens':>7} {'steps':>6} {'tau':>6} {ACCEPTANCE_HEADER} {'tok/s eng':>9} "
-          f"{'tok/s wall':>10} {'vs AR wall':>10} {'draft ms':>9} {'search ms':>10} {'verify ms':>10}")
-
-    def row(m: str, t: str, s: dict[str, Any]) -> None:
-        speed = f"{s['speedup_vs_ar']:.2f}x" if s["speedup_vs_ar"] else "-"
-        col = f" {t:>4}" if per_turn else ""
-        print(f"{m:<{w}}{col} {s['tokens']:>7} {s['verify_steps']:>6} {s['tau']:>6.2f} {acceptance_cells(s)} "
-              f"{s['tokens_per_s']:>9.1f} {s['tokens_per_s_wall']:>10.1f} {speed:>10} {s['draft_ms_per_step']:>9.2f} "
-              f"{s['search_ms_per_step']:>10.2f} {s['verify_ms_per_step']:>10.2f}")
-
-    for m in methods:
-        row(m, "all", summary[m])
-        for t, figures in (per_turn or {}).items():
-            row(m, t, figures[m])
-    for line in per_position_lines({m: summary[m] for m in methods}):
-        print(line)
 
 
 def main(argv: list[str] | None = None) -> int:

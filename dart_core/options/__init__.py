@@ -1,23 +1,24 @@
 """The options every front end shares, declared once: where the models run (:mod:`.runtime`), which models load
-(:mod:`.models`), and each racer's settings (:mod:`.trees`)."""
+(:mod:`.models`), and each racer's settings (:mod:`.trees`). The names load on first use, so a command line that
+needs only the runtime flags (training, which sets OpenMP's environment before torch loads) imports no torch."""
 
-from dart_core.options.models import Models, ModelsError, add_mode_arguments, add_model_arguments, resolve_models
-from dart_core.options.runtime import (
-    DEVICE_HELP,
-    THREADS_HELP,
-    add_cpu_linear_argument,
-    add_device_argument,
-    add_dtype_argument,
-    add_fast_path_arguments,
-    add_runtime_arguments,
-    add_threads_argument,
-    app_threads,
-    check_threads,
-    runtime_options,
-)
-from dart_core.options.trees import add_tree_arguments, given_settings, knob_argv, tree_settings
+from __future__ import annotations
 
-__all__ = ["DEVICE_HELP", "THREADS_HELP", "Models", "ModelsError", "add_cpu_linear_argument", "add_device_argument",
-           "add_dtype_argument", "add_fast_path_arguments", "add_mode_arguments", "add_model_arguments",
-           "add_runtime_arguments", "add_threads_argument", "add_tree_arguments", "app_threads", "check_threads",
-           "given_settings", "knob_argv", "resolve_models", "runtime_options", "tree_settings"]
+import importlib
+from typing import Any
+
+_WHERE = {
+    **dict.fromkeys(("Models", "ModelsError", "add_mode_arguments", "add_model_arguments", "resolve_models"),
+                    "dart_core.options.models"),
+    **dict.fromkeys(("DEVICE_HELP", "THREADS_HELP", "add_cpu_linear_argument", "add_device_argument",
+                     "add_dtype_argument", "add_fast_path_arguments", "add_runtime_arguments", "add_threads_argument",
+                     "app_threads", "check_threads", "runtime_options"), "dart_core.options.runtime"),
+    **dict.fromkeys(("add_tree_arguments", "given_settings", "knob_argv", "tree_settings"), "dart_core.options.trees"),
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_WHERE[name]), name)

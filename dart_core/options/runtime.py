@@ -1,7 +1,7 @@
 """Where and how the models run: ``--device``, ``--dtype``, ``--threads``, ``--cpu-linear`` and the fast path,
 declared here once for every command line and the app, and turned into :func:`~dart_core.arena.load_arena`'s
 arguments by :func:`runtime_options` (the thread count goes to the load, which sets it before any CPU kernel is
-timed)."""
+timed). Torch-free at import: the training command line sets OpenMP's environment before torch loads."""
 
 from __future__ import annotations
 
@@ -9,17 +9,13 @@ import argparse
 from typing import Any
 
 from dart_core.engine.cpu import AUTO_DTYPE_HELP
-from dart_core.engine.cpu_linear import CPU_LINEAR_HELP
-from dart_core.engine.cpu_linear import MODES as CPU_LINEAR_MODES
-from dart_core.engine.target import FAST_PATH_MODES, FAST_PATH_ROWS
-from dart_core.engine.timing import threads_leaving_a_core
 
 DEVICE_HELP = "cpu, cuda, cuda:N, or auto (spread the target over all GPUs); default: cuda if available"
 THREADS_HELP = ("PyTorch CPU threads (default: PyTorch's, one per core; the app's model on a CPU leaves one core to "
                 "the page: compare with the same number). Set before loading: the CPU kernels are timed at it")
 FAST_PATH_HELP = (
     "the fast path, on by default on one CUDA GPU: a static KV cache of ROWS rows (prompt + reply + one draft tree; "
-    f"default {FAST_PATH_ROWS}) and every decode, verify and drafting forward at static shapes, captured once as a "
+    "default {rows}) and every decode, verify and drafting forward at static shapes, captured once as a "
     "CUDA graph per row bucket and replayed (about a second of capturing in all, spread over the first steps of each "
     "size: the warm-up race takes it); the same output. Off on a CPU and with --device auto unless asked for")
 FAST_PATH_MODE_HELP = ("how the fast path runs its static forwards: graphs (default: CUDA graphs, ready in seconds), "
@@ -47,15 +43,20 @@ def add_threads_argument(group: Any, *, help: str = THREADS_HELP) -> None:
 
 
 def add_cpu_linear_argument(group: Any) -> None:
+    from dart_core.engine.cpu_linear import CPU_LINEAR_HELP
+    from dart_core.engine.cpu_linear import MODES as CPU_LINEAR_MODES
+
     group.add_argument("--cpu-linear", choices=CPU_LINEAR_MODES, default="auto", help=CPU_LINEAR_HELP)
 
 
 def add_fast_path_arguments(group: Any, *, rows: bool = True) -> None:
     """``--fast-path [ROWS]`` / ``--no-fast-path`` and ``--fast-path-mode`` (only the mode without ``rows``)."""
+    from dart_core.engine.target import FAST_PATH_MODES, FAST_PATH_ROWS
+
     if rows:
         fast = group.add_mutually_exclusive_group()
         fast.add_argument("--fast-path", type=int, nargs="?", const=FAST_PATH_ROWS, default=None, metavar="ROWS",
-                          help=FAST_PATH_HELP)
+                          help=FAST_PATH_HELP.format(rows=FAST_PATH_ROWS))
         fast.add_argument("--no-fast-path", dest="fast_path", action="store_const", const=0,
                           help="eager forwards over a growing cache, also on a GPU")
     group.add_argument("--fast-path-mode", choices=FAST_PATH_MODES, default="graphs", help=FAST_PATH_MODE_HELP)
@@ -80,6 +81,8 @@ def check_threads(threads: int | None) -> int | None:
 def app_threads(threads: int | None, device_type: str) -> int | None:
     """The app's model threads: as given, else on a CPU one per core but one (the page and a browser on the same
     machine would otherwise stall its steps), else PyTorch's choice (None)."""
+    from dart_core.engine.timing import threads_leaving_a_core
+
     if threads is not None:
         return check_threads(threads)
     return threads_leaving_a_core() if device_type == "cpu" else None
