@@ -251,6 +251,14 @@ def bundle_examples(bundle: Bundle, limit: int = 4) -> list[tuple[str, str]]:
              else textwrap.shorten(r["prompt"], 56, placeholder=" …"), r["prompt"]) for r in picked]
 
 
+def bundle_categories(bundle: Bundle) -> dict[str, str]:
+    """Each held-out prompt's kind (its ``category``), by its text: a live race on an example names it."""
+    if bundle.prompts is None:
+        return {}
+    records = [json.loads(line) for line in bundle.prompts.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return {r["prompt"]: str(r["category"]) for r in records if r.get("category")}
+
+
 def main(argv: list[str] | None = None) -> int:
     """The app's start, in its phases: the flags and the models they name, the launch check, the model process,
     the page's mode and config, a warm-up race, then serving."""
@@ -392,7 +400,8 @@ def serve(args: argparse.Namespace, src: dict[str, Any], loaded: dict[str, str],
     parts += [f"{info.device} · {info.dtype} · {'chat' if chat else 'completion'} mode"
               + (f" · fast path ({info.fast_path})" if info.fast_path else "")]
     config = AppConfig(chat=chat, max_new_tokens=args.max_new_tokens, max_length=args.max_length, trees=trees,
-                       examples=examples, subtitle=" · ".join(parts), max_new_tokens_limit=args.max_new_tokens_limit,
+                       examples=examples, categories=bundle_categories(bundle) if bundle is not None else {},
+                       subtitle=" · ".join(parts), max_new_tokens_limit=args.max_new_tokens_limit,
                        time_limit_s=args.race_time_limit, race_log=args.race_log, max_sessions=args.max_sessions,
                        session_ttl_s=args.session_ttl, standings=standings_panel(args, src, info))
 

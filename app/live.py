@@ -167,7 +167,9 @@ class LiveRace:
             tail = (" — OUTPUT DIFFERS FROM AR" if "mismatch" in kinds else
                     f" — greedy outputs identical to AR up to a {dtype_name(race.dtype)} tie" if "tie" in kinds else
                     " — greedy outputs identical to AR")
-        return f"Done: {figures}{tail}"
+        category = self.ui.config.categories.get(self.conv["turns"][-1]["user"]) if self.conv["turns"] else None
+        kind = f" (an example prompt of kind {category})" if category else ""
+        return f"Done{kind}: {figures}{tail}"
 
     def result(self) -> dict[str, Any]:
         """Machine-readable outcome (the API's answer, and the 'Run data' panel)."""

@@ -65,6 +65,40 @@ def _cell(value: Any, spec: str, key: str, field: str) -> str:
         return html.escape(str(value))
 
 
+def category_html(found: Standings) -> str:
+    """The run's racers × categories table (τ and speedup vs AR in each cell, the category's best racer last),
+    when the run had several categories (``bench e2e`` on MT-bench or the bundle's held-out prompts)."""
+    if not found.by_category:
+        return ""
+    keys = [row["key"] for row in found.rows]
+    head = "".join(f'<th class="lane-name lane-{html.escape(k)}">{html.escape(label(k))}</th>' for k in keys)
+    body = ""
+    for category, figures in found.by_category.items():
+        cells = "".join(f"<td>{_cell(figures.get(k, {}).get('tau'), '.2f', k, 'tau')} · "
+                        f"{_cell(figures.get(k, {}).get('speedup_vs_ar'), '.2f', k, 'speedup_vs_ar')}</td>"
+                        for k in keys)
+        best = found.best_by_category.get(category)
+        body += (f"<tr><td>{html.escape(category)}</td>{cells}"
+                 f"<td>{html.escape(label(best)) if best else '–'}</td></tr>")
+    return (f'<table class="standings-table standings-categories"><thead><tr><th>by kind of prompt (τ · vs AR)</th>'
+            f'{head}<th>best</th></tr></thead><tbody>{body}</tbody></table>')
+
+
+def spread_html(found: Standings) -> str:
+    """A sampled run over several seeds (``bench e2e --seeds K``): each racer's mean ± spread of τ and speedup."""
+    if not found.spread:
+        return ""
+
+    def cell(f: dict[str, Any] | None, spec: str) -> str:
+        return "–" if not f else f"{f['mean']:{spec}} ± {f['std']:{spec}}"
+
+    rows = "".join(f'<tr><td class="lane-name lane-{html.escape(m)}">{html.escape(label(m))}</td>'
+                   f"<td>{cell(f.get('tau'), '.2f')}</td><td>{cell(f.get('speedup_vs_ar'), '.2f')}</td></tr>"
+                   for m, f in found.spread.items())
+    return ('<table class="standings-table standings-spread"><thead><tr><th>over the seeds</th><th>τ</th>'
+            f"<th>vs AR</th></tr></thead><tbody>{rows}</tbody></table>")
+
+
 def standings_html(found: Standings | None, command: str, root: Path,
                    loaded: tuple[str, str] | None = None) -> str:
     """The panel: the run's table with what it measured and how, or the hint with ``command``."""
@@ -93,7 +127,8 @@ def standings_html(found: Standings | None, command: str, root: Path,
     note_html = "".join(f'<div class="standings-note">{n}</div>' for n in notes)
     return (f'<div class="standings"><div class="standings-facts">{facts}</div>'
             f'<table class="standings-table"><thead><tr><th>racer</th>{head}</tr></thead><tbody>{body}</tbody>'
-            f'</table>{note_html}<div class="standings-command">by <code>{html.escape(found.command)}</code> '
+            f'</table>{spread_html(found)}{category_html(found)}{note_html}'
+            f'<div class="standings-command">by <code>{html.escape(found.command)}</code> '
             f'(<code>{html.escape(shown_path(found.path))}</code>); tok/s include the prefill, vs AR by wall '
             "clock</div></div>")
 

@@ -70,6 +70,7 @@ class AppConfig:
     max_length: int | None = None
     trees: dict[str, Any] = field(default_factory=dict)  # racer key -> its settings' defaults (missing: the racer's)
     examples: list[tuple[str, str]] = field(default_factory=list)  # (label, prompt)
+    categories: dict[str, str] = field(default_factory=dict)  # an example prompt's text -> its kind (bundle prompts)
     subtitle: str = ""
     # seconds between UI updates while racing (text / plots): the browser must keep up, or input events (Stop!)
     # starve behind rendering; the race itself never waits for the page

@@ -84,6 +84,24 @@ def test_a_sampled_race_says_what_it_checks_instead_of_token_equality(arena: Any
     assert final.result["greedy_matches_ar"] is None
 
 
+def test_a_race_on_an_example_prompt_names_its_kind(arena: Any) -> None:
+    """The bundle's held-out prompts carry a kind (``category``): a race on one says it in its final status; any
+    other prompt does not."""
+    from app.__main__ import bundle_categories
+    from dart_core import open_bundle
+
+    categories = bundle_categories(open_bundle(BUNDLE)) or {held_out_prompt(0): "code"}  # the toy's have none
+    prompt, kind = next(iter(categories.items()))
+    ui = ArenaUI(LocalEngine(arena), AppConfig(chat=False, update_every=0.0, categories=categories))
+    final = list(ui.run(prompt, new_conversation(), *controls(6), session="s"))[-1]
+    assert final.status.count(f"(an example prompt of kind {kind})") == 1
+    other = list(ui.run(prompt + " again", new_conversation(), *controls(6), session="t"))[-1]
+    assert "example prompt" not in other.status
+    chat_bundle = BUNDLE.parent / "smollm2"
+    records = [json.loads(line) for line in (chat_bundle / "prompts.jsonl").read_text().splitlines() if line.strip()]
+    assert bundle_categories(open_bundle(chat_bundle)) == {r["prompt"]: r["category"] for r in records}
+
+
 def test_multi_turn_chat_continues_each_methods_own_conversation(arena: Any) -> None:
     tok = arena.tokenizer
     saved = tok.chat_template

@@ -182,3 +182,29 @@ def test_the_page_fills_the_panel_at_each_load(results: Path) -> None:
     assert f"<td>{report(results)['summary']['dart']['tau']:.2f}</td>" in load.fn()
     plain = ArenaUI(LocalEngine(arena), AppConfig(chat=False)).build()  # no panel asked for: none
     assert "standings" not in {getattr(b, "elem_id", None) for b in plain.blocks.values()}
+
+
+def test_the_panel_shows_the_runs_categories_and_its_spread_over_seeds(tmp_path: Path) -> None:
+    """A sampled run over two seeds on prompts of two categories: the panel adds the racers × categories table (τ ·
+    speedup, the best racer) and each racer's mean ± spread over the seeds, from the run's own figures."""
+    records = [json.loads(line) for line in (BUNDLE / "prompts.jsonl").read_text().splitlines()[:2]]
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({**r, "category": c}) + "\n"
+                               for r, c in zip(records, ("code", "prose"), strict=True)))
+    root = tmp_path / "results"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DART_ARENA_RESULTS", str(root))
+        assert bench_main(["e2e", "--bundle", str(BUNDLE), "--prompts", str(prompts), "--max-new-tokens", "8",
+                           "--temperature", "0.7", "--top-p", "0.9", "--seeds", "2", "--methods", "dart,ar",
+                           "--no-hf-generate", "--no-html", "--no-progress", "--threads", "1"]) == 0
+    run = report(root)
+    shown = app_panel(root)()
+    table = shown.split("standings-categories")[1].split("</table>")[0]
+    for category in ("code", "prose"):
+        row = table.split(f"<td>{category}</td>")[1].split("</tr>")[0]
+        dart = run["by_category"][category]["dart"]
+        assert f"<td>{dart['tau']:.2f} · {dart['speedup_vs_ar']:.2f}×</td>" in row
+        assert row.endswith(f"<td>{'DART' if run['best_by_category'][category] == 'dart' else '–'}</td>")
+    spread = shown.split("standings-spread")[1].split("</table>")[0]
+    tau = run["spread"]["dart"]["tau"]
+    assert f"{tau['mean']:.2f} ± {tau['std']:.2f}" in spread

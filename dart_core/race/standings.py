@@ -83,6 +83,10 @@ class Standings:
     hidden: dict[str, str] = field(default_factory=dict)
     mismatches: int | None = None
     same_setup: bool = True  # run on the loaded device and dtype
+    # category → racer → figures (the shown racers only) and category → best racer, when the run had several
+    by_category: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    best_by_category: dict[str, str | None] = field(default_factory=dict)
+    spread: dict[str, dict[str, Any]] = field(default_factory=dict)  # racer → figure → mean/std/min/max (--seeds)
 
 
 def find_standings(models: dict[str, Any], *, root: str | os.PathLike[str] | None = None,
@@ -111,7 +115,8 @@ def _load(path: Path) -> dict[str, Any] | None:
         key = (str(path), st.st_size, st.st_mtime_ns)
         if key not in _CACHE:
             data = json.loads(path.read_text(encoding="utf-8"))
-            _CACHE[key] = ({k: data.get(k) for k in ("run", "config", "environment", "summary", "mismatches")}
+            _CACHE[key] = ({k: data.get(k) for k in ("run", "config", "environment", "summary", "mismatches",
+                                                     "by_category", "best_by_category", "spread")}
                            if isinstance(data, dict) else None)
         return _CACHE[key]
     except (OSError, ValueError, AttributeError):
@@ -137,11 +142,19 @@ def _read(path: Path, models: dict[str, Any], device: str | None, dtype: str | N
         resolved = config.get("resolved", {})
         run_dtype = str(env["dtype"]).removeprefix("torch.")
         mismatches = data.get("mismatches")  # type: ignore[union-attr]
+        shown = {row["key"] for row in rows}
+        categories = data.get("by_category") or {}  # type: ignore[union-attr]
+        by_category = ({c: {m: f for m, f in figures.items() if m in shown} for c, figures in categories.items()}
+                       if len(categories) > 1 else {})
+        best = {c: r if r in shown else None for c, r in (data.get("best_by_category") or {}).items()  # type: ignore
+                if c in by_category}
+        spread = {m: f for m, f in (data.get("spread") or {}).items() if m in shown}  # type: ignore[union-attr]
         return Standings(
             path=path, date=str(run["date"]), command=str(run["command"]), prompts=int(config["n_prompts"]),
             turns=int(resolved.get("turns", 1)), prompt_source=_source(resolved), decoding=_decoding(config),
             max_new_tokens=config.get("max_new_tokens"), dtype=run_dtype, device=str(env["device"]), rows=rows,
             hidden=hidden, mismatches=len(mismatches) if isinstance(mismatches, list) else None,
+            by_category=by_category, best_by_category=best, spread=spread,
             same_setup=(device is None or _device_type(env["device"]) == _device_type(device))
             and (dtype is None or run_dtype == dtype.removeprefix("torch.")))
     except (KeyError, TypeError, ValueError, AttributeError):
