@@ -27,7 +27,7 @@ import json
 import platform
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -210,8 +210,14 @@ def environment(arena: Any) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    return reported(_run, args)
+
+
+def reported(body: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """A benchmark's ``body``, whose known failures are one line and exit code 2: a :class:`BenchError` as it is,
+    a loading error naming its file (``--debug``: the traceback)."""
     try:
-        return _run(args)
+        return body(args)
     except BenchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

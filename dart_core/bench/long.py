@@ -17,7 +17,6 @@ import argparse
 import itertools
 import json
 import statistics
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -120,17 +119,9 @@ def sources(args: argparse.Namespace) -> tuple[Any, list[dict[str, Any]]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dart_core.bench.e2e import BenchError
+    from dart_core.bench.e2e import reported
 
-    try:
-        return _run(args)
-    except BenchError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except (ValueError, OSError) as e:  # a LoadError (or HubFileError): one line naming the file
-        from dart_core.loading.errors import report_error
-
-        return report_error(e, debug_flag=None)
+    return reported(_run, args)
 
 
 def _run(args: argparse.Namespace) -> int:

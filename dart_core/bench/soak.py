@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from dart_core.bench.drive import app_process, free_port
-from dart_core.bench.e2e import BenchError
+from dart_core.bench.e2e import BenchError, reported
 
 TARGET_MB = 25.0  # RSS after the last race at most this many MB (10^6 bytes) above RSS after race BASE_RACE
 BASE_RACE = 50
@@ -166,11 +166,7 @@ def race_once(url: str, prompt: str, max_new_tokens: int, timeout: float) -> dic
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        return _run(args)
-    except BenchError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    return reported(_run, args)
 
 
 def _run(args: argparse.Namespace) -> int:
