@@ -378,5 +378,5 @@ def test_a_sampled_run_over_several_seeds_reports_mean_and_spread(bundle: Path, 
         assert tau["std"] == pytest.approx(statistics.stdev(r["tau"] for r in runs))
         assert tau["min"] <= tau["mean"] <= tau["max"]
     assert [e.get("seed") for e in report["prompts"]] == [None, None, 1000, 1000]
-    assert "over 2 seeds" in printed and "±" in printed
+    assert "over 2 seeds" in printed and "±" in printed and "not compared token by token" in printed
     assert _run(bundle, tmp_path / "bad", "--seeds", "0") == 2

@@ -61,3 +61,16 @@ def test_long_generation_reports_every_racer_by_position(tmp_path: Path, capsys:
     assert "Scatter" in (out / "long.html").read_text() or "scatter" in (out / "long.html").read_text()
     assert main(["long", "--bundle", str(BUNDLE), "--max-new-tokens", "5000", "--device", "cpu",
                  "--no-progress"]) == 2  # past the context
+
+
+def test_the_report_marks_where_a_drafters_context_window_cuts_in(tmp_path: Path) -> None:
+    from dart_core.bench.long import write_html
+
+    racers = {m: {"tau": 2.0, "tokens_per_s": 10.0} for m in ("eagle3", BASELINE)}
+    report = {"config": {"methods": ["eagle3", BASELINE], "n_prompts": 1, "max_new_tokens": 512, "device": "cpu",
+                         "dtype": "float32", "mean_prompt_tokens": 40.0},
+              "by_position": [{"start": a, "end": b, "racers": racers} for a, b in buckets(512)],
+              "context_windows": {"eagle3": 300}}
+    write_html(report, tmp_path / "long.html")
+    page = (tmp_path / "long.html").read_text()
+    assert "context window (300 rows)" in page and '"x0":"256–512"' in page.replace(" ", "")

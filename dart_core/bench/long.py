@@ -247,9 +247,11 @@ def write_html(report: dict[str, Any], path: Path) -> None:
     for m, window in report["context_windows"].items():
         cut = max(0, window - round(cfg["mean_prompt_tokens"]))
         where = next((xi for xi, b in zip(x, report["by_position"], strict=True) if b["start"] <= cut < b["end"]), None)
-        if where is not None:
-            fig.add_vline(x=where, line_dash="dot", line_color=color(m), row=1, col=1,
-                          annotation_text=f"{label(m)}: context window ({window} rows)")
+        if where is not None:  # a shape and a note: plotly's add_vline cannot place its note on a category axis
+            fig.add_shape(type="line", x0=where, x1=where, xref="x", y0=0, y1=1, yref="paper",
+                          line={"dash": "dot", "color": color(m)})
+            fig.add_annotation(x=where, xref="x", y=1, yref="paper", yanchor="bottom", showarrow=False,
+                               text=f"{label(m)}: context window ({window} rows)")
     fig.update_layout(template="plotly_white", height=460, xaxis_title="output position (tokens)",
                       xaxis2_title="output position (tokens)", xaxis_type="category", xaxis2_type="category",
                       title=f"{cfg['n_prompts']} prompt(s) × {cfg['max_new_tokens']} new tokens · {cfg['device']} · "
