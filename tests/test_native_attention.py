@@ -1,6 +1,7 @@
 """The native one-token attention over a cache (``dart_core._native.decode_attention``) and its registration with
 transformers (``dart_core.engine.cpu_attention``): equal to attention computed in float64 for float32 and bfloat16,
-grouped query heads, every kernel path (16-wide vectors with a fixed or a read group, one float at a time),
+grouped query heads, every kernel path (16-wide vectors with the head width fixed or read, a group in parts of up
+to four, one float at a time) in every copy of the kernel this processor runs (baseline, AVX-512),
 left padding, holes, a row with nothing to attend to, strided caches and any thread count; bad calls refused by
 name; one-token queries served natively and everything else handed to SDPA; the distillation's batch decoder
 attends natively and hands the model back with its own attention."""
@@ -17,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from dart_core._native import decode_attention
+from dart_core._native import DECODE_ATTENTION_ISAS, decode_attention
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 import dart_core.engine.cpu_attention as CA
@@ -56,13 +57,15 @@ def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: torch.Te
     return torch.einsum("bhgl,bhld->bhgd", p, v.double())
 
 
+@pytest.mark.parametrize("isa", DECODE_ATTENTION_ISAS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize(("group", "dim"), [(1, 64), (3, 64), (2, 16), (5, 32), (4, 24), (8, 128), (16, 8)])
-def test_the_kernel_equals_float64_attention(dtype: torch.dtype, group: int, dim: int) -> None:
+@pytest.mark.parametrize(("group", "dim"), [(1, 64), (3, 64), (2, 16), (5, 32), (4, 24), (8, 128), (16, 8), (9, 64),
+                                            (6, 128), (7, 48)])
+def test_the_kernel_equals_float64_attention(isa: str, dtype: torch.dtype, group: int, dim: int) -> None:
     q, k, v, keep = _case(dtype, batch=5, kv_heads=2, group=group, length=37, dim=dim, seed=group * 100 + dim)
     scale = dim ** -0.5
     out = torch.full_like(q, 7.0)
-    decode_attention(_bits(q), _bits(k), _bits(v), keep.numpy(), scale, _bits(out), 1)
+    decode_attention(_bits(q), _bits(k), _bits(v), keep.numpy(), scale, _bits(out), 1, isa=isa)
     want = _reference(q, k, v, keep, scale)
     assert torch.all(out[3] == 0), "a row that may attend to nothing gets zeros, not NaN"
     if dtype == torch.float32:
@@ -82,6 +85,17 @@ def test_no_mask_attends_everywhere_and_threads_do_not_change_the_result() -> No
     assert torch.equal(outs[0], outs[1])
     want = _reference(q, k, v, torch.ones(64, 300, dtype=torch.bool), 0.125)
     torch.testing.assert_close(outs[0].float(), want.to(torch.bfloat16).float(), rtol=8e-3, atol=8e-3)
+
+
+def test_the_copies_of_the_kernel_are_the_widest_first_and_auto_runs_the_widest() -> None:
+    assert DECODE_ATTENTION_ISAS[-1] == "baseline"
+    assert set(DECODE_ATTENTION_ISAS) <= {"avx512", "baseline"}
+    q, k, v, keep = _case(torch.float32, batch=4, kv_heads=2, group=3, length=37, dim=64, seed=3)
+    outs = {}
+    for isa in ("auto", DECODE_ATTENTION_ISAS[0]):
+        outs[isa] = torch.empty_like(q)
+        decode_attention(_bits(q), _bits(k), _bits(v), keep.numpy(), 0.125, _bits(outs[isa]), 1, isa=isa)
+    assert torch.equal(outs["auto"], outs[DECODE_ATTENTION_ISAS[0]])
 
 
 def _args(**change: object) -> dict[str, object]:
@@ -115,6 +129,7 @@ def _read_only() -> np.ndarray:
     ({"keep": np.ones((2, 5), np.float32)}, "keep must be bool or uint8"),
     ({"keep": np.ones((2, 10), bool)[:, ::2]}, "keep's rows must be contiguous"),
     ({"threads": 0}, "threads must be at least 1"),
+    ({"isa": "sse9"}, "isa must be auto, .*baseline on this processor, not sse9"),
     ({"out": _read_only()}, "out must be writeable"),
 ])
 def test_bad_calls_are_refused_by_name(change: dict[str, object], message: str) -> None:

@@ -1,11 +1,13 @@
 // Binding of the one-token attention over a cache (src/decode_attention.hpp). Arrays cross as strided numpy
 // views of the caller's tensors (no copy): float32, or bfloat16 as its 16 bits (uint16 or int16). Every shape,
-// stride and dtype is checked here, so a wrong call is a ValueError, never a read out of bounds.
+// stride and dtype is checked here, so a wrong call is a ValueError, never a read out of bounds; so is a copy of
+// the kernel (`isa`) this processor cannot run.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "decode_attention.hpp"
 
@@ -45,20 +47,31 @@ void check_shape(const py::array& a, const char* what, py::ssize_t b, py::ssize_
                                 std::to_string(h) + ", " + std::to_string(n) + ", " + std::to_string(d) + "]");
 }
 
+// "auto", or a copy of the kernel this processor runs (decode_attention_isas()).
+dart::AttentionIsa isa_of(const std::string& name) {
+  if (name == "auto") return dart::AttentionIsa::automatic;
+  std::string runnable;
+  for (const dart::AttentionIsa isa : dart::decode_attention_isas()) {
+    if (name == dart::attention_isa_name(isa)) return isa;
+    runnable += std::string(", ") + dart::attention_isa_name(isa);
+  }
+  throw std::invalid_argument("isa must be auto" + runnable + " on this processor, not " + name);
+}
+
 // The checked arrays as element type T (float, or uint16_t for bfloat16's bits), then the kernel without the GIL.
 template <class T>
 void run(const dart::DecodeAttentionShape& s, const py::array& q, const py::array& k, const py::array& v,
-         const uint8_t* keep, int64_t keep_stride, float scale, py::array& out, int threads) {
+         const uint8_t* keep, int64_t keep_stride, float scale, py::array& out, int threads, dart::AttentionIsa isa) {
   const auto qv = view4(q, "query", static_cast<const T*>(q.data()));
   const auto kv = view4(k, "keys", static_cast<const T*>(k.data()));
   const auto vv = view4(v, "values", static_cast<const T*>(v.data()));
   const auto ov = view4(out, "out", static_cast<T*>(out.mutable_data()));
   py::gil_scoped_release nogil;
-  dart::decode_attention(s, qv, kv, vv, keep, keep_stride, scale, ov, threads);
+  dart::decode_attention(s, qv, kv, vv, keep, keep_stride, scale, ov, threads, isa);
 }
 
 void decode_attention(const py::array& q, const py::array& k, const py::array& v, const py::object& keep_obj,
-                      float scale, py::array& out, int threads) {
+                      float scale, py::array& out, int threads, const std::string& isa_name) {
   if (q.ndim() != 4) throw std::invalid_argument("query must be 4-D [batch, kv_heads, group, dim]");
   dart::DecodeAttentionShape s;
   s.batch = q.shape(0);
@@ -75,6 +88,7 @@ void decode_attention(const py::array& q, const py::array& k, const py::array& v
   if (s.dim < 1 || s.dim > dart::kMaxHeadDim)
     throw std::invalid_argument("head width must be 1.." + std::to_string(dart::kMaxHeadDim));
   if (threads < 1) throw std::invalid_argument("threads must be at least 1");
+  const dart::AttentionIsa isa = isa_of(isa_name);
   if (!out.writeable()) throw std::invalid_argument("out must be writeable");
   const Kind kind = kind_of(q, "query");
   if (kind_of(k, "keys") != kind || kind_of(v, "values") != kind || kind_of(out, "out") != kind)
@@ -98,19 +112,24 @@ void decode_attention(const py::array& q, const py::array& k, const py::array& v
   }
 
   if (kind == Kind::f32)
-    run<float>(s, q, k, v, keep, keep_stride, scale, out, threads);
+    run<float>(s, q, k, v, keep, keep_stride, scale, out, threads, isa);
   else
-    run<uint16_t>(s, q, k, v, keep, keep_stride, scale, out, threads);
+    run<uint16_t>(s, q, k, v, keep, keep_stride, scale, out, threads, isa);
 }
 
 }  // namespace
 
 void register_attention(py::module_& m) {
   m.def("decode_attention", &decode_attention, py::arg("query"), py::arg("keys"), py::arg("values"),
-        py::arg("keep"), py::arg("scale"), py::arg("out"), py::arg("threads") = 1,
+        py::arg("keep"), py::arg("scale"), py::arg("out"), py::arg("threads") = 1, py::arg("isa") = "auto",
         "One new token's attention per row over its cached keys and values, grouped-query heads together: "
         "query/out [batch, kv_heads, group, dim], keys/values [batch, kv_heads, length, dim], keep None or "
-        "[batch, length] (False = masked). float32, or bfloat16 as 16-bit integers; writes out.");
+        "[batch, length] (False = masked). float32, or bfloat16 as 16-bit integers; writes out. isa: 'auto' (the "
+        "widest copy of the kernel this processor runs) or one of DECODE_ATTENTION_ISAS.");
   m.attr("DECODE_ATTENTION_MAX_GROUP") = dart::kMaxGroup;
   m.attr("DECODE_ATTENTION_MAX_HEAD_DIM") = dart::kMaxHeadDim;
+  // the copies of the kernel this processor runs, the widest first ("auto" runs that one)
+  py::list isas;
+  for (const dart::AttentionIsa isa : dart::decode_attention_isas()) isas.append(dart::attention_isa_name(isa));
+  m.attr("DECODE_ATTENTION_ISAS") = py::tuple(isas);
 }

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace dart {
 
@@ -28,15 +29,24 @@ struct DecodeAttentionShape {
 inline constexpr int64_t kMaxHeadDim = 256;
 inline constexpr int64_t kMaxGroup = 16;
 
+// The kernel is compiled once per instruction set: "avx512" (AVX-512 F/BW/VL/DQ and FMA) on x86-64, "baseline"
+// (what the compiler targets by default) everywhere. `automatic` runs the widest this processor has; naming one
+// (the tests do, to check each copy) runs that one.
+enum class AttentionIsa { automatic, baseline, avx512 };
+const char* attention_isa_name(AttentionIsa isa);
+// The copies this processor can run, the widest first (never `automatic`; always ending with `baseline`).
+std::vector<AttentionIsa> decode_attention_isas();
+
 // out[b, h, g, :] = softmax(scale * q[b, h, g, :] . k[b, h, l, :] over the l with keep[b * keep_stride + l])
 // weighted sum of v[b, h, l, :]. keep == nullptr keeps every position; a row that keeps none gets zeros.
 // Accumulates in float32; bfloat16 values are stored as their 16 bits (round to nearest even on output).
-// Shapes are checked by the caller (the binding); `threads` >= 1 workers split the (row, head) pairs.
+// Shapes are checked by the caller (the binding); `threads` >= 1 workers split the (row, head) pairs; `isa` is
+// `automatic` or one of decode_attention_isas() (the caller checks).
 void decode_attention(const DecodeAttentionShape& shape, Tensor4<const float> q, Tensor4<const float> k,
                       Tensor4<const float> v, const uint8_t* keep, int64_t keep_stride, float scale,
-                      Tensor4<float> out, int threads);
+                      Tensor4<float> out, int threads, AttentionIsa isa = AttentionIsa::automatic);
 void decode_attention(const DecodeAttentionShape& shape, Tensor4<const uint16_t> q, Tensor4<const uint16_t> k,
                       Tensor4<const uint16_t> v, const uint8_t* keep, int64_t keep_stride, float scale,
-                      Tensor4<uint16_t> out, int threads);
+                      Tensor4<uint16_t> out, int threads, AttentionIsa isa = AttentionIsa::automatic);
 
 }  // namespace dart
