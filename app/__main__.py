@@ -371,11 +371,14 @@ def standings_panel(args: argparse.Namespace, src: dict[str, Any], info: Any) ->
     from app.standings import StandingsPanel
 
     drafters = {k: v for k, v in src["drafters"].items() if k in info.drafters}
-    command = suggest_command(src["base"], drafters, src["ngram"] if info.has_store else None,
-                              small_ngram=args.use_small_ngram, bundle=src["bundle"], device=args.device,
-                              dtype=args.dtype, threads=info.threads if info.device == "cpu" else None)
+    how = dict(small_ngram=args.use_small_ngram, bundle=src["bundle"], device=args.device, dtype=args.dtype,
+               threads=info.threads if info.device == "cpu" else None)
+    store = src["ngram"] if info.has_store else None
+    command = suggest_command(src["base"], drafters, store, **how)
+    position_command = suggest_command(src["base"], drafters, store, **how, benchmark="long")
     models = models_identity(src["base"], drafters, src["ngram"] if info.has_store else None, args.use_small_ngram)
-    return StandingsPanel(models, args.bench_results or results_dir(), info.device, info.dtype, command)
+    return StandingsPanel(models, args.bench_results or results_dir(), info.device, info.dtype, command,
+                          position_command)
 
 
 # what the warm-up race also does on the fast path, said before it starts (never a silent stall)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dart_core import BASELINE, label
-from dart_core.race import Standings, find_standings
+from dart_core.race import PositionRun, Standings, find_position_run, find_standings
 
 # (summary field, column header, format); a column no row has is left out (older runs lack newer fields)
 COLUMNS: list[tuple[str, str, str]] = [
@@ -39,11 +39,17 @@ class StandingsPanel:
     device: str
     dtype: str
     command: str
+    position_command: str = ""  # the ``bench long`` command for these models
 
     def __call__(self) -> str:
         """The panel's HTML now (a run finished since the page was served shows on the next load)."""
-        return standings_html(find_standings(self.models, root=self.root, device=self.device, dtype=self.dtype),
-                              self.command, self.root, loaded=(self.device, self.dtype))
+        found = find_standings(self.models, root=self.root, device=self.device, dtype=self.dtype)
+        position = position_html(find_position_run(self.models, root=self.root), self.position_command)
+        sampled = ""
+        if found is not None and not found.spread:
+            sampled = (f'<div class="standings-hint">Sampled figures (mean and spread over seeds): '
+                       f'<code>{html.escape(self.command)} --temperature 0.7 --top-p 0.9 --seeds 3</code></div>')
+        return standings_html(found, self.command, self.root, loaded=(self.device, self.dtype)) + sampled + position
 
 
 def shown_path(path: Path) -> str:
@@ -82,6 +88,21 @@ def category_html(found: Standings) -> str:
                  f"<td>{html.escape(label(best)) if best else '–'}</td></tr>")
     return (f'<table class="standings-table standings-categories"><thead><tr><th>by kind of prompt (τ · vs AR)</th>'
             f'{head}<th>best</th></tr></thead><tbody>{body}</tbody></table>')
+
+
+def position_html(run: PositionRun | None, command: str) -> str:
+    """τ by output position of the last ``bench long`` run for these models (one row per racer), or the command
+    that makes it."""
+    if run is None:
+        return (f'<div class="standings-hint">τ by position in a long answer: <code>{html.escape(command)}</code>'
+                "</div>" if command else "")
+    head = "".join(f"<th>{a}–{b}</th>" for a, b in run.spans)
+    body = "".join(f'<tr><td class="lane-name lane-{html.escape(m)}">{html.escape(label(m))}</td>'
+                   + "".join(f"<td>{_cell(t, '.2f', m, 'tau')}</td>" for t in taus) + "</tr>"
+                   for m, taus in run.tau.items())
+    return (f'<table class="standings-table standings-position"><thead><tr><th>τ by output position</th>{head}'
+            f'</tr></thead><tbody>{body}</tbody></table><div class="standings-command">by '
+            f"<code>{html.escape(run.command)}</code> ({html.escape(run.date)})</div>")
 
 
 def spread_html(found: Standings) -> str:

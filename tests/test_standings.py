@@ -208,3 +208,25 @@ def test_the_panel_shows_the_runs_categories_and_its_spread_over_seeds(tmp_path:
     spread = shown.split("standings-spread")[1].split("</table>")[0]
     tau = run["spread"]["dart"]["tau"]
     assert f"{tau['mean']:.2f} ± {tau['std']:.2f}" in spread
+
+
+def test_the_panel_shows_tau_by_position_of_the_last_long_run(results: Path, tmp_path: Path) -> None:
+    """No ``bench long`` run yet: the panel gives the command for the loaded models (and the sampled run's);
+    after one, its τ per output-position bucket for each racer, from the run's own ``long.json``."""
+    panel = app_panel(results)
+    shown = panel()
+    assert "τ by position in a long answer" in shown and "python -m dart_core.bench long --bundle" in shown
+    assert "--temperature 0.7 --top-p 0.9 --seeds 3" in shown  # this run was greedy: how to get sampled figures
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DART_ARENA_RESULTS", str(results))
+        assert bench_main(["long", "--bundle", str(BUNDLE), "--limit", "1", "--max-new-tokens", "140",
+                           "--methods", "dart,ar", "--threads", "1", "--no-html", "--no-progress"]) == 0
+    (path,) = results.glob("long-*/long.json")
+    run = json.loads(path.read_text())
+    assert run["run"]["models"]["target"] == panel.models["target"]
+    table = panel().split("standings-position")[1].split("</table>")[0]
+    assert "<th>0–128</th><th>128–140</th>" in table
+    row = table.split(">DART</td>")[1].split("</tr>")[0]
+    assert row == "".join(f"<td>{b['racers']['dart']['tau']:.2f}</td>" for b in run["by_position"])
+    other = app_panel(results, "--dart-model-name-or-path", str(tmp_path))  # another DART checkpoint: left out
+    assert ">DART</td>" not in other().split("standings-position")[1].split("</table>")[0]

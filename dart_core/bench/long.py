@@ -131,7 +131,7 @@ def _run(args: argparse.Namespace) -> int:
     from dart_core.bench.e2e import BenchError
     from dart_core.loading.chat import encode_prompt
     from dart_core.options import runtime_options, tree_settings
-    from dart_core.race import results_dir
+    from dart_core.race import command_line, models_identity, results_dir, run_record
     from dart_core.racers.registry import BASELINE, model_free_asked
 
     if args.max_new_tokens < 1:
@@ -179,7 +179,10 @@ def _run(args: argparse.Namespace) -> int:
         by_position.append({"start": start, "end": end, "racers": racers})
     windows = {m: w for m in methods
                if (w := getattr(getattr(arena.drafter(m), "config", None), "context_window", None))}
+    models = models_identity(src.base, src.drafters, src.ngram, src.small_ngram)
     report = {
+        "run": run_record(getattr(args, "command", None) or command_line([], ("python", "-m", "dart_core.bench",
+                                                                               "long")), models),
         "config": {"base": src.base, "drafters": src.drafters, "ngram": src.ngram, "methods": methods,
                    "n_prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "stop_at_eos": args.stop_at_eos,
                    "device": str(arena.target.device), "dtype": str(arena.target.dtype).removeprefix("torch."),

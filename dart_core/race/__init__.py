@@ -8,8 +8,10 @@ from dart_core.race.figures import add_speedups, racer_figures, summarize_racers
 from dart_core.race.run import Race
 from dart_core.race.scoreboard import Lane, RaceSettings, Scoreboard
 from dart_core.race.standings import (
+    PositionRun,
     Standings,
     command_line,
+    find_position_run,
     find_standings,
     models_identity,
     results_dir,
@@ -21,6 +23,7 @@ from dart_core.race.table import ACCEPTANCE_HEADER, acceptance_cells, method_wid
 __all__ = [
     "ACCEPTANCE_HEADER",
     "Lane",
+    "PositionRun",
     "PromptError",
     "Race",
     "RaceSettings",
@@ -33,6 +36,7 @@ __all__ = [
     "check_text",
     "command_line",
     "context_limit",
+    "find_position_run",
     "find_standings",
     "method_width",
     "models_identity",

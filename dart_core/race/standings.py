@@ -28,6 +28,7 @@ from dart_core.loading.hub import cache_root
 from dart_core.loading.identity import model_identity
 
 REPORT = "e2e.json"
+POSITION_REPORT = "long.json"  # ``bench long``: each racer by output position
 COMMAND = ("python", "-m", "dart_core.bench", "e2e")
 
 
@@ -98,11 +99,43 @@ def find_standings(models: dict[str, Any], *, root: str | os.PathLike[str] | Non
     return max(found, key=lambda s: (s.same_setup, s.date), default=None)
 
 
-def _reports(root: Path) -> list[Path]:
+def _reports(root: Path, name: str = REPORT) -> list[Path]:
     try:
-        return [p for p in [root / REPORT, *sorted(root.glob(f"*/{REPORT}"))] if p.is_file()]
+        return [p for p in [root / name, *sorted(root.glob(f"*/{name}"))] if p.is_file()]
     except OSError:
         return []
+
+
+@dataclass(frozen=True)
+class PositionRun:
+    """The last ``bench long`` run for the loaded models: τ per output-position bucket (``spans``) and racer."""
+
+    path: Path
+    date: str
+    command: str
+    spans: list[tuple[int, int]]
+    tau: dict[str, list[float | None]]  # racer -> τ per span (the loaded racers only)
+
+
+def find_position_run(models: dict[str, Any], *, root: str | os.PathLike[str] | None = None) -> PositionRun | None:
+    """The latest ``long.json`` under ``root`` whose target and store are the loaded ones (a racer measured with
+    another checkpoint left out), or None."""
+    root = Path(root).expanduser() if root is not None else results_dir()
+    found = []
+    for path in _reports(root, POSITION_REPORT):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            run, theirs = data["run"], data["run"]["models"]
+            if theirs["target"] != models["target"] or theirs.get("ngram") != models.get("ngram"):
+                continue
+            ours, recorded = models.get("drafters", {}), theirs.get("drafters", {})
+            keep = [m for m in data["config"]["methods"] if m not in recorded or recorded[m] == ours.get(m)]
+            spans = [(int(b["start"]), int(b["end"])) for b in data["by_position"]]
+            tau = {m: [b["racers"][m]["tau"] for b in data["by_position"]] for m in keep}
+            found.append(PositionRun(path, str(run["date"]), str(run["command"]), spans, tau))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return max(found, key=lambda r: r.date, default=None)
 
 
 # parsed reports by (path, size, mtime): a page that asks again does not parse megabytes of steps again
@@ -180,10 +213,11 @@ def _decoding(config: dict[str, Any]) -> str:
 
 def suggest_command(base: str, drafters: Mapping[str, str | None], ngram: str | None, *, small_ngram: bool = False,
                     bundle: Bundle | None = None, device: str | None = None, dtype: str | None = None,
-                    threads: int | None = None) -> str:
-    """The ``bench e2e`` command that measures these models: ``--bundle`` (no flag for the default bundle) with
-    the parts loaded from elsewhere named, or without a bundle the target, drafters and store one by one; the
-    device, dtype and CPU threads when given (the app's engine on a CPU leaves a core to the page)."""
+                    threads: int | None = None, benchmark: str = "e2e") -> str:
+    """The ``bench e2e`` (or another ``benchmark``'s) command that measures these models: ``--bundle`` (no flag
+    for the default bundle) with the parts loaded from elsewhere named, or without a bundle the target, drafters
+    and store one by one; the device, dtype and CPU threads when given (the app's engine on a CPU leaves a core to
+    the page)."""
     argv: list[str] = []
     if bundle is not None:
         argv += [] if bundle.root.resolve() == default_bundle_dir().resolve() else ["--bundle", str(bundle.root)]
@@ -198,4 +232,4 @@ def suggest_command(base: str, drafters: Mapping[str, str | None], ngram: str | 
     argv += ["--device", device] if device else []
     argv += ["--dtype", dtype] if dtype and dtype != "auto" else []
     argv += ["--threads", str(threads)] if threads else []
-    return command_line(argv)
+    return command_line(argv, (*COMMAND[:-1], benchmark))
