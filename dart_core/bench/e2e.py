@@ -27,7 +27,7 @@ import json
 import platform
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -181,12 +181,6 @@ def step_record(s: Step) -> dict[str, Any]:
             "stop_reason": s.stop_reason}
 
 
-def method_figures(steps: Sequence[Step], wall_ms: float) -> dict[str, Any]:
-    """:func:`~dart_core.race.racer_figures` with the wall clock around the generation(s) (``wall_ms``: glue
-    between steps counts too)."""
-    return racer_figures(steps, wall_ms)
-
-
 def environment(arena: Any) -> dict[str, Any]:
     import transformers
 
@@ -225,16 +219,17 @@ def reported(body: Callable[[argparse.Namespace], int], args: argparse.Namespace
         return report_error(e, debug=getattr(args, "debug", False))
 
 
-def _load_prompts(src: Sources, args: argparse.Namespace) -> list[dict[str, Any]]:
+def load_prompts(src: Sources, limit: int, turns: int = 1) -> list[dict[str, Any]]:
+    """The first ``limit`` prompts (0: all) of the prompt file or the named set, each with ``turns`` turns."""
     if src.dataset is None:
-        return read_prompts(src.prompts, args.limit)  # type: ignore[arg-type]
+        return read_prompts(src.prompts, limit)  # type: ignore[arg-type]
     try:
-        prompts = load_dataset(src.dataset, args.limit)
+        prompts = load_dataset(src.dataset, limit)
     except DatasetError as e:
         raise BenchError(str(e)) from None
-    short = [p["id"] for p in prompts if len(p.get("turns", [p["prompt"]])) < args.turns]
+    short = [p["id"] for p in prompts if len(p.get("turns", [p["prompt"]])) < turns]
     if short:
-        raise BenchError(f"--turns {args.turns}: {src.dataset} prompts {', '.join(short[:5])} have fewer turns")
+        raise BenchError(f"--turns {turns}: {src.dataset} prompts {', '.join(short[:5])} have fewer turns")
     if not prompts:
         raise BenchError(f"dataset {src.dataset} holds no prompts")
     return prompts
@@ -262,7 +257,7 @@ def _run(args: argparse.Namespace) -> int:
         seeded = argparse.Namespace(**{**vars(args), "seed": args.seed + r * SEED_STRIDE,
                                        "warmup": args.warmup if r == 0 else 0})
         tallies.append(_race(seeded, src, prompts, encoded, order, methods, runs))
-    by_seed = {str(args.seed + r * SEED_STRIDE): summarize_methods(t.pooled, t.wall) for r, t in enumerate(tallies)}
+    by_seed = {str(args.seed + r * SEED_STRIDE): summarize_racers(t.pooled, t.wall) for r, t in enumerate(tallies)}
     tally = tallies[0]
     for r, other in enumerate(tallies[1:], 1):
         tally.absorb(other, seed=args.seed + r * SEED_STRIDE)
@@ -280,7 +275,7 @@ def _load(args: argparse.Namespace) -> tuple[Sources, list[dict[str, Any]], Any,
     from dart_core.arena import load_arena
 
     src = resolve_sources(args)
-    prompts = _load_prompts(src, args)
+    prompts = load_prompts(src, args.limit, args.turns)
     for note in src.notes:
         print(f"note: {note}")
     torch.manual_seed(args.seed)
@@ -411,7 +406,7 @@ def _race(args: argparse.Namespace, src: Sources, prompts: list[dict[str, Any]],
                 steps = [step_record(s) for s in run]
                 outputs[m].append([t for s in run for t in s.tokens])
                 tops[m].append([t for s in run for t in s.top_logits])
-                figures = method_figures(run, wall_ms)
+                figures = racer_figures(run, wall_ms)
                 entry = entries[k]
                 if k:  # a follow-up's input holds the method's own first answer
                     figures["prompt_tokens"] = len(turn_ids)
@@ -449,10 +444,10 @@ def _report(args: argparse.Namespace, src: Sources, arena: Any, prompts: list[di
     """``e2e.json``: the config as run, the environment, what each figure means, the summaries, the greedy
     check's findings and every prompt's steps."""
     n_turns = tally.n_turns
-    summary = summarize_methods(tally.pooled, tally.wall)
-    per_turn = ({str(k + 1): summarize_methods(tally.turn_steps[k], tally.turn_wall[k]) for k in range(n_turns)}
+    summary = summarize_racers(tally.pooled, tally.wall)
+    per_turn = ({str(k + 1): summarize_racers(tally.turn_steps[k], tally.turn_wall[k]) for k in range(n_turns)}
                 if n_turns > 1 else None)
-    by_category = {c: summarize_methods(steps, tally.category_wall[c]) for c, steps in tally.category_steps.items()}
+    by_category = {c: summarize_racers(steps, tally.category_wall[c]) for c, steps in tally.category_steps.items()}
     checked = sampling.greedy and BASELINE in methods and len(methods) > 1
     models = models_identity(src.base, src.drafters, src.ngram, src.small_ngram)
     return {
@@ -524,12 +519,6 @@ def _write(args: argparse.Namespace, report: dict[str, Any], methods: list[str],
     if not args.no_html:
         write_html(report, out / "e2e.html")
         print(f"wrote {out / 'e2e.html'}")
-
-
-def summarize_methods(pooled: dict[str, list[Step]], wall_ms: dict[str, float]) -> dict[str, dict[str, Any]]:
-    """Overall figures per method over every counted prompt (pooled steps, summed wall clock) + speedups vs AR
-    (``speedup_vs_ar`` by wall clock, ``speedup_vs_ar_engine`` by the engine's stopwatches)."""
-    return summarize_racers(pooled, wall_ms)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -99,8 +99,7 @@ def drafter_cost(runs: Sequence[Sequence[tuple[Any, float]]], window: int) -> di
 def sources(args: argparse.Namespace) -> tuple[Any, list[dict[str, Any]]]:
     """The models (as ``bench e2e`` resolves them) and the prompts: ``--prompt``, a named set, or a prompt file
     (the bundle's held-out prompts by default), the first ``--limit``."""
-    from dart_core.bench.e2e import BenchError, read_prompts, resolve_sources
-    from dart_core.data.datasets import DatasetError, load_dataset
+    from dart_core.bench.e2e import BenchError, load_prompts, resolve_sources
     from dart_core.options import ModelsError, resolve_models
 
     if args.prompt is not None:
@@ -110,12 +109,7 @@ def sources(args: argparse.Namespace) -> tuple[Any, list[dict[str, Any]]]:
             raise BenchError(str(e)) from None
         return models, [{"id": "prompt", "prompt": args.prompt}]
     src = resolve_sources(args)
-    if src.dataset is None:
-        return src, read_prompts(src.prompts, args.limit)
-    try:
-        return src, load_dataset(src.dataset, args.limit)
-    except DatasetError as e:
-        raise BenchError(str(e)) from None
+    return src, load_prompts(src, args.limit)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -125,11 +125,11 @@ def find_position_run(models: dict[str, Any], *, root: str | os.PathLike[str] | 
     for path in _reports(root, POSITION_REPORT):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            run, theirs = data["run"], data["run"]["models"]
-            if theirs["target"] != models["target"] or theirs.get("ngram") != models.get("ngram"):
+            run = data["run"]
+            hidden = _other_models(run["models"], models, data["config"]["methods"])
+            if hidden is None:
                 continue
-            ours, recorded = models.get("drafters", {}), theirs.get("drafters", {})
-            keep = [m for m in data["config"]["methods"] if m not in recorded or recorded[m] == ours.get(m)]
+            keep = [m for m in data["config"]["methods"] if m not in hidden]
             spans = [(int(b["start"]), int(b["end"])) for b in data["by_position"]]
             tau = {m: [b["racers"][m]["tau"] for b in data["by_position"]] for m in keep}
             found.append(PositionRun(path, str(run["date"]), str(run["command"]), spans, tau))
@@ -156,19 +156,26 @@ def _load(path: Path) -> dict[str, Any] | None:
         return None
 
 
+def _other_models(theirs: dict[str, Any], models: dict[str, Any], racers: list[str]) -> dict[str, str] | None:
+    """None when a run (which recorded the identities ``theirs``) used another target or N-gram store than
+    ``models``; else its racers whose checkpoint is not the loaded one, each with why it is left out."""
+    if theirs["target"] != models["target"] or theirs.get("ngram") != models.get("ngram"):
+        return None
+    ours, recorded = models.get("drafters", {}), theirs.get("drafters", {})
+    return {m: "not loaded here" if m not in ours else "measured with another checkpoint"
+            for m in racers if m in recorded and recorded[m] != ours.get(m)}
+
+
 def _read(path: Path, models: dict[str, Any], device: str | None, dtype: str | None) -> Standings | None:
     """The run at ``path`` as standings for ``models``, or None (another target or store, or not a readable e2e
     report that records its models)."""
     data = _load(path)
     try:
         run, config, env, summary = data["run"], data["config"], data["environment"], data["summary"]  # type: ignore
-        theirs = run["models"]
-        if theirs["target"] != models["target"] or theirs.get("ngram") != models.get("ngram"):
-            return None
-        ours, recorded = models.get("drafters", {}), theirs.get("drafters", {})
         order = [m for m in config.get("methods", summary) if m in summary]
-        hidden = {m: "not loaded here" if m not in ours else "measured with another checkpoint"
-                  for m in order if m in recorded and recorded[m] != ours.get(m)}
+        hidden = _other_models(run["models"], models, order)
+        if hidden is None:
+            return None
         rows = [{"key": m, **summary[m]} for m in order if m not in hidden]
         if not rows:  # nothing of the loaded models' to show
             return None
