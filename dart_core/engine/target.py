@@ -215,6 +215,11 @@ class TargetModel:
 
     # ------------------------------------------------------------- properties
     @property
+    def cache_arg(self) -> str:
+        """The forward's keyword for the KV cache (``cache``, or ``past_key_values`` before transformers 5.24)."""
+        return self._cache_arg
+
+    @property
     def embed_tokens(self) -> torch.nn.Module:
         """The input embedding module (drafters share its weight)."""
         return self.model.get_input_embeddings()
