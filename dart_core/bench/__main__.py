@@ -9,7 +9,7 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dart_core.bench", description=__doc__)
     sub = parser.add_subparsers(dest="benchmark", required=True)
-    from dart_core.bench import attention, e2e, gpu, gpu_check, in_app, long, native, soak, verify_cost
+    from dart_core.bench import attention, concurrency, e2e, gpu, gpu_check, in_app, long, native, soak, verify_cost
     from dart_core.race.standings import COMMAND, command_line
 
     native.add_arguments(sub.add_parser("native", help=native.__doc__.splitlines()[0], description=native.__doc__))
@@ -18,6 +18,8 @@ def main(argv: list[str] | None = None) -> int:
     verify_cost.add_arguments(sub.add_parser("verify-cost", help=verify_cost.__doc__.splitlines()[0],
                                              description=verify_cost.__doc__))
     long.add_arguments(sub.add_parser("long", help=long.__doc__.splitlines()[0], description=long.__doc__))
+    concurrency.add_arguments(sub.add_parser("concurrency", help=concurrency.__doc__.splitlines()[0],
+                                             description=concurrency.__doc__))
     in_app.add_arguments(sub.add_parser("app", help=in_app.__doc__.splitlines()[0], description=in_app.__doc__,
                                         formatter_class=argparse.RawDescriptionHelpFormatter))
     soak.add_arguments(sub.add_parser("soak", help=soak.__doc__.splitlines()[0], description=soak.__doc__))
@@ -38,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
         return verify_cost.run(args)
     if args.benchmark == "long":
         return long.run(args)
+    if args.benchmark == "concurrency":
+        return concurrency.run(args)
     if args.benchmark == "app":
         return in_app.run(args)
     if args.benchmark == "soak":

@@ -76,7 +76,7 @@ class DFlashSettings:
     always fed its full trained block)."""
 
     draft_tokens: int = knob(15, 1, 255, "chain tokens verified per step (capped at block size - 1)",
-                             label="chain length", flag="tokens")
+                             label="chain length", flag="tokens", size=True)
     exact_proposals: bool = knob(False, 0, 1, EXACT_HELP, label="exact proposals", flag="exact-proposals")
 
 
@@ -86,7 +86,8 @@ class DFlashTreeSettings:
 
     top_k: int = knob(25, 1, 1000, "candidates per block row", flag="top-k")
     beam_width: int = knob(20, 1, 1000, "beam width of the tree search", flag="beam")
-    max_nodes: int = knob(60, 1, 512, "nodes below the root", label="tree size", flag="nodes", cpu=12, ui=True)
+    max_nodes: int = knob(60, 1, 512, "nodes below the root", label="tree size", flag="nodes", cpu=12, ui=True,
+                          size=True)
     ngram_weight: float = knob(0.5, 0.0, 100.0, "weight of the N-gram term (0 = off)", flag="ngram-weight")
     exact_proposals: bool = knob(False, 0, 1, EXACT_HELP, label="exact proposals", flag="exact-proposals")
 

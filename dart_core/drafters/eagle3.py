@@ -32,7 +32,8 @@ class Eagle3Settings:
     """EAGLE-3's tree: nodes including the root, expansion depth, top-k per node (the reference's defaults; on a
     CPU the other tree racers' node count plus the root, measured in the model card)."""
 
-    total_tokens: int = knob(60, 2, 512, "tree nodes, root included", label="total", flag="total", cpu=13, ui=True)
+    total_tokens: int = knob(60, 2, 512, "tree nodes, root included", label="total", flag="total", cpu=13, ui=True,
+                             size=True)
     depth: int = knob(7, 1, 32, "expansion depth (one drafter forward per level)", cpu=6, ui=True)
     top_k: int = knob(10, 1, 64, "candidates per node", label="top-k", flag="top-k", cpu=4, ui=True)
 

@@ -17,13 +17,14 @@ import torch
 
 # ------------------------------------------------------------------------------------------------ settings
 def knob(default: Any, low: float, high: float, help: str, *, label: str | None = None, flag: str | None = None,
-         cpu: Any = None, ui: bool = False) -> Any:
+         cpu: Any = None, ui: bool = False, size: bool = False) -> Any:
     """A settings field with its bounds (inclusive) and help. ``flag``: the CLI suffix (``--<racer>-<flag>``,
     default the field name with dashes); ``cpu``: the default on a CPU when it differs; ``ui``: shown as a slider
     in the app (``label`` is its caption). A ``bool`` default makes a switch (bounds 0..1): ``--<racer>-<flag>`` /
-    ``--no-<racer>-<flag>`` on the command lines, never a slider."""
+    ``--no-<racer>-<flag>`` on the command lines, never a slider. ``size``: the field that sizes the racer's tree
+    or chain (the one :func:`shrink_for_streams` scales down under load)."""
     return field(default=default, metadata={"low": low, "high": high, "help": help, "label": label, "flag": flag,
-                                            "cpu": cpu, "ui": ui})
+                                            "cpu": cpu, "ui": ui, "size": size})
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class Knob:
     flag: str
     cpu: Any
     ui: bool
+    size: bool = False
 
 
 def knobs(settings_type: type) -> Iterator[Knob]:
@@ -50,7 +52,7 @@ def knobs(settings_type: type) -> Iterator[Knob]:
             continue
         kind = type(f.default)
         yield Knob(f.name, f.default, kind, m["low"], m["high"], m["help"], m["label"] or f.name.replace("_", " "),
-                   m["flag"] or f.name.replace("_", "-"), m["cpu"], m["ui"])
+                   m["flag"] or f.name.replace("_", "-"), m["cpu"], m["ui"], m.get("size", False))
 
 
 def settings_for(settings_type: type, device: str | torch.device) -> Any:
@@ -76,3 +78,14 @@ def check_settings(settings: Any, what: str = "") -> Any:
         if not math.isfinite(v) or not k.low <= v <= k.high:
             raise ValueError(f"{name} must be between {k.low:g} and {k.high:g}, got {v:g}")
     return settings
+
+
+def shrink_for_streams(settings: Any, streams: int) -> Any:
+    """``settings`` with its tree (or chain) size divided by the number of streams decoded together (rounded up,
+    never below the field's lower bound), so the batch verifies about as many nodes per step as one stream's tree:
+    the rule vLLM applies with a draft length per batch size. Settings without a size field come back as they are."""
+    if streams < 1:
+        raise ValueError(f"streams must be at least 1, got {streams}")
+    sized = {k.name: max(int(k.low), -(-int(getattr(settings, k.name)) // streams))
+             for k in knobs(type(settings)) if k.size}
+    return dataclasses.replace(settings, **sized) if sized else settings

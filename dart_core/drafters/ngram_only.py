@@ -33,7 +33,8 @@ class NgramOnlySettings:
     depth: int = knob(6, 1, 32, "levels of the tree (draft tokens along a path)", flag="depth")
     top_k: int = knob(8, 1, 256, "store continuations per level", flag="top-k")
     beam_width: int = knob(20, 1, 1000, "beam width of the tree search", flag="beam")
-    max_nodes: int = knob(60, 1, 512, "nodes below the root", label="tree size", flag="nodes", cpu=12, ui=True)
+    max_nodes: int = knob(60, 1, 512, "nodes below the root", label="tree size", flag="nodes", cpu=12, ui=True,
+                          size=True)
     ngram_weight: float = knob(0.5, 0.0, 100.0, "weight of the search's N-gram term (0 = the level probabilities "
                                "alone)", flag="ngram-weight")
 

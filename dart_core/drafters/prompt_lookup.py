@@ -28,7 +28,7 @@ class PromptLookupSettings:
     min_ngram: int = knob(1, 1, 16, "shortest suffix that counts as a match (at most the max n-gram)",
                           label="min n-gram", flag="min-ngram")
     num_tokens: int = knob(10, 1, 64, "tokens proposed after the match, as one chain", label="draft tokens",
-                           flag="tokens", ui=True)
+                           flag="tokens", ui=True, size=True)
 
     def __post_init__(self) -> None:
         """The one rule between fields, checked wherever settings are made (CLI flags, the page, the API); each

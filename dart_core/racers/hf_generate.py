@@ -19,7 +19,7 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -192,3 +192,58 @@ def stream_hf_generate(
             handoff.cancelled = True
             handoff.resume()
             thread.join()
+
+
+class _BestRows:
+    """A logits processor that keeps every row's best (ids, logits) of each step's raw scores, changing nothing."""
+
+    def __init__(self) -> None:
+        self.top: list[list[Any]] = []  # step -> row -> (ids, logits)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        self.top.append(top_logits_of(scores.float()))
+        return scores
+
+
+def generate_hf_batch(
+    target: TargetModel,
+    prompts: Sequence[Any],
+    *,
+    sampling: SamplingConfig | None = None,
+    max_new_tokens: int = 256,
+    max_length: int | None = None,
+    stop_token_ids: Iterable[int] = (),
+    seed: int = 0,
+) -> tuple[list[list[int]], list[list[Any]]]:
+    """``model.generate`` on all ``prompts`` at once, left-padded with an attention mask (how a user batches it):
+    each stream's new tokens, cut after its first stop token (and at the context limit), and under greedy
+    decoding the target's best logits behind each of them (for the tie-aware check). Sampling seeds torch's global
+    RNG with ``seed``. The static cache of the fast path is not used: each batch has its own shape."""
+    sampling = sampling or SamplingConfig()
+    if not prompts:
+        raise ValueError("generate_hf_batch: no prompts given")
+    checked = [checked_request(target, p, max_new_tokens, max_length) for p in prompts]
+    stops = sorted({int(t) for t in stop_token_ids})
+    from transformers import LogitsProcessorList
+
+    model, device = target.model, target.device
+    budget = min(max_new_tokens, *(limit - len(p) for p, limit in checked))
+    config = generation_config(model, sampling, budget, stops)
+    width = max(len(p) for p, _ in checked)
+    ids = torch.full((len(checked), width), int(config.pad_token_id), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for b, (p, _) in enumerate(checked):
+        ids[b, width - len(p):] = torch.tensor(p)
+        mask[b, width - len(p):] = 1
+    best = _BestRows()
+    if not sampling.greedy:
+        torch.manual_seed(seed)
+    with torch.no_grad():
+        out = model.generate(ids.to(device), attention_mask=mask.to(device), generation_config=config,
+                             logits_processor=LogitsProcessorList([best] if sampling.greedy else []))
+    tokens, tops = [], []
+    for b, row in enumerate(out[:, width:].tolist()):
+        n = next((i + 1 for i, t in enumerate(row) if t in stops), len(row))
+        tokens.append(row[:n])
+        tops.append([step[b] for step in best.top[:n]] if sampling.greedy else [])
+    return tokens, tops
