@@ -376,9 +376,10 @@ def standings_panel(args: argparse.Namespace, src: dict[str, Any], info: Any) ->
     store = src["ngram"] if info.has_store else None
     command = suggest_command(src["base"], drafters, store, **how)
     position_command = suggest_command(src["base"], drafters, store, **how, benchmark="long")
+    concurrency_command = suggest_command(src["base"], drafters, store, **how, benchmark="concurrency")
     models = models_identity(src["base"], drafters, src["ngram"] if info.has_store else None, args.use_small_ngram)
     return StandingsPanel(models, args.bench_results or results_dir(), info.device, info.dtype, command,
-                          position_command)
+                          position_command, concurrency_command)
 
 
 # what the warm-up race also does on the fast path, said before it starts (never a silent stall)

@@ -230,3 +230,14 @@ def tree_figure(step: Any | None, token_label: Callable[[int], str], *, method: 
                    "depth (root = last accepted token)", "", height=max(HEIGHT, 14 * int(max(y) + 1) + 110),
                    xaxis={"dtick": 1, "range": [-0.3, max(depth) + 1.2]},
                    yaxis={"visible": False, "autorange": "reversed", "rangemode": "normal"})
+
+
+def concurrency_figure(run: Any) -> go.Figure:
+    """The last ``bench concurrency`` sweep (a :class:`dart_core.race.ConcurrencyRun`): each racer's speedup over
+    batched plain decoding against the number of streams, the break-even line at 1."""
+    traces = [{"type": "scatter", "mode": "lines+markers", "name": label(m), "x": run.streams, "y": ys,
+               "line": {"color": color(m), "dash": "dot" if m == BASELINE else "solid"}}
+              for m, ys in run.speedup.items()]
+    return _figure(traces, f"Speedup over batched plain decoding by streams ({run.setup})", "streams decoded together",
+                   "× batched AR (wall clock)", xaxis={"type": "log", "tickvals": run.streams, "dtick": None},
+                   yaxis={"rangemode": "tozero"})

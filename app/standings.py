@@ -12,7 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from dart_core import BASELINE, label
-from dart_core.race import PositionRun, Standings, find_position_run, find_standings
+from dart_core.race import (
+    ConcurrencyRun,
+    PositionRun,
+    Standings,
+    find_concurrency_run,
+    find_position_run,
+    find_standings,
+)
 
 # (summary field, column header, format); a column no row has is left out (older runs lack newer fields)
 COLUMNS: list[tuple[str, str, str]] = [
@@ -40,16 +47,46 @@ class StandingsPanel:
     dtype: str
     command: str
     position_command: str = ""  # the ``bench long`` command for these models
+    concurrency_command: str = ""  # the ``bench concurrency`` command for these models
 
     def __call__(self) -> str:
         """The panel's HTML now (a run finished since the page was served shows on the next load)."""
         found = find_standings(self.models, root=self.root, device=self.device, dtype=self.dtype)
         position = position_html(find_position_run(self.models, root=self.root), self.position_command)
+        position += concurrency_html(self.concurrency_run(), self.concurrency_command)
         sampled = ""
         if found is not None and not found.spread:
             sampled = (f'<div class="standings-hint">Sampled figures (mean and spread over seeds): '
                        f'<code>{html.escape(self.command)} --temperature 0.7 --top-p 0.9 --seeds 3</code></div>')
         return standings_html(found, self.command, self.root, loaded=(self.device, self.dtype)) + sampled + position
+
+
+    def concurrency_run(self) -> ConcurrencyRun | None:
+        """The last stream-count sweep for the loaded models, if any (its plot sits below the panel)."""
+        return find_concurrency_run(self.models, root=self.root)
+
+
+def concurrency_html(run: ConcurrencyRun | None, command: str) -> str:
+    """Each racer's speedup over batched plain decoding per stream count and its crossover, from the last
+    ``bench concurrency`` sweep for these models, or the command that makes one."""
+    if run is None:
+        return (f'<div class="standings-hint">Where speculation stops paying as streams are decoded together: '
+                f"<code>{html.escape(command)}</code></div>" if command else "")
+    head = "".join(f"<th>B={b}</th>" for b in run.streams)
+    body = ""
+    for m, speedups in run.speedup.items():
+        if m == BASELINE:
+            continue
+        cross = run.crossover.get(m)
+        where = f"B={cross}" if cross is not None else f"none up to B={run.streams[-1]}"
+        body += (f'<tr><td class="lane-name lane-{html.escape(m)}">{html.escape(label(m))}</td>'
+                 + "".join(f"<td>{_cell(v, '.2f', m, 'speedup_vs_ar')}</td>" for v in speedups)
+                 + f"<td>{where}</td></tr>")
+    check = f"greedy check: {run.mismatches} mismatch" + ("es" if run.mismatches != 1 else "")
+    return (f'<table class="standings-table standings-concurrency"><thead><tr><th>× batched AR by streams</th>'
+            f"{head}<th>stops paying at</th></tr></thead><tbody>{body}</tbody></table>"
+            f'<div class="standings-command">{html.escape(run.setup)}, {check}; by '
+            f"<code>{html.escape(run.command)}</code> ({html.escape(run.date)})</div>")
 
 
 def shown_path(path: Path) -> str:

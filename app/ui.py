@@ -353,11 +353,18 @@ class ArenaUI:
             if self.config.standings is not None:  # the benchmark's pooled table, below the live race
                 with gr.Accordion("Measured on this host", open=False, elem_id="standings"):
                     panel = gr.HTML(elem_id="standings-table")
+                    sweep = gr.Plot(elem_id="standings-concurrency", show_label=False, visible=False)
                 demo.load(self.config.standings, None, panel, queue=False, api_visibility="private")
+                demo.load(self._concurrency_plot, None, sweep, queue=False, api_visibility="private")
             page = Page(prompt=prompt, conv=conv, status=status, lanes=lanes, cards=cards, plots=figures,
                         result=result)
             self._wire(page, picker, buttons, [prompt, conv, *controls, picker])
         return demo
+
+    def _concurrency_plot(self) -> Any:
+        """The last stream-count sweep's plot for the loaded models, shown only when there is one."""
+        run = getattr(self.config.standings, "concurrency_run", lambda: None)()
+        return gr.Plot(value=plots.concurrency_figure(run) if run is not None else None, visible=run is not None)
 
     def _header(self) -> tuple[Any, Any]:
         """The title with the token legend, the status line and the Racers picker."""

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_app import MAX_NEW_TOKENS, Server, artifact_dir, held_out_prompt
+from helpers_app import BUNDLE, MAX_NEW_TOKENS, Server, artifact_dir, held_out_prompt, running_app
 
 REQUIRED = os.environ.get("DART_REQUIRE_BROWSER") == "1"  # set by .ci/run: no silent skip in CI
 if not REQUIRED:
@@ -173,6 +173,57 @@ def test_race_in_a_real_browser(app_server: Server) -> None:
             fill = page.evaluate("getComputedStyle(document.querySelector('#plot-tau .main-svg .xtick text')).fill")
             assert fill == "rgb(209, 213, 219)", fill
             page.screenshot(path=str(out / "app-dark.png"), full_page=True)
+            assert not errors, errors
+        finally:
+            browser.close()
+
+
+def test_the_measured_on_this_host_panel_in_a_real_browser(tmp_path: Path) -> None:
+    """The "Measured on this host" panel, opened in the browser, shows the last runs of each benchmark for the
+    loaded models, each from its own JSON: the pooled e2e table, τ by output position (``bench long``), and the
+    stream-count sweep (``bench concurrency``) as a table with each racer's crossover and as a plot with one line
+    per racer."""
+    import json
+
+    from dart_core.bench.__main__ import main as bench_main
+
+    binary = chromium_binary()
+    if binary is None:
+        if REQUIRED:
+            pytest.fail("no chromium binary: install the Debian package (apt-get install -y chromium)")
+        pytest.skip("no chromium binary")
+    results = tmp_path / "results"
+    common = ["--bundle", str(BUNDLE), "--dtype", "float32", "--threads", "1", "--no-html", "--no-progress"]
+    assert bench_main(["e2e", *common, "--limit", "2", "--max-new-tokens", "8", "--methods", "dart,eagle3,ar",
+                       "--no-hf-generate", "--out", str(results / "e2e")]) == 0
+    assert bench_main(["long", *common, "--limit", "1", "--max-new-tokens", "130", "--methods", "dart,ar",
+                       "--out", str(results / "long")]) == 0
+    assert bench_main(["concurrency", *common, "--limit", "2", "--streams", "1,2", "--max-new-tokens", "8",
+                       "--methods", "dart,eagle3,ar", "--no-hf-generate", "--warmup", "0",
+                       "--out", str(results / "concurrency")]) == 0
+    sweep = json.loads((results / "concurrency" / "concurrency.json").read_text())
+    with running_app(tmp_path, "--bench-results", str(results)) as server, sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=binary, headless=True,
+                                    args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 1000})
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(server.url)
+            page.wait_for_selector("#prompt textarea", timeout=60_000)
+            page.click("#standings button.label-wrap", timeout=10_000)
+            page.wait_for_selector("#standings-table .standings-concurrency", timeout=30_000)
+            panel = page.locator("#standings-table")
+            assert "2 prompts" in panel.locator(".standings-facts").inner_text()
+            assert panel.locator(".standings-position").count() == 1, "no τ-by-position table"
+            row = panel.locator(".standings-concurrency tr", has_text="DART").inner_text().split("\t")
+            dart = [f"{sweep['by_streams'][b]['dart']['speedup_vs_ar']:.2f}×" for b in ("1", "2")]
+            cross = sweep["crossover"]["dart"]
+            assert row[1:3] == dart and row[3] == (f"B={cross}" if cross else "none up to B=2"), row
+            page.wait_for_selector("#standings-concurrency .js-plotly-plot", timeout=30_000)
+            lines = page.locator("#standings-concurrency .scatterlayer .trace")
+            assert lines.count() == 3, "one line per racer (DART, EAGLE-3, AR)"
+            page.locator("#standings").screenshot(path=str(artifact_dir() / "app-standings.png"))
             assert not errors, errors
         finally:
             browser.close()

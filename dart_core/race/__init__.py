@@ -8,9 +8,11 @@ from dart_core.race.figures import add_speedups, racer_figures, summarize_racers
 from dart_core.race.run import Race
 from dart_core.race.scoreboard import Lane, RaceSettings, Scoreboard
 from dart_core.race.standings import (
+    ConcurrencyRun,
     PositionRun,
     Standings,
     command_line,
+    find_concurrency_run,
     find_position_run,
     find_standings,
     models_identity,
@@ -22,6 +24,7 @@ from dart_core.race.table import ACCEPTANCE_HEADER, acceptance_cells, method_wid
 
 __all__ = [
     "ACCEPTANCE_HEADER",
+    "ConcurrencyRun",
     "Lane",
     "PositionRun",
     "PromptError",
@@ -36,6 +39,7 @@ __all__ = [
     "check_text",
     "command_line",
     "context_limit",
+    "find_concurrency_run",
     "find_position_run",
     "find_standings",
     "method_width",

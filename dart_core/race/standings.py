@@ -29,6 +29,7 @@ from dart_core.loading.identity import model_identity
 
 REPORT = "e2e.json"
 POSITION_REPORT = "long.json"  # ``bench long``: each racer by output position
+CONCURRENCY_REPORT = "concurrency.json"  # ``bench concurrency``: each racer by stream count
 COMMAND = ("python", "-m", "dart_core.bench", "e2e")
 
 
@@ -120,19 +121,64 @@ class PositionRun:
 def find_position_run(models: dict[str, Any], *, root: str | os.PathLike[str] | None = None) -> PositionRun | None:
     """The latest ``long.json`` under ``root`` whose target and store are the loaded ones (a racer measured with
     another checkpoint left out), or None."""
+    def build(path: Path, data: dict[str, Any], keep: list[str]) -> PositionRun:
+        spans = [(int(b["start"]), int(b["end"])) for b in data["by_position"]]
+        tau = {m: [b["racers"][m]["tau"] for b in data["by_position"]] for m in keep}
+        run = data["run"]
+        return PositionRun(path, str(run["date"]), str(run["command"]), spans, tau)
+
+    return _latest(models, root, POSITION_REPORT, build)
+
+
+@dataclass(frozen=True)
+class ConcurrencyRun:
+    """The last ``bench concurrency`` sweep for the loaded models: each racer's speedup over batched plain decoding
+    and aggregate tokens/s per stream count, and its crossover (the smallest B where it no longer pays; None:
+    it paid at every B swept)."""
+
+    path: Path
+    date: str
+    command: str
+    streams: list[int]
+    speedup: dict[str, list[float | None]]  # racer -> per B in ``streams``
+    tokens_per_s: dict[str, list[float | None]]
+    crossover: dict[str, int | None]
+    mismatches: int
+    setup: str  # device and dtype, e.g. "cpu, float32"
+
+
+def find_concurrency_run(models: dict[str, Any], *,
+                         root: str | os.PathLike[str] | None = None) -> ConcurrencyRun | None:
+    """The latest ``concurrency.json`` under ``root`` for the loaded target and store (racers measured with
+    another checkpoint left out), or None."""
+    def build(path: Path, data: dict[str, Any], keep: list[str]) -> ConcurrencyRun:
+        streams = [int(b) for b in data["config"]["streams"]]
+        by = data["by_streams"]
+        series = {key: {m: [by[str(b)][m].get(key) for b in streams] for m in keep}
+                  for key in ("speedup_vs_ar", "tokens_per_s")}
+        cfg, run = data["config"], data["run"]
+        mismatches = sum(int(f.get("mismatches") or 0) for r in by.values() for f in r.values())
+        return ConcurrencyRun(path, str(run["date"]), str(run["command"]), streams, series["speedup_vs_ar"],
+                              series["tokens_per_s"], {m: b for m, b in data["crossover"].items() if m in keep},
+                              mismatches, f"{cfg['device']}, {cfg['dtype']}")
+
+    return _latest(models, root, CONCURRENCY_REPORT, build)
+
+
+def _latest(models: dict[str, Any], root: str | os.PathLike[str] | None, name: str,
+            build: Any) -> Any:
+    """The newest report called ``name`` under ``root`` (default :func:`results_dir`) that measured the loaded
+    target and store, made by ``build(path, data, racers to show)``; None when there is none readable."""
     root = Path(root).expanduser() if root is not None else results_dir()
     found = []
-    for path in _reports(root, POSITION_REPORT):
+    for path in _reports(root, name):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            run = data["run"]
-            hidden = _other_models(run["models"], models, data["config"]["methods"])
+            hidden = _other_models(data["run"]["models"], models, data["config"]["methods"])
             if hidden is None:
                 continue
             keep = [m for m in data["config"]["methods"] if m not in hidden]
-            spans = [(int(b["start"]), int(b["end"])) for b in data["by_position"]]
-            tau = {m: [b["racers"][m]["tau"] for b in data["by_position"]] for m in keep}
-            found.append(PositionRun(path, str(run["date"]), str(run["command"]), spans, tau))
+            found.append(build(path, data, keep))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
     return max(found, key=lambda r: r.date, default=None)
