@@ -1,0 +1,106 @@
+"""``python -m dart_core.bench concurrency`` on the toy bundle: every racer decodes the prompts in batches of B
+streams, each stream's greedy text equals plain decoding's for its prompt at every B, the figures add up to the
+streams' tokens, the speedups are over batched plain decoding at the same B, the crossover is the first B where a
+racer stops paying, the tree-size rule shrinks trees by B, and bad values are refused at once, naming the value."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers_app import BUNDLE
+
+from dart_core.bench import concurrency
+from dart_core.bench.__main__ import main
+from dart_core.drafters.interface import knobs, shrink_for_streams
+from dart_core.racers.registry import BASELINE, RACERS
+
+if not (BUNDLE / "target" / "config.json").is_file():
+    pytest.skip("assets/tiny is missing", allow_module_level=True)
+
+COMMON = ["--bundle", str(BUNDLE), "--dtype", "float32", "--threads", "1", "--no-progress", "--no-html"]
+
+
+def test_the_sweep_is_lossless_and_its_figures_add_up(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "run"
+    assert main(["concurrency", *COMMON, "--limit", "4", "--streams", "1,2,4", "--max-new-tokens", "12",
+                 "--out", str(out)]) == 0
+    report = json.loads((out / "concurrency.json").read_text())
+    methods = report["config"]["methods"]
+    assert BASELINE in methods and "dart" in methods and "eagle3" in methods and "hf" in methods
+    assert list(report["by_streams"]) == ["1", "2", "4"]
+    for b, racers in report["by_streams"].items():
+        ar = racers[BASELINE]
+        for m, f in racers.items():
+            assert f["mismatches"] == 0, (b, m)  # float32: every stream is its own plain decoding
+            assert f["streams"] == 4 and f["batches"] == 4 // int(b), (b, m)
+            assert 0 < f["tokens"] <= 4 * 12
+            assert f["tokens_per_s"] == pytest.approx(f["tokens"] / (f["wall_ms"] / 1e3))
+            assert f["speedup_vs_ar"] == pytest.approx(f["tokens_per_s"] / ar["tokens_per_s"])
+        assert ar["tau"] == 1.0 and ar["speedup_vs_ar"] == pytest.approx(1.0)
+        assert racers["dart"]["tau"] > 1.0  # it accepted drafts
+        assert racers["dart"]["mean_rows"] <= int(b)  # streams that end leave the batch
+    assert set(report["crossover"]) == {m for m in methods if m not in (BASELINE, "hf")}
+    for m, b in report["crossover"].items():
+        assert b == concurrency.crossover(report["by_streams"], m)
+    printed = capsys.readouterr().out
+    assert "crossover" in printed and "mismatch" in printed
+
+
+def test_the_crossover_is_the_first_stream_count_that_stops_paying() -> None:
+    by = {"1": {"x": {"speedup_vs_ar": 1.4}}, "2": {"x": {"speedup_vs_ar": 1.0}}, "4": {"x": {"speedup_vs_ar": 1.2}},
+          "8": {"x": {"speedup_vs_ar": 0.7}}}
+    assert concurrency.crossover(by, "x") == 2  # no longer beats plain decoding: a tie counts
+    assert concurrency.crossover({"1": {"x": {"speedup_vs_ar": 1.1}}, "16": {"x": {"speedup_vs_ar": 1.01}}},
+                                 "x") is None
+    assert concurrency.crossover({"2": {"x": {"speedup_vs_ar": 0.9}}, "10": {"x": {"speedup_vs_ar": 0.5}}},
+                                 "x") == 2  # by number, not by the keys' text order
+
+
+def test_trees_shrink_by_the_number_of_streams() -> None:
+    for r in RACERS:
+        if not r.drafts:
+            continue
+        s = r.default_settings("cpu")
+        (size,) = [k for k in knobs(type(s)) if k.size]  # every drafting racer names the field that sizes it
+        assert shrink_for_streams(s, 1) == s
+        for b in (2, 3, 8, 1000):
+            shrunk = shrink_for_streams(s, b)
+            want = max(int(size.low), -(-getattr(s, size.name) // b))
+            assert getattr(shrunk, size.name) == want, (r.key, b)
+            assert {k.name: getattr(shrunk, k.name) for k in knobs(type(s)) if not k.size} == \
+                   {k.name: getattr(s, k.name) for k in knobs(type(s)) if not k.size}
+    with pytest.raises(ValueError, match="streams must be at least 1, got 0"):
+        shrink_for_streams(RACERS[0].default_settings("cpu"), 0)
+
+
+def test_shrunk_trees_stay_lossless(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    assert main(["concurrency", *COMMON, "--limit", "2", "--streams", "2", "--max-new-tokens", "10",
+                 "--methods", "dart,eagle3", "--no-hf-generate", "--shrink-trees", "--out", str(out)]) == 0
+    report = json.loads((out / "concurrency.json").read_text())
+    assert report["config"]["shrink_trees"] is True
+    assert all(f["mismatches"] == 0 for f in report["by_streams"]["2"].values())
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--streams", "0"], "--streams 0: a batch needs at least 1 stream"),
+    (["--streams", "1,3", "--limit", "2"], "--streams 3: only 2 prompt(s) given"),
+    (["--streams", "two"], "--streams takes comma-separated integers, got 'two'"),
+    (["--max-new-tokens", "0"], "--max-new-tokens must be at least 1, got 0"),
+    (["--methods", "nope"], "unknown method 'nope'"),
+])
+def test_bad_values_are_refused_naming_them(argv: list[str], message: str, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture) -> None:
+    assert main(["concurrency", *COMMON, "--out", str(tmp_path), *argv]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "concurrency.json").exists()
+
+
+def test_a_batch_that_would_not_fit_the_memory_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setattr(concurrency, "free_memory", lambda device: 1 << 20)  # 1 MiB free
+    assert main(["concurrency", *COMMON, "--limit", "4", "--streams", "1,4", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "--streams 4: the batch's KV caches and verify logits need about" in err and "GiB free on cpu" in err
