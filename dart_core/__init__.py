@@ -7,7 +7,8 @@ and the launch check start fast):
 - the racer registry (``dart_core.racers.registry``): :data:`RACERS`, :data:`BASELINE`, :class:`Racer`,
   :func:`racer`, :func:`label`, :func:`racer_color`, :func:`register`, :func:`unregister` and the racers by kind;
 - :func:`stream` / :class:`Step` (``dart_core.engine.loop``): one step per target forward, with
-  :class:`SamplingConfig` and :func:`check_settings` (a racer's settings within their bounds);
+  :class:`SamplingConfig` and :func:`check_settings` (a racer's settings within their bounds); several streams
+  decoded together on one target forward: :func:`stream_batch` / :class:`BatchStep` (``dart_core.engine.batch_loop``);
 - model bundles (``dart_core.bundle``): :func:`open_bundle`, :class:`Bundle`, :func:`default_bundle_dir`, and the
   packaged default target (:func:`packaged_model`);
 - prompts (``dart_core.loading.chat``): :func:`encode_chat`, :func:`render_chat`, :func:`encode_prompt`;
@@ -37,6 +38,7 @@ _PUBLIC = {
     **dict.fromkeys(("RACERS", "BASELINE", "Racer", "racer", "label", "register", "unregister", "checkpoint_racers",
                      "drafting_racers", "model_free_racers", "runner_racers"), "dart_core.racers.registry"),
     **dict.fromkeys(("stream", "Step"), "dart_core.engine.loop"),
+    **dict.fromkeys(("stream_batch", "BatchStep"), "dart_core.engine.batch_loop"),
     "SamplingConfig": "dart_core.engine.verify",
     "check_settings": "dart_core.drafters.interface",
     **dict.fromkeys(("open_bundle", "Bundle", "BundleError", "default_bundle_dir"), "dart_core.bundle"),

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from dart_core.engine.batch_loop import BatchStep, stream_batch
 from dart_core.engine.cpu import auto_dtype_name
 from dart_core.engine.cpu_linear import CpuLinearPlan, use_cpu_linears
 from dart_core.engine.drafter import Drafter
@@ -208,6 +209,15 @@ class Arena:
         drafter = self.drafter(method)
         run = racer(method).runner if method in self.runners else None
         return (run or stream)(self.target, input_ids, drafter, **kwargs)
+
+    def stream_batch(self, method: str, prompts: Any, **kwargs: Any) -> Iterator[BatchStep]:
+        """:func:`~dart_core.engine.batch_loop.stream_batch`: ``prompts`` decoded together with ``method``'s
+        drafter, one :class:`BatchStep` per target forward (a racer with its own loop, HF ``generate``, batches
+        through ``dart_core.racers.hf_generate.generate_hf_batch`` instead)."""
+        if method in self.runners:
+            raise ValueError(f"{method!r} runs its own decoding loop; batch it with its own function")
+        kwargs.setdefault("stop_token_ids", self.stop_ids)
+        return stream_batch(self.target, prompts, self.drafter(method), **kwargs)
 
 
 def load_arena(
