@@ -241,3 +241,29 @@ def concurrency_figure(run: Any) -> go.Figure:
     return _figure(traces, f"Speedup over batched plain decoding by streams ({run.setup})", "streams decoded together",
                    "× batched AR (wall clock)", xaxis={"type": "log", "tickvals": run.streams, "dtick": None},
                    yaxis={"rangemode": "tozero"})
+
+
+def category_figure(found: Any) -> go.Figure:
+    """The last e2e run's racers × kinds of prompt (a :class:`dart_core.race.Standings` with ``by_category``): the
+    speedup over AR as colour, τ and the speedup written in each cell."""
+    categories = list(found.by_category)
+    racers = [row["key"] for row in found.rows if row["key"] != BASELINE]
+    z = [[found.by_category[c].get(m, {}).get("speedup_vs_ar") for c in categories] for m in racers]
+    text = [[f"τ {f['tau']:.2f}<br>{f['speedup_vs_ar']:.2f}×" if (f := found.by_category[c].get(m))
+             and f.get("tau") is not None and f.get("speedup_vs_ar") is not None else "" for c in categories]
+            for m in racers]
+    trace = {"type": "heatmap", "x": categories, "y": [label(m) for m in racers], "z": z, "text": text,
+             "texttemplate": "%{text}", "colorscale": "RdYlGn", "zmid": 1.0, "colorbar": {"title": {"text": "× AR"}},
+             "hovertemplate": "%{y} on %{x}: %{z:.2f}× AR<extra></extra>"}
+    return _figure([trace], "Speedup over AR by kind of prompt (τ in each cell)", "kind of prompt", "",
+                   height=max(HEIGHT, 60 + 48 * len(racers)), yaxis={"rangemode": "normal", "autorange": "reversed"})
+
+
+def position_figure(run: Any) -> go.Figure:
+    """The last ``bench long`` run (a :class:`dart_core.race.PositionRun`): each racer's τ by output position."""
+    x = [f"{a}–{b}" for a, b in run.spans]
+    traces = [{"type": "scatter", "mode": "lines+markers", "name": label(m), "x": x, "y": taus,
+               "line": {"color": color(m), "dash": "dot" if m == BASELINE else "solid"}}
+              for m, taus in run.tau.items()]
+    return _figure(traces, "τ by position in a long answer", "output position (tokens)", "τ (tokens per verify step)",
+                   xaxis={"type": "category"})

@@ -51,8 +51,8 @@ class StandingsPanel:
 
     def __call__(self) -> str:
         """The panel's HTML now (a run finished since the page was served shows on the next load)."""
-        found = find_standings(self.models, root=self.root, device=self.device, dtype=self.dtype)
-        position = position_html(find_position_run(self.models, root=self.root), self.position_command)
+        found = self.standings()
+        position = position_html(self.position_run(), self.position_command)
         position += concurrency_html(self.concurrency_run(), self.concurrency_command)
         sampled = ""
         if found is not None and not found.spread:
@@ -61,8 +61,16 @@ class StandingsPanel:
         return standings_html(found, self.command, self.root, loaded=(self.device, self.dtype)) + sampled + position
 
 
+    def standings(self) -> Standings | None:
+        """The last e2e run for the loaded models (on the loaded device and dtype first), if any."""
+        return find_standings(self.models, root=self.root, device=self.device, dtype=self.dtype)
+
+    def position_run(self) -> PositionRun | None:
+        """The last ``bench long`` run for the loaded models, if any."""
+        return find_position_run(self.models, root=self.root)
+
     def concurrency_run(self) -> ConcurrencyRun | None:
-        """The last stream-count sweep for the loaded models, if any (its plot sits below the panel)."""
+        """The last stream-count sweep for the loaded models, if any."""
         return find_concurrency_run(self.models, root=self.root)
 
 

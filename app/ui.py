@@ -353,18 +353,25 @@ class ArenaUI:
             if self.config.standings is not None:  # the benchmark's pooled table, below the live race
                 with gr.Accordion("Measured on this host", open=False, elem_id="standings"):
                     panel = gr.HTML(elem_id="standings-table")
-                    sweep = gr.Plot(elem_id="standings-concurrency", show_label=False, visible=False)
+                    measured = [gr.Plot(elem_id=f"standings-{name}", show_label=False, visible=False)
+                                for name in ("categories", "position", "concurrency")]
                 demo.load(self.config.standings, None, panel, queue=False, api_visibility="private")
-                demo.load(self._concurrency_plot, None, sweep, queue=False, api_visibility="private")
+                demo.load(self._standings_plots, None, measured, queue=False, api_visibility="private")
             page = Page(prompt=prompt, conv=conv, status=status, lanes=lanes, cards=cards, plots=figures,
                         result=result)
             self._wire(page, picker, buttons, [prompt, conv, *controls, picker])
         return demo
 
-    def _concurrency_plot(self) -> Any:
-        """The last stream-count sweep's plot for the loaded models, shown only when there is one."""
-        run = getattr(self.config.standings, "concurrency_run", lambda: None)()
-        return gr.Plot(value=plots.concurrency_figure(run) if run is not None else None, visible=run is not None)
+    def _standings_plots(self) -> list[Any]:
+        """The plots of the last runs for the loaded models, each shown only when its run exists: the e2e run's
+        speedup by kind of prompt, the long run's τ by output position, the concurrency sweep's speedup by
+        streams."""
+        panel = self.config.standings
+        found = panel.standings() if hasattr(panel, "standings") else None
+        runs = [(found if found is not None and found.by_category else None, plots.category_figure),
+                (panel.position_run() if hasattr(panel, "position_run") else None, plots.position_figure),
+                (panel.concurrency_run() if hasattr(panel, "concurrency_run") else None, plots.concurrency_figure)]
+        return [gr.Plot(value=draw(run) if run is not None else None, visible=run is not None) for run, draw in runs]
 
     def _header(self) -> tuple[Any, Any]:
         """The title with the token legend, the status line and the Racers picker."""

@@ -180,9 +180,9 @@ def test_race_in_a_real_browser(app_server: Server) -> None:
 
 def test_the_measured_on_this_host_panel_in_a_real_browser(tmp_path: Path) -> None:
     """The "Measured on this host" panel, opened in the browser, shows the last runs of each benchmark for the
-    loaded models, each from its own JSON: the pooled e2e table, τ by output position (``bench long``), and the
-    stream-count sweep (``bench concurrency``) as a table with each racer's crossover and as a plot with one line
-    per racer."""
+    loaded models, each from its own JSON: the pooled e2e table and its heatmap by kind of prompt, τ by output
+    position (``bench long``) as a table and a plot, and the stream-count sweep (``bench concurrency``) as a table
+    with each racer's crossover and as a plot with one line per racer."""
     import json
 
     from dart_core.bench.__main__ import main as bench_main
@@ -194,8 +194,13 @@ def test_the_measured_on_this_host_panel_in_a_real_browser(tmp_path: Path) -> No
         pytest.skip("no chromium binary")
     results = tmp_path / "results"
     common = ["--bundle", str(BUNDLE), "--dtype", "float32", "--threads", "1", "--no-html", "--no-progress"]
-    assert bench_main(["e2e", *common, "--limit", "2", "--max-new-tokens", "8", "--methods", "dart,eagle3,ar",
-                       "--no-hf-generate", "--out", str(results / "e2e")]) == 0
+    records = [json.loads(line) for line in (BUNDLE / "prompts.jsonl").read_text().splitlines()[:2]]
+    prompts = tmp_path / "prompts.jsonl"  # two kinds of prompt: the panel's table and heatmap by kind
+    prompts.write_text("".join(json.dumps({**r, "category": c}) + "\n"
+                               for r, c in zip(records, ("code", "prose"), strict=True)))
+    assert bench_main(["e2e", *common, "--prompts", str(prompts), "--max-new-tokens", "8", "--methods",
+                       "dart,eagle3,ar", "--no-hf-generate", "--out", str(results / "e2e")]) == 0
+    sweep_e2e = json.loads((results / "e2e" / "e2e.json").read_text())
     assert bench_main(["long", *common, "--limit", "1", "--max-new-tokens", "130", "--methods", "dart,ar",
                        "--out", str(results / "long")]) == 0
     assert bench_main(["concurrency", *common, "--limit", "2", "--streams", "1,2", "--max-new-tokens", "8",
@@ -223,6 +228,12 @@ def test_the_measured_on_this_host_panel_in_a_real_browser(tmp_path: Path) -> No
             page.wait_for_selector("#standings-concurrency .js-plotly-plot", timeout=30_000)
             lines = page.locator("#standings-concurrency .scatterlayer .trace")
             assert lines.count() == 3, "one line per racer (DART, EAGLE-3, AR)"
+            page.wait_for_selector("#standings-position .js-plotly-plot", timeout=30_000)
+            assert page.locator("#standings-position .scatterlayer .trace").count() == 2, "DART and AR by position"
+            page.wait_for_selector("#standings-categories .js-plotly-plot", timeout=30_000)
+            cells = page.locator("#standings-categories .main-svg text").all_text_contents()  # heatmap cell labels
+            code = sweep_e2e["by_category"]["code"]["dart"]
+            assert any(c.startswith(f"τ {code['tau']:.2f}") for c in cells), cells
             page.locator("#standings").screenshot(path=str(artifact_dir() / "app-standings.png"))
             assert not errors, errors
         finally:
