@@ -246,8 +246,8 @@ class _Runner:
                                  sampling=self.sampling, max_new_tokens=n, stop_token_ids=arena.stop_ids,
                                  generators=gens):
             now = (time.perf_counter() - start) * 1e3
-            forwards.append({"rows": step.rows, "wall_ms": step.wall_ms,
-                             "verify_ms": next(iter(step.steps.values())).verify_ms})
+            forwards.append({"rows": step.rows, "wall_ms": step.wall_ms, "width": step.width,
+                             "committed": step.committed, "verify_ms": next(iter(step.steps.values())).verify_ms})
             for b, s in step.steps.items():
                 rec = out[index[b]]
                 rec["tokens"].extend(s.tokens)
@@ -290,6 +290,9 @@ def _figures(outs: list[dict[str, Any]]) -> dict[str, Any]:
             out["step_ms"] = statistics.fmean(fw["wall_ms"] for fw in forwards)
             out["verify_ms_per_step"] = statistics.fmean(fw["verify_ms"] for fw in forwards)
             out["mean_rows"] = statistics.fmean(fw["rows"] for fw in forwards)
+            # the share of the cache's columns the rows' masks hide (rows of different lengths in one cache)
+            cells = sum(fw["rows"] * fw["width"] for fw in forwards)
+            out["masked_columns"] = 1 - sum(fw["committed"] for fw in forwards) / cells if cells else 0.0
     else:  # hf: one token per forward
         out["tau"] = 1.0
     return out

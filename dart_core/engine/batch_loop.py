@@ -36,6 +36,10 @@ class BatchStep:
     steps: dict[int, Step]
     wall_ms: float
     rows: int  # streams in the forward
+    # the cache's columns before the forward and the streams' committed tokens in them: the columns a row's mask
+    # hides (rows * width - committed) are the price of one rectangular cache for rows of different lengths
+    width: int = 0
+    committed: int = 0
 
 
 @dataclass
@@ -97,9 +101,10 @@ def stream_batch(
                       top_logits=top_logits_of(logits[b][None]) if greedy else [])
         if not reason:
             active.append(b)
-    yield BatchStep(out, sw.ms, len(streams))
+    yield BatchStep(out, sw.ms, len(streams), batch.width, sum(batch.lengths))
     batch.keep(active)
     while active:
+        width, committed = batch.width, sum(batch.lengths)
         with Stopwatch(target.device) as wall:
             trees, proposals, rooms = [], [], []
             for b in active:
@@ -136,7 +141,7 @@ def stream_batch(
                           stop_reason=reason, tree=tree if drafted else None, accepted_nodes=r.nodes, top_logits=top)
             if not reason:
                 still.append(b)
-        yield BatchStep(out, wall.ms, len(active))
+        yield BatchStep(out, wall.ms, len(active), width, committed)
         batch.keep([active.index(b) for b in still])
         active = still
 
