@@ -149,12 +149,13 @@ class BatchState:
             raise ValueError("commit: no verified trees pending; call verify first")
         if len(paths) != self.rows:
             raise ValueError(f"commit: {len(paths)} paths for a batch of {self.rows} streams")
-        rows, src, dst = [], [], []
-        for b, (tree, path) in enumerate(zip(trees, paths, strict=True)):
-            path = [int(i) for i in path]
+        paths = [[int(i) for i in path] for path in paths]
+        for b, (tree, path) in enumerate(zip(trees, paths, strict=True)):  # all checked before any row changes
             if (not path or path[0] != 0 or any(not 0 <= c < tree.size for c in path)
                     or any(int(tree.parents[c]) != p for p, c in itertools.pairwise(path))):
                 raise ValueError(f"commit: {path} is not a root-to-node path of stream {b}'s tree")
+        rows, src, dst = [], [], []
+        for b, path in enumerate(paths):
             for j, node in enumerate(path):
                 if self.width + node != self.lengths[b] + j:
                     rows.append(b)

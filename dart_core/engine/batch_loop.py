@@ -138,7 +138,8 @@ def stream_batch(
             drafted = proposal is not None
             out[b] = Step(method, tokens, min(r.accepted, len(tokens)), tree.size if drafted else 0,
                           proposal.draft_ms if drafted else 0.0, proposal.search_ms if drafted else 0.0, sw.ms,
-                          stop_reason=reason, tree=tree if drafted else None, accepted_nodes=r.nodes, top_logits=top)
+                          stop_reason=reason, tree=tree if drafted else None,
+                          accepted_nodes=r.nodes if drafted else [], top_logits=top)  # a plain step: none, as alone
             if not reason:
                 still.append(b)
         yield BatchStep(out, wall.ms, len(active), width, committed)
