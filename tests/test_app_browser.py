@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -96,14 +98,21 @@ def check_finished_page(page: Any, prompt: str) -> None:
     assert {"DART", "EAGLE-3"} <= set(legend), legend
 
 
-def test_race_in_a_real_browser(app_server: Server) -> None:
+def required_chromium() -> str:
+    """The chromium binary; without one the test is skipped (failed in CI, where it must run)."""
     binary = chromium_binary()
     if binary is None:
         message = "no chromium binary: install the Debian package (apt-get install -y chromium) or set DART_CHROMIUM"
         if REQUIRED:
             pytest.fail(message)
         pytest.skip(message)
-    out = artifact_dir()
+    return binary
+
+
+@contextmanager
+def browser_page(binary: str, url: str) -> Iterator[tuple[Any, Any, list[str]]]:
+    """Headless chromium with the page at ``url`` loaded (its prompt box up): the browser, the page and the
+    page's script errors as they come; the browser is closed afterwards."""
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=binary, headless=True,
                                     args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
@@ -111,71 +120,78 @@ def test_race_in_a_real_browser(app_server: Server) -> None:
             page = browser.new_page(viewport={"width": 1440, "height": 1000})
             errors: list[str] = []
             page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(app_server.url)
+            page.goto(url)
             page.wait_for_selector("#prompt textarea", timeout=60_000)
-            for plot in PLOTS:  # the empty plots are there before any prompt
-                page.wait_for_selector(f"#{plot} .js-plotly-plot", timeout=30_000)
-
-            # 1. a prompt races to the end in every column
-            prompt = held_out_prompt(5)
-            race_to_completion(page, prompt)
-            check_finished_page(page, prompt)
-            page.screenshot(path=str(out / "app-light.png"), full_page=True)
-
-            # 2. a second visitor queues behind a long race; Stop mid-stream ends it, the second one runs
-            other = browser.new_context(viewport={"width": 1440, "height": 1000}).new_page()
-            other.goto(app_server.url)
-            other.wait_for_selector("#prompt textarea", timeout=60_000)
-            other.fill("#prompt textarea", held_out_prompt(2))
-            page.click("#settings button.label-wrap", timeout=10_000)
-            set_max_new_tokens(page, 900)
-            page.fill("#prompt textarea", held_out_prompt(1))
-            page.click("#send")
-            wait_status(page, "Racing")
-            other.click("#send")
-            other.wait_for_function("(document.querySelector('#status')?.innerText || '').includes('queue')",
-                                    timeout=30_000)  # Gradio's queue position, e.g. "queue: 1/1"
-            page.click("#stop")
-            wait_status(page, "Stopped", timeout=30_000)
-            page.wait_for_timeout(1000)  # no late update may overwrite the stopped state
-            assert "Stopped" in page.locator("#status").inner_text()
-            states = {m: page.locator(f"#lane-{m} .lane-state").inner_text().strip() for m in METHODS}
-            # AR, the slowest, is cut short; a drafter may have reached the token limit already
-            assert states["ar"] == "stopped" and 0 < lane_tokens(page, "ar") < 900, states
-            assert set(states.values()) <= {"stopped", "token limit"}, states
-            page.screenshot(path=str(out / "app-stopped.png"), full_page=True)
-            wait_status(other, "Done")  # the queued request ran once the model was free
-            assert lane_tokens(other, "dart") == MAX_NEW_TOKENS
-            other.context.close()
-
-            # 3. and send again
-            set_max_new_tokens(page, MAX_NEW_TOKENS)
-            race_to_completion(page, prompt)
-            check_finished_page(page, prompt)
-
-            # 4. the Racers picker: unticked, EAGLE-3's column hides and the race runs without it; ticked, back
-            page.locator("#racers label", has_text="EAGLE-3").click()
-            page.wait_for_selector("#lane-eagle3", state="hidden", timeout=10_000)
-            race_to_completion(page, prompt)
-            cards = page.locator("#summary").inner_text()
-            assert "DART" in cards and "EAGLE-3" not in cards, cards
-            assert page.locator("#lane-dart").is_visible() and page.locator("#lane-ar").is_visible()
-            page.screenshot(path=str(out / "app-picked.png"), full_page=True)
-            page.locator("#racers label", has_text="EAGLE-3").click()
-            page.wait_for_selector("#lane-eagle3", state="visible", timeout=10_000)
-
-            # 5. the dark theme: plots keep readable (light) axis text
-            page.goto(app_server.url + "/?__theme=dark")
-            page.wait_for_selector("#prompt textarea", timeout=60_000)
-            race_to_completion(page, prompt)
-            check_finished_page(page, prompt)
-            assert page.evaluate("document.body.classList.contains('dark')")
-            fill = page.evaluate("getComputedStyle(document.querySelector('#plot-tau .main-svg .xtick text')).fill")
-            assert fill == "rgb(209, 213, 219)", fill
-            page.screenshot(path=str(out / "app-dark.png"), full_page=True)
-            assert not errors, errors
+            yield browser, page, errors
         finally:
             browser.close()
+
+
+def test_race_in_a_real_browser(app_server: Server) -> None:
+    binary = required_chromium()
+    out = artifact_dir()
+    with browser_page(binary, app_server.url) as (browser, page, errors):
+        for plot in PLOTS:  # the empty plots are there before any prompt
+            page.wait_for_selector(f"#{plot} .js-plotly-plot", timeout=30_000)
+
+        # 1. a prompt races to the end in every column
+        prompt = held_out_prompt(5)
+        race_to_completion(page, prompt)
+        check_finished_page(page, prompt)
+        page.screenshot(path=str(out / "app-light.png"), full_page=True)
+
+        # 2. a second visitor queues behind a long race; Stop mid-stream ends it, the second one runs
+        other = browser.new_context(viewport={"width": 1440, "height": 1000}).new_page()
+        other.goto(app_server.url)
+        other.wait_for_selector("#prompt textarea", timeout=60_000)
+        other.fill("#prompt textarea", held_out_prompt(2))
+        page.click("#settings button.label-wrap", timeout=10_000)
+        set_max_new_tokens(page, 900)
+        page.fill("#prompt textarea", held_out_prompt(1))
+        page.click("#send")
+        wait_status(page, "Racing")
+        other.click("#send")
+        other.wait_for_function("(document.querySelector('#status')?.innerText || '').includes('queue')",
+                                timeout=30_000)  # Gradio's queue position, e.g. "queue: 1/1"
+        page.click("#stop")
+        wait_status(page, "Stopped", timeout=30_000)
+        page.wait_for_timeout(1000)  # no late update may overwrite the stopped state
+        assert "Stopped" in page.locator("#status").inner_text()
+        states = {m: page.locator(f"#lane-{m} .lane-state").inner_text().strip() for m in METHODS}
+        # AR, the slowest, is cut short; a drafter may have reached the token limit already
+        assert states["ar"] == "stopped" and 0 < lane_tokens(page, "ar") < 900, states
+        assert set(states.values()) <= {"stopped", "token limit"}, states
+        page.screenshot(path=str(out / "app-stopped.png"), full_page=True)
+        wait_status(other, "Done")  # the queued request ran once the model was free
+        assert lane_tokens(other, "dart") == MAX_NEW_TOKENS
+        other.context.close()
+
+        # 3. and send again
+        set_max_new_tokens(page, MAX_NEW_TOKENS)
+        race_to_completion(page, prompt)
+        check_finished_page(page, prompt)
+
+        # 4. the Racers picker: unticked, EAGLE-3's column hides and the race runs without it; ticked, back
+        page.locator("#racers label", has_text="EAGLE-3").click()
+        page.wait_for_selector("#lane-eagle3", state="hidden", timeout=10_000)
+        race_to_completion(page, prompt)
+        cards = page.locator("#summary").inner_text()
+        assert "DART" in cards and "EAGLE-3" not in cards, cards
+        assert page.locator("#lane-dart").is_visible() and page.locator("#lane-ar").is_visible()
+        page.screenshot(path=str(out / "app-picked.png"), full_page=True)
+        page.locator("#racers label", has_text="EAGLE-3").click()
+        page.wait_for_selector("#lane-eagle3", state="visible", timeout=10_000)
+
+        # 5. the dark theme: plots keep readable (light) axis text
+        page.goto(app_server.url + "/?__theme=dark")
+        page.wait_for_selector("#prompt textarea", timeout=60_000)
+        race_to_completion(page, prompt)
+        check_finished_page(page, prompt)
+        assert page.evaluate("document.body.classList.contains('dark')")
+        fill = page.evaluate("getComputedStyle(document.querySelector('#plot-tau .main-svg .xtick text')).fill")
+        assert fill == "rgb(209, 213, 219)", fill
+        page.screenshot(path=str(out / "app-dark.png"), full_page=True)
+        assert not errors, errors
 
 
 def test_the_measured_on_this_host_panel_in_a_real_browser(tmp_path: Path) -> None:
@@ -187,11 +203,7 @@ def test_the_measured_on_this_host_panel_in_a_real_browser(tmp_path: Path) -> No
 
     from dart_core.bench.__main__ import main as bench_main
 
-    binary = chromium_binary()
-    if binary is None:
-        if REQUIRED:
-            pytest.fail("no chromium binary: install the Debian package (apt-get install -y chromium)")
-        pytest.skip("no chromium binary")
+    binary = required_chromium()
     results = tmp_path / "results"
     common = ["--bundle", str(BUNDLE), "--dtype", "float32", "--threads", "1", "--no-html", "--no-progress"]
     records = [json.loads(line) for line in (BUNDLE / "prompts.jsonl").read_text().splitlines()[:2]]
@@ -207,34 +219,25 @@ def test_the_measured_on_this_host_panel_in_a_real_browser(tmp_path: Path) -> No
                        "--methods", "dart,eagle3,ar", "--no-hf-generate", "--warmup", "0",
                        "--out", str(results / "concurrency")]) == 0
     sweep = json.loads((results / "concurrency" / "concurrency.json").read_text())
-    with running_app(tmp_path, "--bench-results", str(results)) as server, sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=binary, headless=True,
-                                    args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
-        try:
-            page = browser.new_page(viewport={"width": 1440, "height": 1000})
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(server.url)
-            page.wait_for_selector("#prompt textarea", timeout=60_000)
-            page.click("#standings button.label-wrap", timeout=10_000)
-            page.wait_for_selector("#standings-table .standings-concurrency", timeout=30_000)
-            panel = page.locator("#standings-table")
-            assert "2 prompts" in panel.locator(".standings-facts").inner_text()
-            assert panel.locator(".standings-position").count() == 1, "no τ-by-position table"
-            row = panel.locator(".standings-concurrency tr", has_text="DART").inner_text().split("\t")
-            dart = [f"{sweep['by_streams'][b]['dart']['speedup_vs_ar']:.2f}×" for b in ("1", "2")]
-            cross = sweep["crossover"]["dart"]
-            assert row[1:3] == dart and row[3] == (f"B={cross}" if cross else "none up to B=2"), row
-            page.wait_for_selector("#standings-concurrency .js-plotly-plot", timeout=30_000)
-            lines = page.locator("#standings-concurrency .scatterlayer .trace")
-            assert lines.count() == 3, "one line per racer (DART, EAGLE-3, AR)"
-            page.wait_for_selector("#standings-position .js-plotly-plot", timeout=30_000)
-            assert page.locator("#standings-position .scatterlayer .trace").count() == 2, "DART and AR by position"
-            page.wait_for_selector("#standings-categories .js-plotly-plot", timeout=30_000)
-            cells = page.locator("#standings-categories .main-svg text").all_text_contents()  # heatmap cell labels
-            code = sweep_e2e["by_category"]["code"]["dart"]
-            assert any(c.startswith(f"τ {code['tau']:.2f}") for c in cells), cells
-            page.locator("#standings").screenshot(path=str(artifact_dir() / "app-standings.png"))
-            assert not errors, errors
-        finally:
-            browser.close()
+    with (running_app(tmp_path, "--bench-results", str(results)) as server,
+          browser_page(binary, server.url) as (_, page, errors)):
+        page.click("#standings button.label-wrap", timeout=10_000)
+        page.wait_for_selector("#standings-table .standings-concurrency", timeout=30_000)
+        panel = page.locator("#standings-table")
+        assert "2 prompts" in panel.locator(".standings-facts").inner_text()
+        assert panel.locator(".standings-position").count() == 1, "no τ-by-position table"
+        row = panel.locator(".standings-concurrency tr", has_text="DART").inner_text().split("\t")
+        dart = [f"{sweep['by_streams'][b]['dart']['speedup_vs_ar']:.2f}×" for b in ("1", "2")]
+        cross = sweep["crossover"]["dart"]
+        assert row[1:3] == dart and row[3] == (f"B={cross}" if cross else "none up to B=2"), row
+        page.wait_for_selector("#standings-concurrency .js-plotly-plot", timeout=30_000)
+        lines = page.locator("#standings-concurrency .scatterlayer .trace")
+        assert lines.count() == 3, "one line per racer (DART, EAGLE-3, AR)"
+        page.wait_for_selector("#standings-position .js-plotly-plot", timeout=30_000)
+        assert page.locator("#standings-position .scatterlayer .trace").count() == 2, "DART and AR by position"
+        page.wait_for_selector("#standings-categories .js-plotly-plot", timeout=30_000)
+        cells = page.locator("#standings-categories .main-svg text").all_text_contents()  # heatmap cell labels
+        code = sweep_e2e["by_category"]["code"]["dart"]
+        assert any(c.startswith(f"τ {code['tau']:.2f}") for c in cells), cells
+        page.locator("#standings").screenshot(path=str(artifact_dir() / "app-standings.png"))
+        assert not errors, errors

@@ -24,8 +24,36 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dart_core.data.datasets import DATASETS
-from dart_core.options import add_mode_arguments, add_model_arguments, add_tree_arguments
+import torch
+
+from dart_core.bench.e2e import (
+    BenchError,
+    add_prompt_source,
+    environment,
+    load_prompts,
+    load_racers,
+    reported,
+    resolve_sources,
+)
+from dart_core.drafters.interface import shrink_for_streams
+from dart_core.engine.batch import kv_bytes_per_token
+from dart_core.engine.batch_loop import stream_batch
+from dart_core.engine.cpu import available_ram
+from dart_core.engine.greedy_check import compare
+from dart_core.engine.timing import sync
+from dart_core.engine.verify import SamplingConfig
+from dart_core.loading.chat import encode_prompt
+from dart_core.options import (
+    add_mode_arguments,
+    add_model_arguments,
+    add_tree_arguments,
+    runtime_options,
+    tree_settings,
+)
+from dart_core.race import command_line, method_width, models_identity, racer_figures, results_dir, run_record
+from dart_core.racers.hf_generate import KEY as HF_KEY
+from dart_core.racers.hf_generate import generate_hf_batch
+from dart_core.racers.registry import BASELINE, color, label, racer
 
 DEFAULT_STREAMS = "1,2,4,8"
 MEMORY_SHARE = 0.8  # a sweep may plan its largest batch's caches and logits within this share of the free memory
@@ -34,12 +62,7 @@ MEMORY_SHARE = 0.8  # a sweep may plan its largest batch's caches and logits wit
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p)
     g = p.add_argument_group("run")
-    source = g.add_mutually_exclusive_group()
-    source.add_argument("--prompts", type=Path, default=None,
-                        help="JSONL prompt file (fields: prompt, optional id and category); default: the bundle's "
-                             "prompts.jsonl")
-    source.add_argument("--dataset", default=None, metavar="NAME",
-                        help=f"named chat prompt set instead of a file: {', '.join(sorted(DATASETS))}")
+    add_prompt_source(g)
     add_mode_arguments(g)
     g.add_argument("--streams", default=DEFAULT_STREAMS,
                    help=f"comma-separated stream counts B to sweep (default {DEFAULT_STREAMS}); each at most the "
@@ -68,8 +91,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def parse_streams(text: str, prompts: int) -> list[int]:
     """The sorted, distinct stream counts of ``--streams``; a BenchError names a value below 1 or above the
     ``prompts`` given."""
-    from dart_core.bench.e2e import BenchError
-
     try:
         values = sorted({int(v) for v in text.split(",") if v.strip()})
     except ValueError:
@@ -87,33 +108,26 @@ def parse_streams(text: str, prompts: int) -> list[int]:
 def batch_memory(target: Any, streams: int, rows: int, tree_rows: int) -> int:
     """Bytes the largest batch plans for: every stream's KV cache of ``rows`` (prompt + output) plus one padded
     tree, and a verify's logits (float32, twice: the model's and the copy)."""
-    from dart_core.engine.batch import kv_bytes_per_token
-
     return streams * ((rows + tree_rows) * kv_bytes_per_token(target) + tree_rows * target.vocab_size * 4 * 2)
 
 
 def free_memory(device: Any) -> int | None:
     """Bytes free where the caches live: the GPU's free memory, or the RAM still available on a CPU."""
-    import torch
-
-    from dart_core.engine.cpu import available_ram
-
     if torch.device(device).type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0])
     return available_ram()
 
 
-def crossover(by_streams: dict[str, dict[str, dict[str, Any]]], racer: str) -> int | None:
-    """The smallest B at which ``racer`` no longer beats batched plain decoding (speedup <= 1), or None."""
+def crossover(by_streams: dict[str, dict[str, dict[str, Any]]], method: str) -> int | None:
+    """The smallest B at which ``method`` no longer beats batched plain decoding (speedup <= 1), or None."""
     for b in sorted(by_streams, key=int):
-        sp = by_streams[b].get(racer, {}).get("speedup_vs_ar")
+        sp = by_streams[b].get(method, {}).get("speedup_vs_ar")
         if sp is not None and sp <= 1.0:
             return int(b)
     return None
 
 
 def run(args: argparse.Namespace) -> int:
-    from dart_core.bench.e2e import reported
 
     return reported(_run, args)
 
@@ -121,12 +135,6 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
-    from dart_core.arena import load_arena
-    from dart_core.bench.e2e import BenchError, load_prompts, resolve_sources
-    from dart_core.engine.verify import SamplingConfig
-    from dart_core.loading.chat import encode_prompt
-    from dart_core.options import runtime_options, tree_settings
-    from dart_core.racers.registry import BASELINE, model_free_asked
 
     if args.max_new_tokens < 1:
         raise BenchError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
@@ -141,12 +149,7 @@ def _run(args: argparse.Namespace) -> int:
     if runtime["fast_path"]:
         print("note: batched decoding runs on the dynamic KV cache; the fast path is off for this benchmark")
     runtime["fast_path"] = 0
-    asked = args.methods.split(",") if args.methods else None
-    arena = load_arena(src.base, ngram=src.ngram, small_ngram=src.small_ngram, progress=not args.no_progress,
-                       hf=args.hf_generate, **runtime, **src.drafters, **model_free_asked(asked))
-    methods = asked or arena.methods
-    for m in methods:
-        arena.drafter(m)  # a clear error for a method that is not loaded
+    arena, methods = load_racers(args, src, runtime)
     if BASELINE not in methods:
         methods = [*methods, BASELINE]  # every speedup is over batched plain decoding at the same B
     order = [BASELINE, *[m for m in methods if m != BASELINE]]
@@ -209,7 +212,6 @@ class _Runner:
         self.bar: Any = None
 
     def settings(self, method: str, streams: int) -> Any:
-        from dart_core.drafters.interface import shrink_for_streams
 
         s = self.trees.get(method)
         return shrink_for_streams(s, streams) if s is not None and self.args.shrink_trees else s
@@ -218,10 +220,6 @@ class _Runner:
               max_new_tokens: int | None = None) -> dict[str, Any]:
         import torch
 
-        from dart_core.engine.batch_loop import stream_batch
-        from dart_core.engine.timing import sync
-        from dart_core.racers.hf_generate import KEY as HF_KEY
-        from dart_core.racers.hf_generate import generate_hf_batch
 
         arena, n = self.arena, max_new_tokens or self.args.max_new_tokens
         device = arena.target.device
@@ -267,8 +265,6 @@ class _Runner:
 
 def _figures(outs: list[dict[str, Any]]) -> dict[str, Any]:
     """One racer's figures at one B over its batches: aggregate and per-stream speed, τ and acceptance."""
-    from dart_core.race.figures import racer_figures
-
     streams = [s for o in outs for s in o["streams"].values()]
     tokens = sum(len(s["tokens"]) for s in streams)
     wall = sum(o["wall_ms"] for o in outs)
@@ -302,8 +298,6 @@ def _check(reference: dict[int, tuple[list[int], list[Any]]], outs: list[dict[st
            dtype: Any) -> dict[str, Any]:
     """Every stream's greedy output against plain decoding's for its prompt: counts of mismatches and ties, and
     where the first mismatches lie."""
-    from dart_core.engine.greedy_check import compare
-
     mismatches, ties, where = 0, 0, []
     for o in outs:
         for i, s in o["streams"].items():
@@ -322,9 +316,6 @@ def _report(args: argparse.Namespace, src: Any, arena: Any, methods: list[str], 
             chat: bool) -> dict[str, Any]:
     import dataclasses
 
-    from dart_core.bench.e2e import environment
-    from dart_core.race import command_line, models_identity, run_record
-    from dart_core.racers.registry import racer
 
     models = models_identity(src.base, src.drafters, src.ngram, src.small_ngram)
     command = getattr(args, "command", None) or command_line([], ("python", "-m", "dart_core.bench", "concurrency"))
@@ -345,16 +336,11 @@ def _report(args: argparse.Namespace, src: Any, arena: Any, methods: list[str], 
 
 def arena_settings(arena: Any, method: str, args: argparse.Namespace) -> Any:
     """A racer's tree settings at B = 1 as the run used them (None for racers without settings)."""
-    from dart_core.options import tree_settings
-
     return tree_settings(args, arena.target.device).get(method)
 
 
 def print_table(report: dict[str, Any]) -> None:
     """Per B, one row per racer; then each racer's crossover."""
-    from dart_core.race import method_width
-    from dart_core.racers.registry import BASELINE
-
     cfg = report["config"]
     methods = [BASELINE, *[m for m in cfg["methods"] if m != BASELINE]]
     w = method_width(methods)
@@ -378,7 +364,6 @@ def print_table(report: dict[str, Any]) -> None:
 
 
 def _write(args: argparse.Namespace, report: dict[str, Any]) -> None:
-    from dart_core.race import results_dir
 
     out = args.out or results_dir() / f"concurrency-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
@@ -395,7 +380,6 @@ def speedup_figure(report: dict[str, Any]) -> Any:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from dart_core.racers.registry import color, label
 
     cfg = report["config"]
     xs = [int(b) for b in report["by_streams"]]

@@ -79,9 +79,9 @@ def category_of(record: dict[str, Any]) -> str:
     return str(category) if category not in (None, "") else NO_CATEGORY
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_model_arguments(p)
-    g = p.add_argument_group("run")
+def add_prompt_source(g: Any) -> Any:
+    """``--prompts FILE`` or ``--dataset NAME`` (one of them), the prompt set of every benchmark over prompts;
+    returns the group, where a benchmark may add another source."""
     source = g.add_mutually_exclusive_group()
     source.add_argument("--prompts", type=Path, default=None,
                         help="JSONL prompt file (fields: prompt, optional id and category); default: the bundle's "
@@ -89,6 +89,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     source.add_argument("--dataset", default=None, metavar="NAME",
                         help=f"named chat prompt set instead of a file: {', '.join(sorted(DATASETS))} "
                              "(chat mode; needs a tokenizer with a chat template)")
+    return source
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_model_arguments(p)
+    g = p.add_argument_group("run")
+    add_prompt_source(g)
     g.add_argument("--turns", type=int, choices=(1, 2), default=1,
                    help="with --dataset: 2 = also ask each method the follow-up question after its own first answer")
     g.add_argument("--limit", type=int, default=0, help="use only the first N prompts (0 = all)")
@@ -272,8 +279,6 @@ def _run(args: argparse.Namespace) -> int:
 SEED_STRIDE = 1000  # seed of prompt i in run r: --seed + r * SEED_STRIDE + i
 def _load(args: argparse.Namespace) -> tuple[Sources, list[dict[str, Any]], Any, list[str]]:
     """The sources, the prompts, the loaded arena and the methods to run (each checked to be loaded)."""
-    from dart_core.arena import load_arena
-
     src = resolve_sources(args)
     prompts = load_prompts(src, args.limit, args.turns)
     for note in src.notes:
@@ -283,6 +288,15 @@ def _load(args: argparse.Namespace) -> tuple[Sources, list[dict[str, Any]], Any,
         runtime = runtime_options(args)
     except ValueError as e:
         raise BenchError(str(e)) from None
+    arena, methods = load_racers(args, src, runtime)
+    return src, prompts, arena, methods
+
+
+def load_racers(args: argparse.Namespace, src: Sources, runtime: dict[str, Any]) -> tuple[Any, list[str]]:
+    """The arena with the asked racers (``--methods``; default every loaded one) and HF ``generate`` when
+    ``--hf-generate``, each asked racer checked to be loaded, and a named chat set checked to have a chat model."""
+    from dart_core.arena import load_arena
+
     asked = args.methods.split(",") if args.methods else None
     arena = load_arena(src.base, ngram=src.ngram, small_ngram=src.small_ngram, progress=not args.no_progress,
                        hf=args.hf_generate, **runtime, **src.drafters, **model_free_asked(asked))
@@ -292,7 +306,7 @@ def _load(args: argparse.Namespace) -> tuple[Sources, list[dict[str, Any]], Any,
     if src.dataset is not None and not getattr(arena.tokenizer, "chat_template", None):
         raise BenchError(f"--dataset {src.dataset}: its questions are chat prompts and need a chat model, but the "
                          f"tokenizer of {src.base} has no chat template. Pass --base with a chat (instruct) model.")
-    return src, prompts, arena, methods
+    return arena, methods
 
 
 class Conversations:

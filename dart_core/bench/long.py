@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dart_core.data.datasets import DATASETS
+from dart_core.bench.e2e import add_prompt_source
 from dart_core.options import add_mode_arguments, add_model_arguments, add_tree_arguments
 
 BUCKET_EDGES = (0, 128, 256, 512, 1024, 2048)
@@ -31,11 +31,7 @@ BUCKET_EDGES = (0, 128, 256, 512, 1024, 2048)
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p)
     g = p.add_argument_group("run")
-    source = g.add_mutually_exclusive_group()
-    source.add_argument("--prompts", type=Path, default=None,
-                        help="JSONL prompt file (fields: prompt, optional id); default: the bundle's prompts.jsonl")
-    source.add_argument("--dataset", default=None, metavar="NAME",
-                        help=f"named chat prompt set instead of a file: {', '.join(sorted(DATASETS))}")
+    source = add_prompt_source(g)
     source.add_argument("--prompt", default=None, help="one prompt text instead of a prompt set")
     add_mode_arguments(g)
     g.add_argument("--limit", type=int, default=8, help="the first N prompts of the set (default 8; 0 = all)")
