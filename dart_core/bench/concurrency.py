@@ -358,9 +358,10 @@ def print_table(report: dict[str, Any]) -> None:
             print(f"{b:>3} {m:<{w}} {f['tokens_per_s']:>8.1f} {sp:>6} {f.get('tau') or 0:>5.2f} "
                   f"{f['stream_tokens_per_s']:>12.1f} {ttft:>8} {step:>8} {f.get('mismatches', '-'):>8} "
                   f"{f.get('ties', '-'):>5}")
-    print("crossover (smallest B where the racer no longer beats batched plain decoding): " + ", ".join(
-        f"{m} {'none up to B=' + str(cfg['streams'][-1]) if b is None else 'B=' + str(b)}"
-        for m, b in report["crossover"].items()))
+    if report["crossover"]:
+        print("crossover (smallest B where the racer no longer beats batched plain decoding): " + ", ".join(
+            f"{m} {'none up to B=' + str(cfg['streams'][-1]) if b is None else 'B=' + str(b)}"
+            for m, b in report["crossover"].items()))
 
 
 def _write(args: argparse.Namespace, report: dict[str, Any]) -> None:
