@@ -21,8 +21,9 @@ def knob(default: Any, low: float, high: float, help: str, *, label: str | None 
     """A settings field with its bounds (inclusive) and help. ``flag``: the CLI suffix (``--<racer>-<flag>``,
     default the field name with dashes); ``cpu``: the default on a CPU when it differs; ``ui``: shown as a slider
     in the app (``label`` is its caption). A ``bool`` default makes a switch (bounds 0..1): ``--<racer>-<flag>`` /
-    ``--no-<racer>-<flag>`` on the command lines, never a slider. ``size``: the field that sizes the racer's tree
-    or chain (the one :func:`shrink_for_streams` scales down under load)."""
+    ``--no-<racer>-<flag>`` on the command lines, never a slider. ``size``: a field that sizes the racer's tree
+    or chain, or its drafting work (the nodes; EAGLE-3's depth, a drafter forward per level), which
+    :func:`shrink_for_streams` scales down under load."""
     return field(default=default, metadata={"low": low, "high": high, "help": help, "label": label, "flag": flag,
                                             "cpu": cpu, "ui": ui, "size": size})
 
@@ -81,9 +82,10 @@ def check_settings(settings: Any, what: str = "") -> Any:
 
 
 def shrink_for_streams(settings: Any, streams: int) -> Any:
-    """``settings`` with its tree (or chain) size divided by the number of streams decoded together (rounded up,
-    never below the field's lower bound), so the batch verifies about as many nodes per step as one stream's tree:
-    the rule vLLM applies with a draft length per batch size. Settings without a size field come back as they are."""
+    """``settings`` with each size field (its tree's or chain's nodes, and the depth where every level costs a
+    drafter forward) divided by the number of streams decoded together (rounded up, never below the field's lower
+    bound), so the batch verifies about as many nodes per step as one stream's tree: the rule vLLM applies with a
+    draft length per batch size. Settings without a size field come back as they are."""
     if streams < 1:
         raise ValueError(f"streams must be at least 1, got {streams}")
     sized = {k.name: max(int(k.low), -(-int(getattr(settings, k.name)) // streams))
