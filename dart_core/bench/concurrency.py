@@ -9,10 +9,11 @@ aggregate tokens/s over all streams (wall clock around the batches), the speedup
 the same B, τ (tokens per stream per verify forward), the acceptance metrics, the streams' mean time to first token
 and tokens/s each, and the greedy check of every stream against plain decoding's output for its prompt (ties
 within the dtype's rounding counted apart). A racer's **crossover** is the smallest B at which it no longer beats
-batched plain decoding. ``--shrink-trees`` divides each racer's tree (or chain) size by B (vLLM's draft length per
-batch size), to see whether smaller trees under load move the crossover. Writes ``concurrency.json``
-(``by_streams``: {B: {racer: figures}}, ``crossover``: {racer: B or null}) and ``concurrency.html`` (speedup and
-tokens/s against B, one line per racer, the 1.0 line marked).
+batched plain decoding. ``--shrink-trees`` divides each racer's size fields by B (its tree's or chain's nodes, and
+the depth where each level is a drafter forward; vLLM's draft length per batch size), to see whether smaller trees
+under load move the crossover. Writes ``concurrency.json`` (``by_streams``: {B: {racer: figures}}, ``crossover``:
+{racer: B or null}) and ``concurrency.html`` (speedup and tokens/s against B, one line per racer, the 1.0 line
+marked).
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--seed", type=int, default=0, help="stream i of a batch samples with seed + i (its prompt's index)")
     g.add_argument("--shrink-trees", action="store_true",
-                   help="divide each racer's tree (or chain) size by B, rounded up (vLLM-style draft length by load)")
+                   help="divide each racer's tree (or chain) size, and a depth that costs a drafter forward per "
+                        "level, by B, rounded up (vLLM-style draft length by load)")
     g.add_argument("--out", type=Path, default=None, help="output dir for concurrency.json / concurrency.html "
                    "(default $DART_ARENA_RESULTS or $DART_ARENA_CACHE/bench, in concurrency-<timestamp>/)")
     g.add_argument("--no-html", action="store_true", help="skip the plotly HTML report")
