@@ -21,7 +21,7 @@ from app.standings import shown_path, standings_html
 from dart_core.bench.__main__ import main as bench_main
 from dart_core.bundle import open_bundle
 from dart_core.loading.identity import model_identity
-from dart_core.race.standings import find_standings, models_identity, suggest_command
+from dart_core.race.standings import find_concurrency_run, find_standings, models_identity, suggest_command
 
 REPO = Path(__file__).resolve().parent.parent
 BUNDLE = REPO / "assets" / "tiny"
@@ -230,3 +230,32 @@ def test_the_panel_shows_tau_by_position_of_the_last_long_run(results: Path, tmp
     assert row == "".join(f"<td>{b['racers']['dart']['tau']:.2f}</td>" for b in run["by_position"])
     other = app_panel(results, "--dart-model-name-or-path", str(tmp_path))  # another DART checkpoint: left out
     assert ">DART</td>" not in other().split("standings-position")[1].split("</table>")[0]
+
+
+def test_the_panel_shows_the_last_concurrency_sweep_for_the_loaded_models(tmp_path: Path) -> None:
+    """No sweep yet: the panel gives the ``bench concurrency`` command for the loaded models. After one, its speedup
+    per stream count and crossover for each racer, from the run's own ``concurrency.json``; a racer measured with
+    another checkpoint is left out, and a sweep of another target is not shown at all."""
+    root = tmp_path / "results"
+    panel = app_panel(root)
+    assert panel.concurrency_run() is None
+    assert "python -m dart_core.bench concurrency --bundle" in panel()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DART_ARENA_RESULTS", str(root))
+        assert bench_main(["concurrency", "--bundle", str(BUNDLE), "--limit", "2", "--streams", "1,2",
+                           "--max-new-tokens", "6", "--methods", "dart,eagle3,ar", "--no-hf-generate", "--warmup", "0",
+                           "--threads", "1", "--no-html", "--no-progress"]) == 0
+    (path,) = root.glob("concurrency-*/concurrency.json")
+    sweep = json.loads(path.read_text())
+    run = panel.concurrency_run()
+    assert run is not None and run.path == path and run.streams == [1, 2] and run.mismatches == 0
+    assert run.speedup["dart"] == [sweep["by_streams"][b]["dart"]["speedup_vs_ar"] for b in ("1", "2")]
+    assert run.crossover == sweep["crossover"]
+    table = panel().split("standings-concurrency")[1].split("</table>")[0]
+    row = table.split(">DART</td>")[1].split("</tr>")[0]
+    cross = sweep["crossover"]["dart"]
+    assert row.endswith(f"<td>{f'B={cross}' if cross else 'none up to B=2'}</td>")
+    other = app_panel(root, "--dart-model-name-or-path", str(tmp_path))  # another DART checkpoint: left out
+    assert "dart" not in other.concurrency_run().speedup and "eagle3" in other.concurrency_run().speedup
+    models = {**panel.models, "target": "another/target"}
+    assert find_concurrency_run(models, root=root) is None
