@@ -25,7 +25,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 
@@ -48,6 +48,9 @@ from app.page import (
 )
 from dart_core import BASELINE, Racer, SamplingConfig, check_settings, racer
 from dart_core.race import PromptError, RaceSettings, Scoreboard, check_prompt, check_text, context_limit
+
+if TYPE_CHECKING:
+    from app.standings import StandingsPanel
 
 log = logging.getLogger("dart_arena.app")
 
@@ -85,7 +88,7 @@ class AppConfig:
     max_sessions: int = MAX_SESSIONS
     session_ttl_s: float | None = SESSION_TTL_S
     # the "Measured on this host" panel's HTML, made again at each page load (app.standings.StandingsPanel)
-    standings: Callable[[], str] | None = None
+    standings: StandingsPanel | None = None
 
 
 class ArenaUI:
@@ -367,10 +370,10 @@ class ArenaUI:
         speedup by kind of prompt, the long run's τ by output position, the concurrency sweep's speedup by
         streams."""
         panel = self.config.standings
-        found = panel.standings() if hasattr(panel, "standings") else None
+        found = panel.standings()
         runs = [(found if found is not None and found.by_category else None, plots.category_figure),
-                (panel.position_run() if hasattr(panel, "position_run") else None, plots.position_figure),
-                (panel.concurrency_run() if hasattr(panel, "concurrency_run") else None, plots.concurrency_figure)]
+                (panel.position_run(), plots.position_figure),
+                (panel.concurrency_run(), plots.concurrency_figure)]
         return [gr.Plot(value=draw(run) if run is not None else None, visible=run is not None) for run, draw in runs]
 
     def _header(self) -> tuple[Any, Any]:

@@ -19,6 +19,7 @@ marked).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import time
@@ -198,7 +199,7 @@ def _run(args: argparse.Namespace) -> int:
         bar.set_postfix_str(f"B={b} " + " ".join(f"{m}:{results[m]['speedup_vs_ar']:.2f}" for m in methods
                                                    if results[m]["speedup_vs_ar"] is not None))
     bar.close()
-    report = _report(args, src, arena, methods, prompts, encoded, streams, by_streams, sampling, chat)
+    report = _report(args, src, arena, methods, trees, prompts, encoded, streams, by_streams, sampling, chat)
     print_table(report)
     _write(args, report)
     mismatches = sum(f.get("mismatches", 0) for r in by_streams.values() for f in r.values())
@@ -313,15 +314,12 @@ def _check(reference: dict[int, tuple[list[int], list[Any]]], outs: list[dict[st
     return {"mismatches": mismatches, "ties": ties, **({"mismatched": where[:10]} if where else {})}
 
 
-def _report(args: argparse.Namespace, src: Any, arena: Any, methods: list[str], prompts: list[dict[str, Any]],
-            encoded: list[list[int]], streams: list[int], by_streams: dict[str, Any], sampling: Any,
-            chat: bool) -> dict[str, Any]:
-    import dataclasses
-
-
+def _report(args: argparse.Namespace, src: Any, arena: Any, methods: list[str], trees: dict[str, Any],
+            prompts: list[dict[str, Any]], encoded: list[list[int]], streams: list[int], by_streams: dict[str, Any],
+            sampling: Any, chat: bool) -> dict[str, Any]:
     models = models_identity(src.base, src.drafters, src.ngram, src.small_ngram)
     command = getattr(args, "command", None) or command_line([], ("python", "-m", "dart_core.bench", "concurrency"))
-    settings = {m: dataclasses.asdict(s) for m in methods if (s := arena_settings(arena, m, args)) is not None}
+    settings = {m: dataclasses.asdict(trees[m]) for m in methods if m in trees}  # as at B=1
     return {
         "run": run_record(command, models),
         "config": {"base": src.base, "drafters": src.drafters, "ngram": src.ngram, "methods": methods,
@@ -334,11 +332,6 @@ def _report(args: argparse.Namespace, src: Any, arena: Any, methods: list[str], 
         "by_streams": by_streams,
         "crossover": {m: crossover(by_streams, m) for m in methods if racer(m).drafts},
     }
-
-
-def arena_settings(arena: Any, method: str, args: argparse.Namespace) -> Any:
-    """A racer's tree settings at B = 1 as the run used them (None for racers without settings)."""
-    return tree_settings(args, arena.target.device).get(method)
 
 
 def print_table(report: dict[str, Any]) -> None:

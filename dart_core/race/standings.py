@@ -18,7 +18,7 @@ import json
 import os
 import shlex
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -166,7 +166,7 @@ def find_concurrency_run(models: dict[str, Any], *,
 
 
 def _latest(models: dict[str, Any], root: str | os.PathLike[str] | None, name: str,
-            build: Any) -> Any:
+            build: Callable[[Path, dict[str, Any], list[str]], Any]) -> Any:
     """The newest report called ``name`` under ``root`` (default :func:`results_dir`) that measured the loaded
     target and store, made by ``build(path, data, racers to show)``; None when there is none readable."""
     root = Path(root).expanduser() if root is not None else results_dir()
