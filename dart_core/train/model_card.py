@@ -34,7 +34,9 @@ def _data_lines(st: dict[str, Any], hp: dict[str, Any]) -> list[str]:
     lines = [
         "## Data (self-distillation)",
         f"- Prompts: the first {pr.get('train', 0):,} of the {pr.get('set_size', 0):,} seeded chat prompts of "
-        "`dart_core.data.prompts.chat_set` (writing, roleplay, reasoning, math, code, extraction, STEM, humanities, "
+        "`dart_core.data.prompts.chat_set`"
+        + (f" ({pr['rounds']} rounds of the generator, the first round first)" if pr.get("rounds", 1) > 1 else "")
+        + " (writing, roleplay, reasoning, math, code, extraction, STEM, humanities, "
         f"advice), {pr.get('with_followup', 0):,} of them with a follow-up turn asked after the target's own first "
         "answer. Held out by topic: "
         f"{pr.get('eval', 0)} prompts whose answers are the held-out set that stops training, and {pr.get('bench', 0)}"

@@ -27,16 +27,18 @@ from dart_core.train.any_target import (
     target_text_config,
 )
 
-# The SmolLM2 bundle's recipe: the seeded chat prompt set's first ``train_prompts`` prompts answered by the target
-# (follow-up turns included), held-out prompts in two topic-disjoint roles (``eval``: the held-out loss that stops
-# training; ``bench``: the bundle's prompts.jsonl), and the three drafters trained for the same wall clock. Sizes
+# The SmolLM2 bundle's recipe: the seeded chat prompt set's first ``train_prompts`` prompts (over ``prompt_rounds``
+# rounds of the generator: the first round's prompts come first, as the bundle before answered them) answered by the
+# target (follow-up turns included), held-out prompts in two topic-disjoint roles (``eval``: the held-out loss that
+# stops training; ``bench``: the bundle's prompts.jsonl), and the three drafters trained for the same wall clock. Sizes
 # and the decisions below were measured on a 2-core CPU (see the bundle's README and recipe.json). Draft vocabulary
-# 4,096: it covers ~93 % of the training answers' tokens and ~90 % of the held-out ones (8,192: ~98 / 95 %), but
-# 8,192 adds 4.7 MB to each of the DART and EAGLE-3 heads and takes the bundle past its 40 MB. MLP 1,024: 1,536 made
-# a DART training step 13 % slower (0.95 s instead of 0.84 s on one core, bf16 autocast) and adds 1.8 MB per head.
+# 4,096: it covers ~93 % of the training answers' tokens and ~90 % of the held-out ones (8,192: ~98 / 95 %), but 8,192
+# adds 4.7 MB to each of the DART and EAGLE-3 heads and takes the bundle past its 40 MB. MLP 1,024: 1,536 made a DART
+# training step 13 % slower (0.95 s instead of 0.84 s on one core, bf16 autocast) and adds 1.8 MB per head.
 RECIPE = {
     "target": "smollm2",
-    "train_prompts": 18944,
+    "train_prompts": 64000,
+    "prompt_rounds": 4,
     "eval_prompts": 384,
     "bench_prompts": 64,
     "max_new_tokens": 256,
@@ -59,6 +61,7 @@ RECIPE = {
 QUICK = {
     **RECIPE,
     "train_prompts": 6,
+    "prompt_rounds": 1,
     "eval_prompts": 3,
     "bench_prompts": 4,
     "max_new_tokens": 24,
@@ -129,7 +132,7 @@ def run(args: argparse.Namespace, command: str) -> int:
     out: Path = args.out
     work: Path = args.work or (out.parent / f".{out.name}-work")
     t_all = time.perf_counter()
-    train = chat_set(seed=args.seed, n=hp["train_prompts"])
+    train = chat_set(seed=args.seed, n=hp["train_prompts"], rounds=hp["prompt_rounds"])
     evals, bench = heldout_roles(chat_set(heldout=True, seed=args.seed), n_eval=hp["eval_prompts"],
                                  n_bench=hp["bench_prompts"])
     write_jsonl(work / "train_prompts.jsonl", train)
@@ -138,8 +141,9 @@ def run(args: argparse.Namespace, command: str) -> int:
                                        for p in bench])
     (out / "bundle.json").write_text(json.dumps({"target": hp["target"], "mode": "chat"}, indent=1) + "\n")
     record_stage(out, "prompts", {
-        "generator": "dart_core.data.prompts.chat_set.chat_set", "seed": args.seed, "set_size": len(chat_set(
-            seed=args.seed)), "train": len(train), "with_followup": sum(1 for p in train if p.get("followups")),
+        "generator": "dart_core.data.prompts.chat_set.chat_set", "seed": args.seed, "rounds": hp["prompt_rounds"],
+        "set_size": len(chat_set(seed=args.seed, rounds=hp["prompt_rounds"])), "train": len(train),
+        "with_followup": sum(1 for p in train if p.get("followups")),
         "eval": len(evals), "bench": len(bench),
         "split": "by topic (stable hash): no held-out topic is in training; eval and bench topics are disjoint"},
         command)

@@ -48,6 +48,7 @@ from dart_core.data.prompts.words import (
 
 CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities", "advice")
 FOLLOWUP_SHARE = 0.25  # records that carry a second user turn
+FOLLOWUP_SHARE_LATER = 0.5  # the same in the rounds after the first: more second turns per new prompt
 
 EXPLAIN = [
     "Explain {t} in simple terms.", "How does {t} work?", "What is {t}, and why does it matter?",
@@ -322,7 +323,7 @@ def _code(rng: random.Random) -> Iterator[Item]:
             yield "coding", f"sql:{task}", template.format(s=SQL_SCHEMA, t=task), follow
 
 
-def _all(seed: int) -> list[Item]:
+def _all(seed: int | str) -> list[Item]:
     rng = random.Random(seed)
     items = list(_prose(rng)) + list(_code(rng))
     items += [("math", t, p, FOLLOWUPS["math"]) for t, p in math_prompts(rng, 55)]
@@ -331,15 +332,34 @@ def _all(seed: int) -> list[Item]:
     return items
 
 
-def chat_set(*, heldout: bool = False, seed: int = 0, n: int | None = None) -> list[dict[str, Any]]:
+def chat_set(*, heldout: bool = False, seed: int = 0, n: int | None = None, rounds: int = 1) -> list[dict[str, Any]]:
     """Unique chat prompts ``{id, category, topic, prompt}``, about a quarter with ``followups`` (one more user turn,
     sent after the target's own first answer), shuffled with ``seed``. ``heldout`` picks the held-out topics' prompts
-    instead of the training ones (the split does not depend on ``seed``); ``n`` caps the count (None = all)."""
-    rng = random.Random(f"chat_set:{seed}")
+    instead of the training ones (the split does not depend on ``seed``); ``n`` caps the count (None = all).
+
+    ``rounds`` > 1 appends more rounds of the generator, each drawn with its own seed (new numbers, passages,
+    puzzles, template draws, neighbours and modifiers over the same topics), keeping only prompts no earlier round
+    holds, half of them two-turn. Each round is shuffled on its own and numbered on from the last, so the first round
+    (and the data answered for it) stays what it was whatever ``rounds`` is."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
     seen: set[str] = set()
     out: list[dict[str, Any]] = []
-    for category, topic, prompt, pool in _all(seed):
-        followup = rng.choice(pool) if rng.random() < FOLLOWUP_SHARE else None  # drawn for every item: stable
+    for r in range(rounds):
+        out += _round(seed, r, heldout, seen)
+        if n is not None and len(out) >= n:
+            break
+    out = out[:n] if n is not None else out
+    return [{"id": f"{'heldout' if heldout else 'train'}-{i}", **r} for i, r in enumerate(out)]
+
+
+def _round(seed: int, r: int, heldout: bool, seen: set[str]) -> list[dict[str, Any]]:
+    """One round of the generator: its prompts that ``seen`` does not hold yet (added to it), shuffled."""
+    rng = random.Random(f"chat_set:{seed}" if r == 0 else f"chat_set:{seed}:round{r}")
+    share = FOLLOWUP_SHARE if r == 0 else FOLLOWUP_SHARE_LATER
+    out: list[dict[str, Any]] = []
+    for category, topic, prompt, pool in _all(seed if r == 0 else f"{seed}:round{r}"):
+        followup = rng.choice(pool) if rng.random() < share else None  # drawn for every item: stable
         if prompt in seen or is_heldout_topic(topic) != heldout:
             continue
         seen.add(prompt)
@@ -348,8 +368,7 @@ def chat_set(*, heldout: bool = False, seed: int = 0, n: int | None = None) -> l
             record["followups"] = [followup]
         out.append(record)
     rng.shuffle(out)
-    out = out[:n] if n is not None else out
-    return [{"id": f"{'heldout' if heldout else 'train'}-{i}", **r} for i, r in enumerate(out)]
+    return out
 
 
 def heldout_roles(records: list[dict[str, Any]], *, n_eval: int, n_bench: int
