@@ -203,6 +203,14 @@ class Arena:
         """The loaded racers' keys in registry order, the baseline last."""
         return [r.key for r in RACERS if r.key in self.drafters or r.key in self.runners] + [BASELINE]
 
+    def use_store(self, store: NgramStore | None) -> None:
+        """Make ``store`` the N-gram store of the arena and of every loaded racer that searches with one (a store
+        built after loading, e.g. one of several candidates raced in turn)."""
+        self.store = store
+        for key, drafter in self.drafters.items():
+            if racer(key).uses_store:
+                drafter.store = store  # type: ignore[attr-defined]
+
     def stream(self, method: str, input_ids: Any, **kwargs: Any) -> Iterator[Step]:
         """:func:`~dart_core.engine.loop.stream` with ``method``'s drafter; ``settings`` are that racer's."""
         kwargs.setdefault("stop_token_ids", self.stop_ids)
@@ -298,9 +306,8 @@ def load_arena(
     finally:
         bar.close()
     arena.drafters = {r.key: arena.drafters[r.key] for r in RACERS if r.key in arena.drafters}  # registry order
-    for key, drafter in arena.drafters.items():
-        if racer(key).uses_store:
-            drafter.store = arena.store  # type: ignore[attr-defined]
+    arena.use_store(arena.store)
+    for drafter in arena.drafters.values():
         if rows and fast_path_mode != "compile" and hasattr(drafter, "use_static_cache"):
             drafter.use_static_cache(rows, graphs=fast_path_mode == "graphs")  # type: ignore[attr-defined]
     return arena

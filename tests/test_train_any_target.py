@@ -351,11 +351,26 @@ def test_smollm2_quick_recipe(tmp_path: Path) -> None:
     assert len(held_topics) == 4 and not held_topics & {r["topic"] for r in evals + train}
     assert stages["distill_eval"]["file"]["records"] >= 3 and stages["features"]["eval_sequences"] >= 3
     assert stages["distill"]["file"]["sha256"] == hashlib.sha256((work / "distill.jsonl").read_bytes()).hexdigest()
+    # The N-gram store: chosen by the τ the fitted drafters measure with each candidate, on held-out eval prompts.
+    sweep = stages["ngram"]["sweep"]
+    assert sweep["methods"] == ["dart", "dflash-tree", "ngram-only"] and sweep["decided_by"] == "dart"
+    assert [(c["order"], c["min_count"]) for c in sweep["candidates"]] == [(2, 1), (3, 1)]
+    best = max(c["tau"]["dart"]["tau"] for c in sweep["candidates"])
+    assert sweep["chosen"]["tau"]["dart"]["tau"] == best >= 1.0
+    from dart_core.ngram.store import NgramStore
+
+    store = NgramStore.load(out / "ngram" / "small.ngram", progress=False)
+    assert (store.order, store.num_nodes) == (stages["ngram"]["order"], stages["ngram"]["num_nodes"])
+    store.close()
+    assert [r["fraction"] for r in sweep["by_data_size"]] == [0.5, 1.0]
+    assert sweep["by_data_size"][0]["data_tokens"] < sweep["by_data_size"][1]["data_tokens"]
+    assert not (work / "ngram-candidates").exists() or not any((work / "ngram-candidates").iterdir())
     assert [r["size"] for r in stages["vocab"]["rows"]] == [64, 256]
     assert all(0 < r["held-out answers"] <= 1 for r in stages["vocab"]["rows"])
     card = (out / "README.md").read_text()
     assert "SmolLM2-135M-Instruct" in card and "## Measured figures" in card and "| dflash | 2 | steps |" in card
     assert "| 256 |" in card and stages["distill"]["file"]["sha256"] in card
+    assert "N-gram store: each candidate built over the data and raced" in card and "(chosen)" in card
     runs = stages["distill"]["all_runs"]
     assert runs["answered"] == stages["distill"]["file"]["records"] and len(runs["runs"]) == 1
     assert f"over 1 run(s) of the same resumable command, {runs['answer_tokens']:,} answer tokens" in " ".join(

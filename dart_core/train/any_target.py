@@ -180,21 +180,6 @@ def run_fit(target_ref: str, data: Path, out: Path, *, work: Path, only: str | N
     return results
 
 
-def run_ngram(seqs: list[list[int]], path: Path, *, order: int, min_count: int, progress: bool) -> dict[str, Any]:
-    """An N-gram store over the distillation sequences (the target's own text, in its tokenizer)."""
-    from dart_core.ngram.store import NgramStore, build_to_file
-
-    t0 = time.perf_counter()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    build_to_file(seqs, path, order=order, min_count=min_count, progress=progress)
-    store = NgramStore.load(path, progress=False)
-    store.verify()
-    rec = {"order": store.order, "num_nodes": store.num_nodes, "level_sizes": store.level_sizes,
-           "min_count": min_count, "bytes": path.stat().st_size, "seconds": round(time.perf_counter() - t0, 2)}
-    store.close()
-    return rec
-
-
 def run_vocab(text_config: Any, data: Path, eval_data: Path | None, sizes: list[int], *,
               rank_on: str = "all") -> dict[str, Any]:
     """The draft-vocabulary coverage record (``dart_core.train.vocab_coverage``): per size, the share of the
@@ -334,6 +319,37 @@ def add_fit_parser(sub: Any) -> None:
     add_common_options(p)
 
 
+def add_ngram_parser(sub: Any) -> None:
+    p = sub.add_parser("ngram-store", help="the N-gram store over distillation data; with --prompts, its order and "
+                                     "min_count chosen by measured τ",
+                       description="Builds the N-gram store over --data. With --prompts, every --orders × "
+                                   "--min-counts candidate is built, those within --max-mb are raced greedily on "
+                                   "the prompts by the racers that search with a store (the bundle's drafters and "
+                                   "N-gram only), and the one with the best τ of the first racer is kept at --out; "
+                                   "--fractions adds τ against data size (seeded samples of the conversations).")
+    p.add_argument("--data", required=True, type=Path, help="distillation JSONL (every record's ids are counted)")
+    p.add_argument("--out", required=True, type=Path, help="the store file to write (e.g. BUNDLE/ngram/small.ngram)")
+    p.add_argument("--orders", default="4", help="comma-separated N-gram orders (default 4)")
+    p.add_argument("--min-counts", default="2", help="comma-separated min_counts: rarer n-grams are dropped "
+                                                     "(default 2)")
+    p.add_argument("--prompts", type=Path, default=None,
+                   help="held-out prompt JSONL to race the candidates on (not the benchmark's own prompts)")
+    p.add_argument("--limit", type=int, default=16, help="first N prompts of --prompts (default 16)")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="tokens generated per prompt (default 128)")
+    p.add_argument("--bundle", type=Path, default=None,
+                   help="the bundle whose target and store-searching drafters race (default: the default bundle)")
+    p.add_argument("--target", default=None, help="another target than the bundle's")
+    p.add_argument("--methods", default=None,
+                   help="comma-separated racers to measure (default: every loaded racer that searches with a "
+                        "store); the first one's τ decides")
+    p.add_argument("--max-mb", type=float, default=None, help="largest store to consider, in MB (default: any)")
+    p.add_argument("--fractions", default="", help="comma-separated data fractions (0-1) for τ against data size, "
+                                                   "built with the chosen order and min_count")
+    p.add_argument("--record", type=Path, default=None, help="write the sweep's record here (JSON)")
+    add_common_options(p)
+    p.set_defaults(dtype="float32")
+
+
 def add_common_options(p: argparse.ArgumentParser) -> None:
     add_device_argument(p, help="cpu (default), cuda, cuda:N")
     p.set_defaults(device="cpu")
@@ -343,7 +359,7 @@ def add_common_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
-COMMANDS = ("prompts", "distill", "vocab", "fit")
+COMMANDS = ("prompts", "distill", "vocab", "fit", "ngram-store")
 
 
 def main(argv: list[str]) -> int:
@@ -356,6 +372,7 @@ def main(argv: list[str]) -> int:
     add_distill_parser(sub)
     add_vocab_parser(sub)
     add_fit_parser(sub)
+    add_ngram_parser(sub)
     args = p.parse_args(argv)
     command = "python -m dart_core.train " + " ".join(argv)
     try:
@@ -399,6 +416,10 @@ def main(argv: list[str]) -> int:
                     dflash_block=args.dflash_block_size, draft_vocab=args.draft_vocab,
                     intermediate=args.drafter_intermediate, budget=budget, device=args.device, dtype=args.dtype,
                     online=args.online, command=command, eval_data=args.eval_data)
+        elif args.command == "ngram-store":
+            from dart_core.train.ngram_choice import cmd_ngram
+
+            cmd_ngram(args)
         else:
             raise AssertionError(f"unhandled command {args.command}")  # argparse admits only COMMANDS
     except (DistillError, ValueError, FileNotFoundError) as e:

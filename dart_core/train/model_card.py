@@ -50,7 +50,8 @@ def _data_lines(st: dict[str, Any], hp: dict[str, Any]) -> list[str]:
         f"- Features: {ft.get('tokens', 0):,} tokens through the target once (layers {ft.get('feature_layers')} of "
         f"`hidden_states`, float16, {ft.get('bytes', 0) / 1e9:.1f} GB, kept outside the bundle).",
         f"- N-gram: order {ng.get('order')}, min_count {ng.get('min_count')}, {ng.get('num_nodes', 0):,} nodes, "
-        f"{ng.get('bytes', 0) / 1e6:.2f} MB, over the same sequences.",
+        f"{ng.get('bytes', 0) / 1e6:.2f} MB, over the same sequences"
+        + (" (chosen by measured τ, below)." if ng.get("sweep") else "."),
     ]
     if vocab.get("rows"):
         names = [k for k in vocab["rows"][0] if k != "size"]
@@ -59,6 +60,15 @@ def _data_lines(st: dict[str, Any], hp: dict[str, Any]) -> list[str]:
                   "| size | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
         lines += [f"| {r['size']:,} | " + " | ".join(f"{r[n]:.1%}" for n in names) + " |" for r in vocab["rows"]]
         lines += ["", f"Chosen: {hp.get('draft_vocab'):,}."]
+    sweep = ng.get("sweep")
+    if sweep:
+        from dart_core.train.ngram_choice import table
+
+        lines += ["", f"N-gram store: each candidate built over the data and raced greedily (float32) on "
+                  f"{sweep['prompts']} held-out prompts × {sweep['max_new_tokens']} new tokens, the best τ of "
+                  f"{sweep['decided_by']} kept among those within {sweep['max_bytes'] / 1e6:.2f} MB (what the "
+                  "bundle's 40 MB leave it); then τ against data size, the chosen order and min_count over seeded "
+                  "samples of the conversations:", "", *table(sweep)]
     return lines
 
 

@@ -12,6 +12,7 @@ import json
 import platform
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,6 @@ from dart_core.train.any_target import (
     record_stage,
     run_distill,
     run_fit,
-    run_ngram,
     run_vocab,
     target_text_config,
 )
@@ -53,8 +53,11 @@ RECIPE = {
     "patience": 4,
     "steps": {"dart": 100_000, "eagle3": 100_000, "dflash": 100_000},  # bounds only: the time budget ends each
     "dflash_block": 8,
-    "ngram_order": 4,
-    "ngram_min_count": 2,
+    "ngram_orders": [3, 4, 5],  # candidates, chosen by DART's measured τ on held-out prompts (ngram_choice)
+    "ngram_min_counts": [1, 2, 3, 4],
+    "ngram_prompts": 16,
+    "ngram_new_tokens": 128,
+    "ngram_fractions": [0.25, 0.5],  # τ against data size, with the chosen order and min_count
     "vocab_sizes": [2048, 4096, 8192],
     "fit_tokens": None,  # all of the data
 }
@@ -75,13 +78,18 @@ QUICK = {
     "eval_every": 1,
     "patience": 0,
     "steps": {"dart": 2, "eagle3": 2, "dflash": 2},
-    "ngram_order": 3,
-    "ngram_min_count": 1,
+    "ngram_orders": [2, 3],
+    "ngram_min_counts": [1],
+    "ngram_prompts": 2,
+    "ngram_new_tokens": 8,
+    "ngram_fractions": [0.5],
     "vocab_sizes": [64, 256],
 }
 
 
-STAGES = ("distill", "vocab", "ngram", "fit", "card")
+STAGES = ("distill", "vocab", "fit", "ngram", "card")
+BUNDLE_MAX_BYTES = 40_000_000  # the bundle in git; the N-gram store gets what the other files leave
+CARD_HEADROOM_BYTES = 32_768  # the card and recipe.json grow after the store is chosen
 # What a lent GPU changes (``--gpu``): the distillation batch and the training batch grow to fill the device, and the
 # three drafters share a budget measured in the GPU's seconds; the data, vocabulary and losses are the recipe's own.
 GPU_SIZES = {"distill_batch": 2048, "batch_windows": 64, "eval_every": 100, "time_budget_min": 2.0}
@@ -124,7 +132,7 @@ def run(args: argparse.Namespace, command: str) -> int:
     from dart_core.data.prompts.topics import write_jsonl
     from dart_core.loading.bundle_digests import record_digests
     from dart_core.loading.wheel_fetch import sha256_file
-    from dart_core.train.distill import distill_runs, read_sequences
+    from dart_core.train.distill import distill_runs
     from dart_core.train.model_card import write_model_card
 
     stages = parse_stages(args.stages)
@@ -164,10 +172,6 @@ def run(args: argparse.Namespace, command: str) -> int:
     if "vocab" in stages:
         record_stage(out, "vocab", run_vocab(target_text_config(hp["target"]), work / "distill.jsonl",
                                         work / "eval_distill.jsonl", hp["vocab_sizes"]), command)
-    if "ngram" in stages:
-        ng = run_ngram(read_sequences(work / "distill.jsonl"), out / "ngram" / "small.ngram",
-                       order=hp["ngram_order"], min_count=hp["ngram_min_count"], progress=not args.no_progress)
-        record_stage(out, "ngram", ng, command)
     if "fit" in stages:
         from dart_core.train.common import TrainConfig
 
@@ -182,6 +186,8 @@ def run(args: argparse.Namespace, command: str) -> int:
                 dflash_block=hp["dflash_block"], eval_data=work / "eval_distill.jsonl", max_tokens=hp["fit_tokens"])
         # the drafters' hyperparameters are this run's: a later run of other stages (the card) keeps them
         record_stage(out, "fit", {"hyperparameters": hp, "device_name": _device_name(args.device)}, command)
+    if "ngram" in stages:
+        record_stage(out, "ngram", choose_store(out, work, hp, args), command)
     if "card" in stages:
         data = record_stage(out, "bundle", {"hyperparameters": hp, "quick": bool(args.quick),
                                        "total_seconds": round(time.perf_counter() - t_all, 1)}, command)
@@ -191,6 +197,51 @@ def run(args: argparse.Namespace, command: str) -> int:
     print(f"[smollm2] stages {','.join(s for s in STAGES if s in stages)}: bundle {size / 1e6:.1f} MB in "
           f"{out} ({time.perf_counter() - t_all:.0f} s); work files in {work}")
     return 0
+
+
+def choose_store(out: Path, work: Path, hp: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """The N-gram store over all the distillation data, its order and min_count chosen by the τ the bundle's
+    store-searching racers measure with each candidate on the first held-out ``eval`` prompts (float32, greedy),
+    within what the bundle's 40 MB leave it; τ against data size over seeded samples of the conversations."""
+    from dart_core.train.distill import read_prompt_records, read_sequences
+    from dart_core.train.ngram_choice import (
+        SweepPlan,
+        build_candidates,
+        encode_records,
+        keep_chosen,
+        load_sweep_arena,
+        store_methods,
+        store_racers,
+        sweep,
+        table,
+    )
+
+    t0 = time.perf_counter()
+    final = out / "ngram" / "small.ngram"
+    others = sum(p.stat().st_size for p in out.rglob("*") if p.is_file() and (out / "ngram") not in p.parents)
+    plan = SweepPlan(orders=tuple(hp["ngram_orders"]), min_counts=tuple(hp["ngram_min_counts"]),
+                     max_bytes=BUNDLE_MAX_BYTES - others - CARD_HEADROOM_BYTES, max_new_tokens=hp["ngram_new_tokens"],
+                     fractions=tuple(hp["ngram_fractions"]), seed=args.seed)
+    seqs = read_sequences(work / "distill.jsonl")
+    candidates = build_candidates(seqs, plan, work / "ngram-candidates")
+    first = next(Path(c["path"]) for c in candidates if not c.get("over_budget"))
+    arena = load_sweep_arena(hp["target"], store_racers(out), first, device=args.device, dtype="float32",
+                             threads=args.threads, progress=not args.no_progress)
+    records = read_prompt_records(work / "eval_prompts.jsonl", hp["ngram_prompts"])
+    plan = replace(plan, methods=store_methods(arena))
+    prompts = encode_records(arena.tokenizer, records, chat=True)
+    record = sweep(arena, seqs, candidates, prompts, plan, work / "ngram-candidates", progress=not args.no_progress)
+    keep_chosen(record, final)
+    print("\n".join(["[smollm2] N-gram stores:", *table(record)]))
+    chosen = {k: v for k, v in record["chosen"].items() if k not in ("path", "tau")}
+    for c in record["candidates"]:
+        c.pop("path", None)
+    from dart_core.ngram.store import NgramStore
+
+    store = NgramStore.load(final, progress=False)
+    chosen.update(level_sizes=store.level_sizes)
+    store.close()
+    return {**chosen, "seconds": round(time.perf_counter() - t0, 1), "sweep": record}
 
 
 def parse_stages(text: str) -> set[str]:
