@@ -416,6 +416,11 @@ def test_smollm2_stages_split_across_machines(tmp_path: Path, capsys: pytest.Cap
     assert len(recipe["history"]) == 3 and recipe["history"][2].endswith(f"--fit-tokens {cap} --window 24")
     card = (out / "README.md").read_text()
     assert "Trained on CPU" in card and "| dart | 2 | steps |" in card
+    # --online: no stored features (data whose features exceed the disk), the target inside every step
+    assert train_main([*base, "--stages", "fit", "--online"]) == 0
+    stages = json.loads((out / "recipe.json").read_text())["stages"]
+    assert stages["features"]["online"] is True and stages["fit"]["online"] is True
+    assert stages["dart"]["steps_done"] == 2 and (out / "dart" / "model.safetensors").is_file()
 
 
 def test_sampled_conversations_are_seeded_bounded_and_in_file_order() -> None:

@@ -183,9 +183,11 @@ def run(args: argparse.Namespace, command: str) -> int:
         run_fit(hp["target"], work / "distill.jsonl", out, work=work, only=None, steps=hp["steps"],
                 draft_vocab=hp["draft_vocab"], intermediate=hp["drafter_intermediate"], budget=budget,
                 device=args.device, dtype=args.dtype, loaded=loaded, command=command,
-                dflash_block=hp["dflash_block"], eval_data=work / "eval_distill.jsonl", max_tokens=hp["fit_tokens"])
+                dflash_block=hp["dflash_block"], eval_data=work / "eval_distill.jsonl", max_tokens=hp["fit_tokens"],
+                online=args.online)
         # the drafters' hyperparameters are this run's: a later run of other stages (the card) keeps them
-        record_stage(out, "fit", {"hyperparameters": hp, "device_name": _device_name(args.device)}, command)
+        record_stage(out, "fit", {"hyperparameters": hp, "device_name": _device_name(args.device),
+                                  "online": bool(args.online)}, command)
     if "ngram" in stages:
         record_stage(out, "ngram", choose_store(out, work, hp, args), command)
     if "card" in stages:
@@ -287,6 +289,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fit-tokens", type=int, default=None, metavar="N",
                    help="features and training over a seeded random sample of the conversations holding at most N "
                         "tokens (default: all; for when the features of all the data cost more time than there is)")
+    p.add_argument("--online", action="store_true",
+                   help="fit without stored features: the target runs inside every training step (for data whose "
+                        "features, about 4.6 KB a token, exceed the disk: 15 M tokens take about 70 GB)")
     add_common_options(p)
     return p
 
