@@ -68,7 +68,7 @@ def _build(seqs: list[list[int]], path: Path, order: int, min_count: int) -> dic
     store = NgramStore.load(path, progress=False)
     store.verify()
     rec = {"order": order, "min_count": min_count, "bytes": path.stat().st_size, "num_nodes": store.num_nodes,
-           "data_tokens": sum(len(s) for s in seqs)}
+           "level_sizes": store.level_sizes, "data_tokens": sum(len(s) for s in seqs)}
     store.close()
     return rec
 
@@ -221,6 +221,27 @@ def table(record: dict[str, Any]) -> list[str]:
     return lines
 
 
+def choose(seqs: list[list[int]], records: list[dict[str, Any]], plan: SweepPlan, out: Path, *, target: str,
+           drafters: dict[str, Path], chat: bool, device: str | None, dtype: str, threads: int | None,
+           progress: bool) -> dict[str, Any]:
+    """The whole choice: candidates built beside ``out``, the target loaded with ``drafters`` and the store-only
+    racers, ``records`` encoded, the sweep raced (by ``plan.methods``, else every loaded racer that searches with a
+    store), the chosen store copied to ``out`` and the other files dropped. Returns the sweep's record, its chosen
+    store's ``path`` being ``out``."""
+    work = out.parent / f".{out.stem}-candidates"
+    candidates = build_candidates(seqs, plan, work)
+    first = next(Path(c["path"]) for c in candidates if not c.get("over_budget"))
+    arena = load_sweep_arena(target, drafters, first, device=device, dtype=dtype, threads=threads, progress=progress)
+    plan = plan if plan.methods else replace(plan, methods=store_methods(arena))
+    record = sweep(arena, seqs, candidates, encode_records(arena.tokenizer, records, chat=chat), plan, work,
+                   progress=progress)
+    keep_chosen(record, out)
+    if work.is_dir() and not any(work.iterdir()):
+        work.rmdir()
+    record["chosen"]["path"] = str(out)
+    return record
+
+
 def _ints(text: str, flag: str) -> tuple[int, ...]:
     try:
         return tuple(int(x) for x in text.split(",") if x.strip())
@@ -252,21 +273,12 @@ def cmd_ngram(args: Any) -> dict[str, Any]:
     fractions = tuple(float(x) for x in args.fractions.split(",") if x.strip()) if args.fractions else ()
     max_bytes = int(args.max_mb * 1e6) if args.max_mb else 1 << 62
     plan = SweepPlan(orders=orders, min_counts=min_counts, max_bytes=max_bytes,
+                     methods=tuple(args.methods.split(",")) if args.methods else (),
                      max_new_tokens=args.max_new_tokens, fractions=fractions, seed=args.seed)
-    work = args.out.parent / f".{args.out.stem}-candidates"
-    candidates = build_candidates(seqs, plan, work)
-    first = next(Path(c["path"]) for c in candidates if not c.get("over_budget"))
-    arena = load_sweep_arena(args.target or bundle.target, store_racers(bundle.root), first, device=args.device,
-                             dtype=args.dtype, threads=args.threads, progress=not args.no_progress)
-    methods = tuple(args.methods.split(",")) if args.methods else store_methods(arena)
-    plan = replace(plan, methods=methods)
-    records = read_prompt_records(args.prompts, args.limit)
-    prompts = encode_records(arena.tokenizer, records, chat=bundle.chat)
-    record = sweep(arena, seqs, candidates, prompts, plan, work, progress=not args.no_progress)
-    keep_chosen(record, args.out)
-    if work.is_dir() and not any(work.iterdir()):
-        work.rmdir()
-    record["chosen"]["path"] = str(args.out)
+    record = choose(seqs, read_prompt_records(args.prompts, args.limit), plan, args.out,
+                    target=args.target or bundle.target, drafters=store_racers(bundle.root), chat=bundle.chat,
+                    device=args.device, dtype=args.dtype, threads=args.threads, progress=not args.no_progress)
+    methods = record["methods"]
     print("\n".join(table(record)))
     c = record["chosen"]
     print(f"[ngram] chosen: order {c['order']}, min_count {c['min_count']} ({c['bytes'] / 1e6:.2f} MB, "

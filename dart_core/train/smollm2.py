@@ -12,7 +12,6 @@ import json
 import platform
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -206,43 +205,21 @@ def choose_store(out: Path, work: Path, hp: dict[str, Any], args: argparse.Names
     store-searching racers measure with each candidate on the first held-out ``eval`` prompts (float32, greedy),
     within what the bundle's 40 MB leave it; τ against data size over seeded samples of the conversations."""
     from dart_core.train.distill import read_prompt_records, read_sequences
-    from dart_core.train.ngram_choice import (
-        SweepPlan,
-        build_candidates,
-        encode_records,
-        keep_chosen,
-        load_sweep_arena,
-        store_methods,
-        store_racers,
-        sweep,
-        table,
-    )
+    from dart_core.train.ngram_choice import SweepPlan, choose, store_racers, table
 
     t0 = time.perf_counter()
-    final = out / "ngram" / "small.ngram"
     others = sum(p.stat().st_size for p in out.rglob("*") if p.is_file() and (out / "ngram") not in p.parents)
     plan = SweepPlan(orders=tuple(hp["ngram_orders"]), min_counts=tuple(hp["ngram_min_counts"]),
                      max_bytes=BUNDLE_MAX_BYTES - others - CARD_HEADROOM_BYTES, max_new_tokens=hp["ngram_new_tokens"],
                      fractions=tuple(hp["ngram_fractions"]), seed=args.seed)
-    seqs = read_sequences(work / "distill.jsonl")
-    candidates = build_candidates(seqs, plan, work / "ngram-candidates")
-    first = next(Path(c["path"]) for c in candidates if not c.get("over_budget"))
-    arena = load_sweep_arena(hp["target"], store_racers(out), first, device=args.device, dtype="float32",
-                             threads=args.threads, progress=not args.no_progress)
-    records = read_prompt_records(work / "eval_prompts.jsonl", hp["ngram_prompts"])
-    plan = replace(plan, methods=store_methods(arena))
-    prompts = encode_records(arena.tokenizer, records, chat=True)
-    record = sweep(arena, seqs, candidates, prompts, plan, work / "ngram-candidates", progress=not args.no_progress)
-    keep_chosen(record, final)
+    record = choose(read_sequences(work / "distill.jsonl"),
+                    read_prompt_records(work / "eval_prompts.jsonl", hp["ngram_prompts"]), plan,
+                    out / "ngram" / "small.ngram", target=hp["target"], drafters=store_racers(out), chat=True,
+                    device=args.device, dtype="float32", threads=args.threads, progress=not args.no_progress)
     print("\n".join(["[smollm2] N-gram stores:", *table(record)]))
     chosen = {k: v for k, v in record["chosen"].items() if k not in ("path", "tau")}
     for c in record["candidates"]:
         c.pop("path", None)
-    from dart_core.ngram.store import NgramStore
-
-    store = NgramStore.load(final, progress=False)
-    chosen.update(level_sizes=store.level_sizes)
-    store.close()
     return {**chosen, "seconds": round(time.perf_counter() - t0, 1), "sweep": record}
 
 
