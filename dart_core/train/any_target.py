@@ -326,7 +326,8 @@ def add_ngram_parser(sub: Any) -> None:
                                    "--min-counts candidate is built, those within --max-mb are raced greedily on "
                                    "the prompts by the racers that search with a store (the bundle's drafters and "
                                    "N-gram only), and the one with the best τ of the first racer is kept at --out; "
-                                   "--fractions adds τ against data size (seeded samples of the conversations).")
+                                   "--fractions adds τ against data size (seeded samples of the conversations). The "
+                                   "races run in float32 unless --dtype says otherwise.")
     p.add_argument("--data", required=True, type=Path, help="distillation JSONL (every record's ids are counted)")
     p.add_argument("--out", required=True, type=Path, help="the store file to write (e.g. BUNDLE/ngram/small.ngram)")
     p.add_argument("--orders", default="4", help="comma-separated N-gram orders (default 4)")
