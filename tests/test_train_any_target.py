@@ -421,6 +421,16 @@ def test_smollm2_stages_split_across_machines(tmp_path: Path, capsys: pytest.Cap
     stages = json.loads((out / "recipe.json").read_text())["stages"]
     assert stages["features"]["online"] is True and stages["fit"]["online"] is True
     assert stages["dart"]["steps_done"] == 2 and (out / "dart" / "model.safetensors").is_file()
+    # --init-from: another bundle's fit continues from these drafters (their held-out figures are where it starts)
+    more = tmp_path / "more"
+    assert train_main([*base, "--out", str(more), "--stages", "fit", "--online", "--init-from", str(tmp_path)]) == 2
+    assert "no config.json" in capsys.readouterr().err
+    assert train_main([*base, "--out", str(more), "--stages", "fit", "--online", "--init-from", str(out)]) == 0
+    cont = json.loads((more / "recipe.json").read_text())["stages"]
+    assert cont["fit"]["init_from"] == str(out)
+    for kind in ("dart", "eagle3", "dflash"):
+        assert cont[kind]["init_from"] == str(out / kind)
+        assert cont[kind]["eval_before"]["loss"] == pytest.approx(stages[kind]["eval_after"]["loss"], rel=0.05)
 
 
 def test_sampled_conversations_are_seeded_bounded_and_in_file_order() -> None:

@@ -318,3 +318,67 @@ def test_dflash_short_training_learns_and_round_trips(tmp_path: Path, target_dir
         assert trained.feature_layers == target.feature_layers  # one target forward serves DART and DFlash
         tau_trained, tau_untrained = _tau(target, trained, prompts, ar), _tau(target, untrained, prompts, ar)
         assert tau_trained > tau_untrained + 1.0, (cls.__name__, tau_trained, tau_untrained)
+
+
+# ------------------------------------------------------------------------------------------------ continuing
+def _train(kind: str, target_dir: Path, out: Path, steps: int, train: list[list[int]], **kw: object) -> dict:
+    common = dict(batch_windows=6, window=32, lr=5e-3, seed=0, threads=2, log_every=5,
+                  eval_sequences=corpus(8, 64, seed=3), progress=False, steps=steps, **kw)
+    if kind == "dart":
+        return train_dart(target_dir, train, out, draft_length=4, anchors_per_window=8, draft_vocab_size=49,
+                          eos_token_id=EOS, **common)
+    if kind == "eagle3":
+        return train_eagle3(target_dir, train, out, ttt_steps=3, draft_vocab_size=49, eos_token_id=EOS, **common)
+    return train_dflash(target_dir, train, out, block_size=4, anchors_per_window=6, **common)
+
+
+@pytest.mark.parametrize("kind", ["dart", "eagle3", "dflash"])
+def test_a_drafter_continues_from_trained_weights(tmp_path: Path, target_dir: Path, kind: str) -> None:
+    """``init_from`` starts where a trained drafter ended: its held-out figures before any step are that drafter's
+    after, and zero steps save its checkpoint unchanged, draft vocabulary included, though the new data would rank
+    another one (it holds only half the tokens); training on from there keeps learning."""
+    first = _train(kind, target_dir, tmp_path / "first", 30, corpus(96, 64, seed=2))
+    narrow = [[3 + (t - 3) % 24 for t in seq] for seq in corpus(96, 64, seed=4)]
+    same = _train(kind, target_dir, tmp_path / "same", 0, narrow, init_from=tmp_path / "first")
+    # the same weights but for their float16 rounding on saving
+    assert same["eval_before"]["top1"] == pytest.approx(first["eval_after"]["top1"], abs=0.05)
+    assert same["eval_before"]["loss"] == pytest.approx(first["eval_after"]["loss"], rel=0.05)
+    a, b = (load_file(str(tmp_path / name / "model.safetensors")) for name in ("first", "same"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    fresh = _train(kind, target_dir, tmp_path / "fresh", 0, narrow)
+    assert fresh["eval_before"]["loss"] > same["eval_before"]["loss"] * 1.5
+    more = _train(kind, target_dir, tmp_path / "more", 30, corpus(96, 64, seed=5), init_from=tmp_path / "first")
+    assert more["eval_after"]["loss"] < first["eval_after"]["loss"]
+
+
+def test_continuing_from_another_drafter_is_refused(tmp_path: Path, target_dir: Path) -> None:
+    """A start of another shape, another kind, no checkpoint or damaged weights: a ValueError or LoadError that
+    names what differs, before any training."""
+    from dart_core.loading.errors import LoadError
+
+    train = corpus(96, 64, seed=2)
+    _train("dart", target_dir, tmp_path / "dart", 0, train)
+    _train("dflash", target_dir, tmp_path / "dflash", 0, train)
+    with pytest.raises(ValueError, match="draft_length 4 there, 6 here"):
+        train_dart(target_dir, train, tmp_path / "x", draft_length=6, draft_vocab_size=49, steps=0, window=32,
+                   init_from=tmp_path / "dart", progress=False)
+    with pytest.raises(ValueError, match="draft_vocab_size 49 there, 40 here"):
+        train_dart(target_dir, train, tmp_path / "x", draft_length=4, draft_vocab_size=40, steps=0, window=32,
+                   init_from=tmp_path / "dart", progress=False)
+    with pytest.raises(ValueError, match="architectures"):
+        train_eagle3(target_dir, train, tmp_path / "x", draft_vocab_size=49, steps=0, window=32,
+                     init_from=tmp_path / "dart", progress=False)
+    with pytest.raises(ValueError, match="block_size 4 there, 8 here"):
+        train_dflash(target_dir, train, tmp_path / "x", block_size=8, steps=0, window=32,
+                     init_from=tmp_path / "dflash", progress=False)
+    with pytest.raises(ValueError, match="mask_token_id 0 there, 5 here"):
+        train_dflash(target_dir, train, tmp_path / "x", block_size=4, mask_token_id=5, steps=0, window=32,
+                     init_from=tmp_path / "dflash", progress=False)
+    with pytest.raises(ValueError, match=r"no config\.json"):
+        train_dart(target_dir, train, tmp_path / "x", draft_length=4, draft_vocab_size=49, steps=0, window=32,
+                   init_from=tmp_path / "nowhere", progress=False)
+    weights = tmp_path / "dart" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(LoadError, match=r"model\.safetensors"):
+        train_dart(target_dir, train, tmp_path / "x", draft_length=4, draft_vocab_size=49, steps=0, window=32,
+                   init_from=tmp_path / "dart", progress=False)

@@ -97,7 +97,8 @@ def run_distill(target_ref: str, records: list[dict[str, Any]], out: Path, *, de
 def run_fit(target_ref: str, data: Path, out: Path, *, work: Path, only: str | None, steps: dict[str, int],
             draft_vocab: int, intermediate: int | None, budget: Any, device: str | None, dtype: str,
             online: bool = False, loaded: Any = None, command: str | None = None, dflash_block: int = 16,
-            eval_data: Path | None = None, max_tokens: int | None = None) -> dict[str, Any]:
+            eval_data: Path | None = None, max_tokens: int | None = None,
+            init_from: Path | None = None) -> dict[str, Any]:
     """Features once (stored, resumable), then the DART drafter, the EAGLE-3 head and the DFlash drafter (block of
     ``dflash_block``; it reads the same feature layers) on the same windows with the same ``budget``
     (:class:`~dart_core.train.common.TrainConfig`: window, batch, wall clock, early stopping; ``steps`` per
@@ -106,7 +107,9 @@ def run_fit(target_ref: str, data: Path, out: Path, *, work: Path, only: str | N
     ``online``: no stored features, the target runs inside every step over per-conversation windows (for data too
     large to keep features of, on a GPU); the last ``eval_windows`` conversations are held out. ``max_tokens``:
     features and training over a seeded random sample of the conversations holding at most that many tokens (for
-    when the features of all the data cost more time than there is)."""
+    when the features of all the data cost more time than there is). ``init_from``: a bundle whose ``dart/``,
+    ``eagle3/`` and ``dflash/`` each drafter continues from (same shapes; their draft vocabularies kept), so
+    that more data can improve trained drafters in less time than training them again."""
     import torch
 
     from dart_core.train.dart import train_dart
@@ -165,13 +168,15 @@ def run_fit(target_ref: str, data: Path, out: Path, *, work: Path, only: str | N
         if (only and name != only) or not steps.get(name):
             continue
         t1 = time.perf_counter()
-        rec = fn(target, train_seqs, out / name, budget.with_(steps=steps[name]), **common)
+        start = {"init_from": init_from / name} if init_from is not None else {}
+        rec = fn(target, train_seqs, out / name, budget.with_(steps=steps[name]), **common, **start)
         rec.update(stage_seconds=round(time.perf_counter() - t1, 1), max_steps=steps[name],
                    draft_vocab=draft_vocab if name != "dflash" else "full (the target's lm_head)",
                    intermediate_size=intermediate, window=budget.window, batch_windows=budget.batch_windows,
                    eval_windows=budget.eval_windows, eval_data=str(eval_data) if eval_data else None,
                    time_budget_s=budget.time_budget_s, eval_every=budget.eval_every, patience=budget.patience,
-                   data=str(data), bytes=sum(p.stat().st_size for p in (out / name).glob("*") if p.is_file()))
+                   data=str(data), bytes=sum(p.stat().st_size for p in (out / name).glob("*") if p.is_file()),
+                   init_from=str(init_from / name) if init_from is not None else None)
         record_stage(out, name, rec, command)
         results[name] = rec
         print(f"[{name}] {rec.get('steps_done', steps[name])} steps in {rec['stage_seconds']:.0f} s "
@@ -312,6 +317,10 @@ def add_fit_parser(sub: Any) -> None:
     p.add_argument("--patience", type=int, default=0,
                    help="stop a drafter after this many held-out evaluations without a new best (default 0: never)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/<head>/train_state.pt")
+    p.add_argument("--init-from", type=Path, default=None, metavar="BUNDLE",
+                   help="continue each drafter from BUNDLE/<head> (dart/, eagle3/, dflash/: trained drafters of the "
+                        "same shapes and draft vocabulary size) instead of starting afresh: more data for trained "
+                        "drafters in less time; a config that differs is refused, naming the fields")
     p.add_argument("--online", action="store_true",
                    help="no stored features: the target runs inside every training step over per-conversation "
                         "windows (for data too large to keep features of, on a GPU; --eval-windows then counts "
@@ -416,7 +425,7 @@ def main(argv: list[str]) -> int:
                     steps={"dart": args.dart_steps, "eagle3": args.eagle3_steps, "dflash": args.dflash_steps},
                     dflash_block=args.dflash_block_size, draft_vocab=args.draft_vocab,
                     intermediate=args.drafter_intermediate, budget=budget, device=args.device, dtype=args.dtype,
-                    online=args.online, command=command, eval_data=args.eval_data)
+                    online=args.online, command=command, eval_data=args.eval_data, init_from=args.init_from)
         elif args.command == "ngram-store":
             from dart_core.train.ngram_choice import cmd_ngram
 

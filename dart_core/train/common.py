@@ -16,9 +16,12 @@ from typing import Any
 
 import torch
 from safetensors.torch import save_file
+from torch import nn
 
 from dart_core.drafters.base import DrafterLayer
+from dart_core.drafters.checkpoint import load_weights_file, non_finite
 from dart_core.engine.target import TargetModel
+from dart_core.loading.errors import LoadError
 from dart_core.train.loop import train_and_save
 
 
@@ -242,24 +245,98 @@ def eos_id(target: TargetModel) -> int | None:
     return None if eos is None else int(eos)
 
 
+# the config fields a drafter continued from (``init_from``) must share with the one being trained: its layer's
+# shapes, the vocabularies and what it predicts (DART's draft length, DFlash's block and target layers)
+LAYER_FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "head_dim", "vocab_size")
+START_FIELDS = {"dart": (*LAYER_FIELDS, "architectures", "draft_vocab_size", "target_hidden_size", "draft_length"),
+                "eagle3": (*LAYER_FIELDS, "architectures", "draft_vocab_size", "target_hidden_size"),
+                "dflash": (*LAYER_FIELDS, "architectures", "block_size", "num_target_layers",
+                           "dflash_config.target_layer_ids", "dflash_config.mask_token_id")}
+
+
+def config_field(cfg: dict[str, Any], name: str) -> Any:
+    """A config's field by dotted name (``dflash_config.mask_token_id``), None where it is absent."""
+    value: Any = cfg
+    for part in name.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def start_config(init_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The ``config.json`` of a trained drafter to continue from (a ValueError when the directory has none)."""
+    path = Path(init_dir) / "config.json"
+    if not path.is_file():
+        raise ValueError(f"--init-from {init_dir}: no config.json there (a drafter's directory holds config.json "
+                         "and model.safetensors)")
+    try:
+        start = json.loads(path.read_text())
+    except ValueError as e:
+        raise LoadError(path, f"not valid JSON ({e})") from None
+    if not isinstance(start, dict):
+        raise LoadError(path, "expected a JSON object")
+    return start
+
+
+def start_weights(init_dir: str | os.PathLike[str], kind: str, cfg_dict: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The weights of a trained drafter to continue training from (more data, the same layer), in float32: its
+    ``config.json`` must agree with ``cfg_dict`` on :data:`START_FIELDS` (a ValueError names every field that
+    differs and both values), its ``model.safetensors`` is read as the inference loader reads it (a damaged file
+    is a LoadError naming it); the trainer loads them strictly, so a missing or extra tensor is refused too."""
+    start = start_config(init_dir)
+    differ = [f"{f} {config_field(start, f)!r} there, {config_field(cfg_dict, f)!r} here" for f in START_FIELDS[kind]
+              if config_field(start, f) != config_field(cfg_dict, f)]
+    if differ:
+        raise ValueError(f"--init-from {init_dir}: that {kind} drafter is not the one being trained: "
+                         + "; ".join(differ))
+    weights, state = load_weights_file(init_dir)
+    bad = non_finite(state)
+    if bad:
+        raise LoadError(weights, f"non-finite values (NaN or inf) in {bad}: nothing to continue from")
+    return {k: (v.float() if v.is_floating_point() else v) for k, v in state.items()}
+
+
+def load_start(model: nn.Module, state: dict[str, torch.Tensor], init_dir: str | os.PathLike[str]) -> None:
+    """``state`` into ``model``, every tensor named and shaped as the model's own (else a ValueError naming them)."""
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as e:
+        raise ValueError(f"--init-from {init_dir}: its tensors do not fit the drafter being trained ({e})") from None
+
+
 def prepare_drafter(cls: type, kind: str, target: str | os.PathLike[str] | TargetModel,
                     sequences: Sequence[Sequence[int]], *, draft_vocab_size: int, draft_length: int | None,
                     config_overrides: dict[str, Any] | None, eos_token_id: int | None, seed: int,
-                    threads: int | None, device: str = "cpu") -> tuple[Any, ...]:
+                    threads: int | None, device: str = "cpu",
+                    init_from: str | os.PathLike[str] | None = None) -> tuple[Any, ...]:
     """The set-up both trainers share: threads and seeds, the frozen target (a loaded one is reused), the
     frequency-ranked draft vocab, the inference module itself (embedding shared and frozen) warm-started from the
-    target, in float32 on ``device``. Returns (target, model, config dict, draft ids, t2d)."""
+    target, in float32 on ``device``. ``init_from``: a trained drafter of the same shape to continue from instead
+    (its weights, and its draft vocab, which the weights' lm_head rows belong to). Returns (target, model, config
+    dict, draft ids, t2d)."""
     if threads:
         torch.set_num_threads(threads)
     seed_everything(seed)
     if not isinstance(target, TargetModel):
         target = load_frozen_target(target, device=device)
-    eos = eos_token_id if eos_token_id is not None else eos_id(target)
-    draft_ids, d2t, t2d = build_draft_vocab(sequences, target.vocab_size, draft_vocab_size, eos)
     from dart_core.drafters.config import DrafterConfig
 
     cfg_dict = drafter_config_dict(target, kind, draft_vocab_size, draft_length, config_overrides)
     model = cls(DrafterConfig.from_dict(cfg_dict), target.embed_tokens.weight.detach().float().cpu())
+    if init_from is not None:
+        state = start_weights(init_from, kind, cfg_dict)
+        t2d = state.pop("t2d", None)
+        if t2d is None or tuple(t2d.shape) != (target.vocab_size,) or int(t2d.bool().sum()) != draft_vocab_size:
+            raise ValueError(f"--init-from {init_from}: its t2d does not mark {draft_vocab_size} of the target's "
+                             f"{target.vocab_size} tokens")
+        t2d = t2d.bool()
+        draft_ids = t2d.nonzero().squeeze(1)
+        if not torch.equal(state.get("d2t", torch.empty(0)).long(), draft_ids - torch.arange(draft_vocab_size)):
+            raise ValueError(f"--init-from {init_from}: its d2t and t2d name different draft vocabularies")
+        load_start(model, state, init_from)
+        return target, model.to(device), cfg_dict, draft_ids, t2d
+    eos = eos_token_id if eos_token_id is not None else eos_id(target)
+    draft_ids, d2t, t2d = build_draft_vocab(sequences, target.vocab_size, draft_vocab_size, eos)
     model.d2t.copy_(d2t)
     init_from_target(model, target, draft_ids, seed=seed)
     return target, model.to(device), cfg_dict, draft_ids, t2d

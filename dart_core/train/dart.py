@@ -102,6 +102,7 @@ def train_dart(
     config_overrides: dict[str, Any] | None = None,
     features: Any = None,
     eval_features: Any = None,
+    init_from: str | os.PathLike[str] | None = None,
     **train: Any,
 ) -> dict[str, Any]:
     """Train a DART drafter (the inference ``DartDrafter`` module itself, embedding shared and frozen) on the frozen
@@ -111,12 +112,13 @@ def train_dart(
     held-out prompts' answers). Saves ``config.json`` + fp16
     ``model.safetensors`` and ``train_log.jsonl`` in ``out_dir``; returns stats (throughput, last losses,
     held-out eval before/after). ``config`` / ``train``: the budget shared with the other methods (:class:`TrainConfig`
-    and its fields by name)."""
+    and its fields by name). ``init_from``: a trained DART drafter of the same shape to continue from (its weights
+    and draft vocab), for more data."""
     budget = (config or TrainConfig()).with_(**train)
     prepared = prepare_drafter(
         DartDrafter, "dart", target, sequences, draft_vocab_size=draft_vocab_size, draft_length=draft_length,
         config_overrides=config_overrides, eos_token_id=eos_token_id, seed=budget.seed, threads=budget.threads,
-        device=budget.device)
+        device=budget.device, init_from=init_from)
 
     def loss_fn(m: Any, f: torch.Tensor, t: torch.Tensor, w: torch.Tensor, g: torch.Generator) -> Any:
         return dart_loss(m, f, t, w, g, anchors_per_window=anchors_per_window, gamma=gamma)

@@ -26,10 +26,14 @@ from dart_core.engine.target import TargetModel
 from dart_core.train.common import (
     TrainConfig,
     _rope_theta,
+    config_field,
     kl_and_top1,
     load_frozen_target,
+    load_start,
     make_windows,
     seed_everything,
+    start_config,
+    start_weights,
     stored_sources,
 )
 from dart_core.train.loop import train_and_save
@@ -204,6 +208,7 @@ def train_dflash(
     features: Any = None,
     eval_features: Any = None,
     head_dtype: torch.dtype | None = None,
+    init_from: str | os.PathLike[str] | None = None,
     **train: Any,
 ) -> dict[str, Any]:
     """Train a DFlash drafter (the inference ``DFlashDrafter`` module itself, embedding and lm_head the target's,
@@ -214,7 +219,9 @@ def train_dflash(
     in ``head_dtype`` (None: bf16 on CUDA and on a CPU with native bf16, where it is the step's largest cost made
     about 4x cheaper, else float32: emulated bf16 is slower; softmax and loss in float32). Saves the published
     format and ``train_log.jsonl`` in ``out_dir``; returns stats. ``config`` / ``train``: the shared budget
-    (:class:`TrainConfig`; DFlash's windows default to 128 tokens)."""
+    (:class:`TrainConfig`; DFlash's windows default to 128 tokens). ``init_from``: a trained DFlash drafter of the
+    same shape to continue from (its weights, and its mask token unless ``mask_token_id`` names another, which is
+    refused)."""
     budget = (config or TrainConfig(window=128)).with_(**train)
     window, device = budget.window, budget.device
     if budget.threads:
@@ -223,6 +230,8 @@ def train_dflash(
     if not isinstance(target, TargetModel):
         target = load_frozen_target(target, device=device)
     layer_ids = [i - 1 for i in (features.meta["feature_layers"] if features is not None else target.feature_layers)]
+    if mask_token_id is None and init_from is not None:
+        mask_token_id = config_field(start_config(init_from), "dflash_config.mask_token_id")
     if mask_token_id is None:
         mask_token_id = unused_token_id(sequences, target.vocab_size)
     cfg_dict = dflash_config_dict(target, block_size=block_size, mask_token_id=mask_token_id,
@@ -232,7 +241,9 @@ def train_dflash(
     head = target.model.get_output_embeddings()
     model = DFlashDrafter(cfg, target.embed_tokens.weight.detach().float().cpu(), head.weight.detach().float().cpu())
     final_norm = getattr(getattr(target.model, "model", None), "norm", None)
-    if getattr(final_norm, "weight", None) is not None and final_norm.weight.shape == model.norm.weight.shape:
+    if init_from is not None:
+        load_start(model, start_weights(init_from, "dflash", cfg_dict), init_from)
+    elif getattr(final_norm, "weight", None) is not None and final_norm.weight.shape == model.norm.weight.shape:
         with torch.no_grad():  # warm start: the lm_head is the target's, so is the norm before it
             model.norm.weight.copy_(final_norm.weight.float())
     model = model.to(device)

@@ -84,18 +84,20 @@ def train_eagle3(
     config_overrides: dict[str, Any] | None = None,
     features: Any = None,
     eval_features: Any = None,
+    init_from: str | os.PathLike[str] | None = None,
     **train: Any,
 ) -> dict[str, Any]:
     """Train an EAGLE-3 head (the inference ``Eagle3Drafter`` module, target embedding shared and frozen) with
     training-time test unrolled ``ttt_steps`` (≥ 3 recommended) steps; same data, draft vocab rule and budget knobs
-    as :func:`dart_core.train.dart.train_dart`. Saves the published format (fp16) + ``train_log.jsonl``."""
+    as :func:`dart_core.train.dart.train_dart` (``init_from`` too). Saves the published format (fp16) +
+    ``train_log.jsonl``."""
     if ttt_steps < 1:
         raise ValueError(f"ttt_steps must be >= 1, got {ttt_steps}")
     budget = (config or TrainConfig()).with_(**train)
     prepared = prepare_drafter(
         Eagle3Drafter, "eagle3", target, sequences, draft_vocab_size=draft_vocab_size, draft_length=None,
         config_overrides=config_overrides, eos_token_id=eos_token_id, seed=budget.seed, threads=budget.threads,
-        device=budget.device)
+        device=budget.device, init_from=init_from)
 
     def loss_fn(m: Any, f: torch.Tensor, t: torch.Tensor, w: torch.Tensor, g: torch.Generator) -> Any:
         return eagle3_loss(m, f, t, w, g, ttt_steps=ttt_steps)

@@ -183,10 +183,11 @@ def run(args: argparse.Namespace, command: str) -> int:
                 draft_vocab=hp["draft_vocab"], intermediate=hp["drafter_intermediate"], budget=budget,
                 device=args.device, dtype=args.dtype, loaded=loaded, command=command,
                 dflash_block=hp["dflash_block"], eval_data=work / "eval_distill.jsonl", max_tokens=hp["fit_tokens"],
-                online=args.online)
+                online=args.online, init_from=args.init_from)
         # the drafters' hyperparameters are this run's: a later run of other stages (the card) keeps them
         record_stage(out, "fit", {"hyperparameters": hp, "device_name": _device_name(args.device),
-                                  "online": bool(args.online)}, command)
+                                  "online": bool(args.online),
+                                  "init_from": str(args.init_from) if args.init_from else None}, command)
     if "ngram" in stages:
         record_stage(out, "ngram", choose_store(out, work, hp, args), command)
     if "card" in stages:
@@ -269,6 +270,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--online", action="store_true",
                    help="fit without stored features: the target runs inside every training step (for data whose "
                         "features, about 4.6 KB a token, exceed the disk: 15 M tokens take about 70 GB)")
+    p.add_argument("--init-from", type=Path, default=None, metavar="BUNDLE",
+                   help="the fit continues each drafter from BUNDLE's (e.g. assets/smollm2) instead of starting "
+                        "afresh: more data for trained drafters in the time a CPU has; with --out elsewhere, the "
+                        "start stays as it was")
     add_common_options(p)
     return p
 
