@@ -285,6 +285,16 @@ def test_fit_cli_evaluates_on_held_out_answers_and_stops_by_its_budget(llama: Pa
     assert dart["windows"] == sum(len(s) for s in read_sequences(data)) // 16  # every training window trained on
     log = (out / "dart/train_log.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in log if '"eval"' in line] == [2, 4]
+    # --train-windows: the same stored features (reused, not rebuilt), a seeded choice of fewer training windows
+    args = ["fit", "--target", str(llama), "--data", str(data), "--only", "dart", "--dart-steps", "2", "--draft-vocab",
+            "40", "--window", "16", "--batch-windows", "2", "--eval-data", str(held), "--work", str(out / ".work"),
+            "--no-progress"]
+    built = (out / ".work/features/meta.json").stat().st_mtime_ns
+    assert train_main([*args, "--out", str(tmp_path / "fewer"), "--train-windows", "5"]) == 0
+    fewer = json.loads((tmp_path / "fewer/recipe.json").read_text())["stages"]["dart"]
+    assert fewer["windows"] == fewer["train_windows"] == 5
+    assert (out / ".work/features/meta.json").stat().st_mtime_ns == built
+    assert train_main([*args, "--out", str(tmp_path / "more"), "--train-windows", str(dart["windows"] + 1)]) == 2
 
 
 def test_bad_input_fails_before_any_work(llama: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -428,6 +438,8 @@ def test_smollm2_stages_split_across_machines(tmp_path: Path, capsys: pytest.Cap
     assert train_main([*base, "--out", str(more), "--stages", "fit", "--online", "--init-from", str(out)]) == 0
     cont = json.loads((more / "recipe.json").read_text())["stages"]
     assert cont["fit"]["init_from"] == str(out)
+    assert train_main([*base, "--out", str(more), "--stages", "card"]) == 0
+    assert f"Each continued from the drafter of the same name in `{out}`" in (more / "README.md").read_text()
     for kind in ("dart", "eagle3", "dflash"):
         assert cont[kind]["init_from"] == str(out / kind)
         assert cont[kind]["eval_before"]["loss"] == pytest.approx(stages[kind]["eval_after"]["loss"], rel=0.05)

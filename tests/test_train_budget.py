@@ -139,3 +139,27 @@ def test_the_training_log_keeps_five_significant_digits(tmp_path: Path) -> None:
     line = (tmp_path / "log.jsonl").read_text()
     assert line == ('{"step":3,"loss":0.33333,"eval":{"kl":[0.66667,12346.0],"top1":[0.12346]},"lr":1e-07,'
                     '"name":"dart"}\n')
+
+
+def test_a_window_subset_is_a_seeded_sorted_choice_of_the_windows() -> None:
+    """train_windows: the trainer sees ``count`` of the source's windows, the same ones for the same seed (a resumed
+    run too), in the source's order; asking for none, or for more than there are, is refused."""
+    from dart_core.train.common import WindowSubset, pick_windows
+
+    class Source:
+        def __len__(self) -> int:
+            return 50
+
+        def get(self, idx: torch.Tensor) -> torch.Tensor:
+            return idx * 10
+
+    sub = WindowSubset(Source(), 7, seed=3)
+    ids = sub.ids.tolist()
+    assert len(sub) == 7 and ids == sorted(set(ids)) and all(0 <= i < 50 for i in ids)
+    assert WindowSubset(Source(), 7, seed=3).ids.tolist() == ids != WindowSubset(Source(), 7, seed=4).ids.tolist()
+    assert sub.get(torch.tensor([0, 6])).tolist() == [ids[0] * 10, ids[6] * 10]
+    assert isinstance(pick_windows(Source(), TrainConfig()), Source)
+    assert len(pick_windows(Source(), TrainConfig(train_windows=50))) == 50
+    for bad in (0, 51):
+        with pytest.raises(ValueError, match="train_windows"):
+            WindowSubset(Source(), bad, seed=0)

@@ -175,6 +175,7 @@ def run_fit(target_ref: str, data: Path, out: Path, *, work: Path, only: str | N
                    intermediate_size=intermediate, window=budget.window, batch_windows=budget.batch_windows,
                    eval_windows=budget.eval_windows, eval_data=str(eval_data) if eval_data else None,
                    time_budget_s=budget.time_budget_s, eval_every=budget.eval_every, patience=budget.patience,
+                   train_windows=budget.train_windows,
                    data=str(data), bytes=sum(p.stat().st_size for p in (out / name).glob("*") if p.is_file()),
                    init_from=str(init_from / name) if init_from is not None else None)
         record_stage(out, name, rec, command)
@@ -317,6 +318,12 @@ def add_fit_parser(sub: Any) -> None:
     p.add_argument("--patience", type=int, default=0,
                    help="stop a drafter after this many held-out evaluations without a new best (default 0: never)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/<head>/train_state.pt")
+    p.add_argument("--fit-tokens", type=int, default=None, metavar="N",
+                   help="features and training over a seeded random sample of whole conversations holding at most "
+                        "N tokens (default: all the data)")
+    p.add_argument("--train-windows", type=int, default=None, metavar="N",
+                   help="train on N of the training windows, a seeded random choice (default: all): training "
+                        "against data size on one feature store")
     p.add_argument("--init-from", type=Path, default=None, metavar="BUNDLE",
                    help="continue each drafter from BUNDLE/<head> (dart/, eagle3/, dflash/: trained drafters of the "
                         "same shapes and draft vocabulary size) instead of starting afresh: more data for trained "
@@ -420,12 +427,13 @@ def main(argv: list[str]) -> int:
                 window=args.window, batch_windows=args.batch_windows, eval_windows=args.eval_windows,
                 seed=args.seed, threads=args.threads, resume=args.resume, progress=not args.no_progress,
                 checkpoint_every=100, time_budget_s=args.time_budget * 60 if args.time_budget else None,
-                eval_every=args.eval_every, patience=args.patience)
+                eval_every=args.eval_every, patience=args.patience, train_windows=args.train_windows)
             run_fit(args.target, args.data, args.out, work=args.work or args.out / ".work", only=args.only,
                     steps={"dart": args.dart_steps, "eagle3": args.eagle3_steps, "dflash": args.dflash_steps},
                     dflash_block=args.dflash_block_size, draft_vocab=args.draft_vocab,
                     intermediate=args.drafter_intermediate, budget=budget, device=args.device, dtype=args.dtype,
-                    online=args.online, command=command, eval_data=args.eval_data, init_from=args.init_from)
+                    online=args.online, command=command, eval_data=args.eval_data, init_from=args.init_from,
+                    max_tokens=args.fit_tokens)
         elif args.command == "ngram-store":
             from dart_core.train.ngram_choice import cmd_ngram
 

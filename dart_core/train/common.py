@@ -54,6 +54,9 @@ class TrainConfig:
     time_budget_s: float | None = None
     eval_every: int = 0
     patience: int = 0
+    # at most this many training windows, a seeded random choice of them (None: all): the data's size as a lever on
+    # one feature store, for training against data size without building a store per size
+    train_windows: int | None = None
 
     def with_(self, **changes: Any) -> TrainConfig:
         """This config with ``changes`` (field names; an unknown one is a TypeError naming it)."""
@@ -176,6 +179,30 @@ def target_batch(target: TargetModel, windows: torch.Tensor, draft_ids: torch.Te
         feats.append(torch.cat([hs[j] for j in target.feature_layers], dim=-1).float())
         teach.append(torch.log_softmax(out.logits[..., draft_ids.to(out.logits.device)].float(), dim=-1))
     return torch.cat(feats), torch.cat(teach)
+
+
+class WindowSubset:
+    """``count`` of a window source's windows, chosen at random with ``seed`` (sorted, so a store's reads stay in
+    its order): what a trainer sees when the data's size is the lever."""
+
+    def __init__(self, source: Any, count: int, seed: int) -> None:
+        if count < 1:
+            raise ValueError(f"train_windows must be positive, got {count}")
+        if count > len(source):
+            raise ValueError(f"train_windows={count} is more than the {len(source)} training windows the data holds")
+        self.source = source
+        self.ids = torch.randperm(len(source), generator=torch.Generator().manual_seed(seed))[:count].sort().values
+
+    def __len__(self) -> int:
+        return int(self.ids.numel())
+
+    def get(self, idx: torch.Tensor) -> Any:
+        return self.source.get(self.ids[idx.cpu()])
+
+
+def pick_windows(source: Any, cfg: TrainConfig) -> Any:
+    """The training windows ``cfg`` asks for: all of ``source``, or a :class:`WindowSubset` of ``train_windows``."""
+    return source if cfg.train_windows is None else WindowSubset(source, cfg.train_windows, cfg.seed)
 
 
 class OnlineWindows:
@@ -371,7 +398,7 @@ def fit_drafter(kind: str, prepared: tuple[Any, ...], loss_fn: Any, sequences: S
         source = OnlineWindows(target, make_windows(sequences, window, min_len), draft_ids)
         eval_source = (OnlineWindows(target, make_windows(eval_sequences, window, min_len), draft_ids)
                        if eval_sequences else None)
-    stats = train_and_save(kind, model, source, eval_source, loss_fn, out,
+    stats = train_and_save(kind, model, pick_windows(source, cfg), eval_source, loss_fn, out,
                            lambda: save_checkpoint(model, cfg_dict, t2d, out), **cfg.loop())
     stats["draft_vocab_size"] = int(cfg_dict["draft_vocab_size"])
     return stats

@@ -31,6 +31,7 @@ from dart_core.train.common import (
     load_frozen_target,
     load_start,
     make_windows,
+    pick_windows,
     seed_everything,
     start_config,
     start_weights,
@@ -271,7 +272,7 @@ def train_dflash(
         return dflash_loss(m, f, t, w, g, teacher=teacher, anchors_per_window=anchors_per_window, gamma=gamma,
                            head=head)
 
-    stats = train_and_save("dflash", model, source, eval_source, loss_fn, out,
+    stats = train_and_save("dflash", model, pick_windows(source, budget), eval_source, loss_fn, out,
                            lambda: save_dflash(model, cfg_dict, out), **budget.loop())
     stats.update(block_size=block_size, mask_token_id=mask_token_id, target_layer_ids=layer_ids,
                  anchors_per_window=anchors_per_window, gamma=gamma, head_dtype=str(head_dtype).removeprefix("torch."))

@@ -80,9 +80,12 @@ def _drafter_lines(st: dict[str, Any], hp: dict[str, Any], windows: dict[str, in
     the context ``windows`` the heads' configs keep drafting to."""
     budget = hp.get("time_budget_min")
     where = st.get("fit", {}).get("device_name")
+    start = st.get("fit", {}).get("init_from")
     lines = [
         "## Drafters",
         *([f"Trained on {where}."] if where else []),
+        *([f"Each continued from the drafter of the same name in `{start}` (its weights and draft vocabulary): "
+           "the held-out top-1 before is where it started."] if start else []),
         f"All three: one layer, hidden 576 (the target's), MLP {hp.get('drafter_intermediate')}, target embedding "
         f"shared and frozen, windows of {hp.get('window')} tokens × {hp.get('batch_windows')} per step, AdamW, "
         "warmup + cosine, the same features"

@@ -59,6 +59,7 @@ RECIPE = {
     "ngram_fractions": [0.25, 0.5],  # τ against data size, with the chosen order and min_count
     "vocab_sizes": [2048, 4096, 8192],
     "fit_tokens": None,  # all of the data
+    "train_windows": None,  # all of the training windows
 }
 QUICK = {
     **RECIPE,
@@ -103,7 +104,7 @@ def hyperparameters(args: argparse.Namespace) -> dict[str, Any]:
         hp.update(GPU_SIZES)
     for key, value in (("distill_batch", args.distill_batch), ("batch_windows", args.batch_windows),
                        ("window", args.window), ("time_budget_min", args.time_budget), ("eval_every", args.eval_every),
-                       ("fit_tokens", args.fit_tokens)):
+                       ("fit_tokens", args.fit_tokens), ("train_windows", args.train_windows)):
         if value is not None:
             if value <= 0:
                 raise ValueError(f"--{key.replace('_', '-').replace('-min', '')} must be positive, got {value}")
@@ -177,7 +178,7 @@ def run(args: argparse.Namespace, command: str) -> int:
         budget = TrainConfig(window=hp["window"], batch_windows=hp["batch_windows"],
                              eval_windows=hp["eval_windows"], seed=args.seed, threads=args.threads, resume=True,
                              progress=not args.no_progress, checkpoint_every=100, eval_every=hp["eval_every"],
-                             patience=hp["patience"],
+                             patience=hp["patience"], train_windows=hp["train_windows"],
                              time_budget_s=hp["time_budget_min"] * 60 if hp["time_budget_min"] else None)
         run_fit(hp["target"], work / "distill.jsonl", out, work=work, only=None, steps=hp["steps"],
                 draft_vocab=hp["draft_vocab"], intermediate=hp["drafter_intermediate"], budget=budget,
@@ -267,6 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fit-tokens", type=int, default=None, metavar="N",
                    help="features and training over a seeded random sample of the conversations holding at most N "
                         "tokens (default: all; for when the features of all the data cost more time than there is)")
+    p.add_argument("--train-windows", type=int, default=None, metavar="N",
+                   help="train each drafter on N of the training windows, a seeded random choice (default: all): "
+                        "held-out top-1 against data size on one feature store")
     p.add_argument("--online", action="store_true",
                    help="fit without stored features: the target runs inside every training step (for data whose "
                         "features, about 4.6 KB a token, exceed the disk: 15 M tokens take about 70 GB)")
