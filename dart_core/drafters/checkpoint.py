@@ -27,13 +27,18 @@ def load_config(ref: str | os.PathLike[str], *, revision: str | None = None, con
     Llama-style heads); a file that is not a JSON object is a LoadError naming it."""
     path = resolve_file(ref, "config.json", revision=revision)
     assert path is not None
+    return config_type.from_dict(read_json_object(path), source=str(path))
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A ``config.json`` as a dict; a file that is not a JSON object is a LoadError naming it."""
     try:
         raw = json.loads(path.read_text())
     except ValueError as e:
         raise LoadError(path, f"not valid JSON ({e})") from None
     if not isinstance(raw, dict):
         raise LoadError(path, "expected a JSON object")
-    return config_type.from_dict(raw, source=str(path))
+    return raw
 
 
 def load_weights(

@@ -318,21 +318,29 @@ def add_fit_parser(sub: Any) -> None:
     p.add_argument("--patience", type=int, default=0,
                    help="stop a drafter after this many held-out evaluations without a new best (default 0: never)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/<head>/train_state.pt")
-    p.add_argument("--fit-tokens", type=int, default=None, metavar="N",
-                   help="features and training over a seeded random sample of whole conversations holding at most "
-                        "N tokens (default: all the data)")
-    p.add_argument("--train-windows", type=int, default=None, metavar="N",
-                   help="train on N of the training windows, a seeded random choice (default: all): training "
-                        "against data size on one feature store")
-    p.add_argument("--init-from", type=Path, default=None, metavar="BUNDLE",
-                   help="continue each drafter from BUNDLE/<head> (dart/, eagle3/, dflash/: trained drafters of the "
-                        "same shapes and draft vocabulary size) instead of starting afresh: more data for trained "
-                        "drafters in less time; a config that differs is refused, naming the fields")
+    add_fit_data_options(p)
     p.add_argument("--online", action="store_true",
                    help="no stored features: the target runs inside every training step over per-conversation "
                         "windows (for data too large to keep features of, on a GPU; --eval-windows then counts "
                         "held-out conversations)")
     add_common_options(p)
+
+
+def add_fit_data_options(p: argparse.ArgumentParser) -> None:
+    """What a fit trains on and starts from, shared by ``train fit`` and the recipes: a sample of the data, a
+    choice of its windows, trained drafters to continue."""
+    p.add_argument("--fit-tokens", type=int, default=None, metavar="N",
+                   help="features and training over a seeded random sample of whole conversations holding at most "
+                        "N tokens (default: all the data; for when the features of all of it cost more time or "
+                        "disk than there is)")
+    p.add_argument("--train-windows", type=int, default=None, metavar="N",
+                   help="train each drafter on N of the training windows, a seeded random choice (default: all): "
+                        "held-out top-1 against data size on one feature store")
+    p.add_argument("--init-from", type=Path, default=None, metavar="BUNDLE",
+                   help="continue each drafter from BUNDLE/<head> (dart/, eagle3/, dflash/: trained drafters of the "
+                        "same shapes and draft vocabulary size, e.g. assets/smollm2) instead of starting afresh: "
+                        "more data for trained drafters in less time; a config that differs is refused, naming the "
+                        "fields")
 
 
 def add_ngram_parser(sub: Any) -> None:

@@ -19,7 +19,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 from dart_core.drafters.base import DrafterLayer
-from dart_core.drafters.checkpoint import load_weights_file, non_finite
+from dart_core.drafters.checkpoint import load_weights_file, non_finite, read_json_object
 from dart_core.engine.target import TargetModel
 from dart_core.loading.errors import LoadError
 from dart_core.train.loop import train_and_save
@@ -296,13 +296,7 @@ def start_config(init_dir: str | os.PathLike[str]) -> dict[str, Any]:
     if not path.is_file():
         raise ValueError(f"--init-from {init_dir}: no config.json there (a drafter's directory holds config.json "
                          "and model.safetensors)")
-    try:
-        start = json.loads(path.read_text())
-    except ValueError as e:
-        raise LoadError(path, f"not valid JSON ({e})") from None
-    if not isinstance(start, dict):
-        raise LoadError(path, "expected a JSON object")
-    return start
+    return read_json_object(path)
 
 
 def start_weights(init_dir: str | os.PathLike[str], kind: str, cfg_dict: dict[str, Any]) -> dict[str, torch.Tensor]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from dart_core.train.any_target import (
     add_common_options,
+    add_fit_data_options,
     load_training_target,
     read_recipe,
     record_stage,
@@ -265,19 +266,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="wall-clock minutes per drafter, the same for each (overrides the recipe's)")
     p.add_argument("--eval-every", type=int, default=None,
                    help="training steps between held-out evaluations (overrides the recipe's)")
-    p.add_argument("--fit-tokens", type=int, default=None, metavar="N",
-                   help="features and training over a seeded random sample of the conversations holding at most N "
-                        "tokens (default: all; for when the features of all the data cost more time than there is)")
-    p.add_argument("--train-windows", type=int, default=None, metavar="N",
-                   help="train each drafter on N of the training windows, a seeded random choice (default: all): "
-                        "held-out top-1 against data size on one feature store")
+    add_fit_data_options(p)
     p.add_argument("--online", action="store_true",
                    help="fit without stored features: the target runs inside every training step (for data whose "
                         "features, about 4.6 KB a token, exceed the disk: 15 M tokens take about 70 GB)")
-    p.add_argument("--init-from", type=Path, default=None, metavar="BUNDLE",
-                   help="the fit continues each drafter from BUNDLE's (e.g. assets/smollm2) instead of starting "
-                        "afresh: more data for trained drafters in the time a CPU has; with --out elsewhere, the "
-                        "start stays as it was")
     add_common_options(p)
     return p
 
