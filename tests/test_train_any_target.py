@@ -290,9 +290,15 @@ def test_fit_cli_evaluates_on_held_out_answers_and_stops_by_its_budget(llama: Pa
             "40", "--window", "16", "--batch-windows", "2", "--eval-data", str(held), "--work", str(out / ".work"),
             "--no-progress"]
     built = (out / ".work/features/meta.json").stat().st_mtime_ns
-    assert train_main([*args, "--out", str(tmp_path / "fewer"), "--train-windows", "5"]) == 0
+    assert train_main([*args, "--out", str(tmp_path / "fewer"), "--train-windows", "5", "--lr", "3e-4"]) == 0
     fewer = json.loads((tmp_path / "fewer/recipe.json").read_text())["stages"]["dart"]
     assert fewer["windows"] == fewer["train_windows"] == 5
+    # --lr: the schedule's peak, recorded (the default run above records 1e-3)
+    assert dart["lr"] == 1e-3 and fewer["lr"] == 3e-4
+    rates = [json.loads(line)["lr"] for line in (tmp_path / "fewer/dart/train_log.jsonl").read_text().splitlines()
+             if '"lr"' in line]
+    assert rates and 0 < max(rates) <= 3e-4
+    assert train_main([*args, "--out", str(tmp_path / "zero"), "--lr", "0"]) == 2
     assert (out / ".work/features/meta.json").stat().st_mtime_ns == built
     assert train_main([*args, "--out", str(tmp_path / "more"), "--train-windows", str(dart["windows"] + 1)]) == 2
 
@@ -435,13 +441,17 @@ def test_smollm2_stages_split_across_machines(tmp_path: Path, capsys: pytest.Cap
     more = tmp_path / "more"
     assert train_main([*base, "--out", str(more), "--stages", "fit", "--online", "--init-from", str(tmp_path)]) == 2
     assert "no config.json" in capsys.readouterr().err
-    assert train_main([*base, "--out", str(more), "--stages", "fit", "--online", "--init-from", str(out)]) == 0
+    assert train_main([*base, "--out", str(more), "--stages", "fit", "--online", "--init-from", str(out),
+                       "--lr", "-1"]) == 2
+    assert "--lr must be positive" in capsys.readouterr().err
+    assert train_main([*base, "--out", str(more), "--stages", "fit", "--online", "--init-from", str(out),
+                       "--lr", "2e-4"]) == 0
     cont = json.loads((more / "recipe.json").read_text())["stages"]
-    assert cont["fit"]["init_from"] == str(out)
+    assert cont["fit"]["init_from"] == str(out) and cont["fit"]["hyperparameters"]["lr"] == 2e-4
     assert train_main([*base, "--out", str(more), "--stages", "card"]) == 0
     assert f"Each continued from the drafter of the same name in `{out}`" in (more / "README.md").read_text()
     for kind in ("dart", "eagle3", "dflash"):
-        assert cont[kind]["init_from"] == str(out / kind)
+        assert cont[kind]["init_from"] == str(out / kind) and cont[kind]["lr"] == 2e-4
         assert cont[kind]["eval_before"]["loss"] == pytest.approx(stages[kind]["eval_after"]["loss"], rel=0.05)
 
 

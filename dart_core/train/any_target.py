@@ -175,7 +175,7 @@ def run_fit(target_ref: str, data: Path, out: Path, *, work: Path, only: str | N
                    intermediate_size=intermediate, window=budget.window, batch_windows=budget.batch_windows,
                    eval_windows=budget.eval_windows, eval_data=str(eval_data) if eval_data else None,
                    time_budget_s=budget.time_budget_s, eval_every=budget.eval_every, patience=budget.patience,
-                   train_windows=budget.train_windows,
+                   train_windows=budget.train_windows, lr=budget.lr,
                    data=str(data), bytes=sum(p.stat().st_size for p in (out / name).glob("*") if p.is_file()),
                    init_from=str(init_from / name) if init_from is not None else None)
         record_stage(out, name, rec, command)
@@ -341,6 +341,9 @@ def add_fit_data_options(p: argparse.ArgumentParser) -> None:
                         "same shapes and draft vocabulary size, e.g. assets/smollm2) instead of starting afresh: "
                         "more data for trained drafters in less time; a config that differs is refused, naming the "
                         "fields")
+    p.add_argument("--lr", type=float, default=None, metavar="LR",
+                   help="peak learning rate of each drafter's schedule (default 1e-3); a fit continued with "
+                        "--init-from may want less, so as not to undo what its start learned")
 
 
 def add_ngram_parser(sub: Any) -> None:
@@ -431,11 +434,14 @@ def main(argv: list[str]) -> int:
         elif args.command == "fit":
             from dart_core.train.common import TrainConfig
 
+            if args.lr is not None and not args.lr > 0:
+                raise ValueError(f"--lr must be positive, got {args.lr}")
             budget = TrainConfig(
                 window=args.window, batch_windows=args.batch_windows, eval_windows=args.eval_windows,
                 seed=args.seed, threads=args.threads, resume=args.resume, progress=not args.no_progress,
                 checkpoint_every=100, time_budget_s=args.time_budget * 60 if args.time_budget else None,
-                eval_every=args.eval_every, patience=args.patience, train_windows=args.train_windows)
+                eval_every=args.eval_every, patience=args.patience, train_windows=args.train_windows,
+                **({"lr": args.lr} if args.lr is not None else {}))
             run_fit(args.target, args.data, args.out, work=args.work or args.out / ".work", only=args.only,
                     steps={"dart": args.dart_steps, "eagle3": args.eagle3_steps, "dflash": args.dflash_steps},
                     dflash_block=args.dflash_block_size, draft_vocab=args.draft_vocab,

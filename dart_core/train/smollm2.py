@@ -61,6 +61,7 @@ RECIPE = {
     "vocab_sizes": [2048, 4096, 8192],
     "fit_tokens": None,  # all of the data
     "train_windows": None,  # all of the training windows
+    "lr": 1e-3,  # each drafter's peak learning rate
 }
 QUICK = {
     **RECIPE,
@@ -99,13 +100,14 @@ GPU_SIZES = {"distill_batch": 2048, "batch_windows": 64, "eval_every": 100, "tim
 def hyperparameters(args: argparse.Namespace) -> dict[str, Any]:
     """The recipe's hyperparameters for this run: the full or quick set, the GPU sizes with ``--gpu``, then the
     explicit overrides (``--distill-batch``, ``--batch-windows``, ``--window``, ``--time-budget``, ``--eval-every``,
-    ``--fit-tokens``)."""
+    ``--fit-tokens``, ``--train-windows``, ``--lr``)."""
     hp = dict(QUICK if args.quick else RECIPE)
     if args.gpu and not args.quick:
         hp.update(GPU_SIZES)
     for key, value in (("distill_batch", args.distill_batch), ("batch_windows", args.batch_windows),
                        ("window", args.window), ("time_budget_min", args.time_budget), ("eval_every", args.eval_every),
-                       ("fit_tokens", args.fit_tokens), ("train_windows", args.train_windows)):
+                       ("fit_tokens", args.fit_tokens), ("train_windows", args.train_windows),
+                       ("lr", args.lr)):
         if value is not None:
             if value <= 0:
                 raise ValueError(f"--{key.replace('_', '-').replace('-min', '')} must be positive, got {value}")
@@ -179,7 +181,7 @@ def run(args: argparse.Namespace, command: str) -> int:
         budget = TrainConfig(window=hp["window"], batch_windows=hp["batch_windows"],
                              eval_windows=hp["eval_windows"], seed=args.seed, threads=args.threads, resume=True,
                              progress=not args.no_progress, checkpoint_every=100, eval_every=hp["eval_every"],
-                             patience=hp["patience"], train_windows=hp["train_windows"],
+                             patience=hp["patience"], train_windows=hp["train_windows"], lr=hp["lr"],
                              time_budget_s=hp["time_budget_min"] * 60 if hp["time_budget_min"] else None)
         run_fit(hp["target"], work / "distill.jsonl", out, work=work, only=None, steps=hp["steps"],
                 draft_vocab=hp["draft_vocab"], intermediate=hp["drafter_intermediate"], budget=budget,
