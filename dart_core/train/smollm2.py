@@ -54,7 +54,8 @@ RECIPE = {
     "steps": {"dart": 100_000, "eagle3": 100_000, "dflash": 100_000},  # bounds only: the time budget ends each
     "dflash_block": 8,
     "ngram_orders": [3, 4, 5],  # candidates, chosen by DART's measured τ on held-out prompts (ngram_choice)
-    "ngram_min_counts": [1, 2, 3, 4],
+    # over 20 M tokens order 4 fits the bundle's budget only from min_count 6 and order 5 from 12: those race too
+    "ngram_min_counts": [1, 2, 3, 4, 6, 8, 12],
     "ngram_prompts": 16,
     "ngram_new_tokens": 128,
     "ngram_fractions": [0.25, 0.5],  # τ against data size, with the chosen order and min_count
