@@ -74,7 +74,7 @@ def test_e2e_on_tiny_bundle(bundle: Path, tmp_path: Path, capsys: pytest.Capture
     assert summary["ar"]["speedup_vs_ar_engine"] == pytest.approx(1.0)
     assert report["config"]["resolved"]["dataset"] is None and "summary_per_turn" not in report
     assert len(report["prompts"]) == 3
-    assert {"torch", "device", "torch_threads"} <= set(report["environment"])
+    assert {"torch", "device", "torch_threads", "cpu"} <= set(report["environment"])
     for entry in report["prompts"]:
         ar_tokens = [t for s in entry["methods"]["ar"]["steps"] for t in s["tokens"]]
         for m, fig in entry["methods"].items():

@@ -527,6 +527,25 @@ def test_native_bf16_is_read_from_the_cpu_flags(tmp_path: Path, flags: set[str],
     assert cpu_model_name(info) == "a CPU" and cpu_model_name(tmp_path / "missing") is None
 
 
+@pytest.mark.parametrize(("flags", "tier"), [
+    ("avx2 avx512f avx512_bf16", "AVX-512 with native bf16"),
+    ("avx2 avx512f avx512bw", "AVX-512"),
+    ("sse4_2 avx2 fma", "AVX2"),
+    ("sse4_2", "no AVX2"),
+])
+def test_cpu_description_names_the_generation_and_vector_tier(tmp_path: Path, flags: str, tier: str) -> None:
+    """A benchmark's record names the CPU by its family and model numbers too (a masked ``AMD EPYC`` name does
+    not tell Zen 1 from Zen 5) and by the widest vector tier its flags list; no cpuinfo gives None."""
+    from dart_core.engine.cpu import cpu_description
+
+    info = tmp_path / "cpuinfo"
+    info.write_text(f"processor\t: 0\ncpu family\t: 23\nmodel\t\t: 1\nmodel name\t: AMD EPYC\nflags\t\t: {flags}\n")
+    assert cpu_description(info) == f"AMD EPYC (family 23, model 1, {tier})"
+    info.write_text(f"model name\t: Some CPU\nflags\t\t: {flags}\n")
+    assert cpu_description(info) == f"Some CPU ({tier})"
+    assert cpu_description(tmp_path / "missing") is None
+
+
 def test_exact_proposals_is_a_switch_on_every_command_line() -> None:
     """The setting is a knob of both racers' settings: ``--dflash-exact-proposals`` / ``--no-…`` on the generate and
     bench CLIs (derived from the knobs) and on the app's, which applies it to the races' defaults; a value that is

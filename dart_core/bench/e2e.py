@@ -38,6 +38,7 @@ from dart_core.bench.e2e_report import category_counts, write_html
 from dart_core.bench.e2e_table import best_racer, category_lines, print_table, seed_spread, spread_lines
 from dart_core.bundle import build_command
 from dart_core.data.datasets import DATASETS, DatasetError, load_dataset
+from dart_core.engine.cpu import cpu_description
 from dart_core.engine.greedy_check import TopLogits, compare
 from dart_core.engine.loop import Step
 from dart_core.engine.verify import SamplingConfig
@@ -197,6 +198,8 @@ def environment(arena: Any) -> dict[str, Any]:
            "dtype": str(arena.target.embed_tokens.weight.dtype), "torch_threads": torch.get_num_threads()}
     if torch.device(dev).type == "cuda":
         env["gpu"] = torch.cuda.get_device_name(dev)
+    else:
+        env["cpu"] = cpu_description()
     env["fast_path"] = arena.target.fast_path
     if arena.target.fast_path:
         env["fast_path_rows"] = arena.target.static_capacity
@@ -252,6 +255,8 @@ def _run(args: argparse.Namespace) -> int:
     n_turns = args.turns if src.dataset is not None else 1
     trees = {m: t for m, t in tree_settings(args, arena.target.device).items() if racer(m).drafts}
     print("trees: " + "; ".join(f"{m} {dataclasses.asdict(t)}" for m, t in trees.items() if m in methods))
+    if torch.device(arena.target.device).type == "cpu":
+        print(f"cpu: {cpu_description() or 'unknown (no /proc/cpuinfo)'}, {torch.get_num_threads()} thread(s)")
     for name, plan in arena.cpu_linears.items():
         print(f"{name}: {plan.describe()}")
     sampling = SamplingConfig(args.temperature, args.top_p, args.top_k)

@@ -175,6 +175,7 @@ def write_html(report: dict[str, Any], path: Path) -> None:
 
     mm_text, tie_text = listed(report["mismatches"]), listed(report.get("ties"))
     env = report["environment"]
+    machine = html.escape(env["cpu"]) + ", " if env.get("cpu") else ""
     resolved = report["config"]["resolved"]
     source = (f"prompts of {html.escape(resolved['dataset'])} ({resolved['turns']} turn(s) each)"
               if resolved.get("dataset") else "prompts")
@@ -190,8 +191,8 @@ table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #999999; padd
 <h1>End-to-end benchmark</h1>
 <p>{report['config']['n_prompts']} {source}, max {report['config']['max_new_tokens']} new tokens,
 temperature {report['config']['temperature']}; torch {html.escape(env['torch'])} on {html.escape(env['device'])}
-({env['torch_threads']} threads). Tokens/s include the prefill (engine: sum of the step stopwatches; wall: clock
-around each generation); vs AR by wall tokens/s; ms are means per verify step. Drafted and accepted count draft
+({machine}{env['torch_threads']} threads). Tokens/s include the prefill (engine: sum of the step stopwatches; wall:
+clock around each generation); vs AR by wall tokens/s; ms are means per verify step. Drafted and accepted count draft
 tokens over the drafting steps (verify steps with at least one draft token), pooled over the prompts; the acceptance
 rate is accepted / drafted and the mean acceptance length the tokens per drafting step, bonus included (vLLM's
 metrics: docs/metrics.md).</p>

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from dart_core.engine.cpu import cpu_description
 from dart_core.options import (
     add_device_argument,
     add_dtype_argument,
@@ -249,14 +250,8 @@ def device_name(device: torch.device) -> str:
         return torch.cuda.get_device_name(device)
     n = torch.get_num_threads()
     threads = f"{n} thread{'s' if n != 1 else ''}"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return f"cpu ({line.split(':', 1)[1].strip()}, {threads})"
-    except OSError:
-        pass
-    return f"{device.type} ({threads})"
+    cpu = cpu_description()
+    return f"cpu ({cpu}, {threads})" if cpu else f"{device.type} ({threads})"
 
 
 def machine_ram() -> int | None:

@@ -31,6 +31,21 @@ def cpu_model_name(cpuinfo: str | os.PathLike[str] = "/proc/cpuinfo") -> str | N
     return _cpuinfo_field("model name", cpuinfo) or None
 
 
+def cpu_description(cpuinfo: str | os.PathLike[str] = "/proc/cpuinfo") -> str | None:
+    """The CPU for a benchmark's record: its model name, family and model numbers (cloud machines often mask the
+    name to ``AMD EPYC``, the numbers still tell the generation) and its widest vector tier, which decides float32
+    against bf16 and the kernels' speed. None where Linux's cpuinfo cannot be read."""
+    name = _cpuinfo_field("model name", cpuinfo)
+    if name is None:
+        return None
+    flags = cpu_flags(cpuinfo)
+    tier = ("AVX-512 with native bf16" if cpu_has_native_bf16(flags) else "AVX-512" if "avx512f" in flags
+            else "AVX2" if "avx2" in flags else "no AVX2")
+    numbers = [f"{label} {value}" for key, label in (("cpu family", "family"), ("model", "model"))
+               if (value := _cpuinfo_field(key, cpuinfo)) is not None]
+    return f"{name} ({', '.join([*numbers, tier])})"
+
+
 def cpu_has_native_bf16(flags: frozenset[str] | None = None) -> bool:
     """Whether this CPU has bf16 dot-product instructions (AVX512-BF16 or AMX-BF16), read from its flags
     (default :func:`cpu_flags`). Not oneDNN's ``_is_mkldnn_bf16_supported``: it answers True on any AVX-512 CPU,
