@@ -35,7 +35,8 @@ def test_greedy_output_is_ar_token_for_token(target: TargetModel) -> None:
 
 def test_on_the_fast_path_generate_gets_a_static_cache_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
     """With the target on the fast path, ``generate`` runs over a ``StaticCache`` of the target's rows (one fixed
-    shape: on a GPU transformers compiles it once) and still gives AR's tokens."""
+    shape: on a GPU transformers compiles it once), passed by the keyword the installed transformers takes, and
+    still gives AR's tokens."""
 
     fast = TargetModel(make_target("qwen3"))
     fast.use_static_cache(96)
@@ -44,7 +45,9 @@ def test_on_the_fast_path_generate_gets_a_static_cache_of_its_own(monkeypatch: p
     real = fast.model.generate
 
     def spy(*args: object, **kwargs: object) -> object:
-        seen.append(kwargs.get("past_key_values"))
+        seen.append(kwargs.get(fast.cache_arg))
+        if fast.cache_arg == "cache":  # the deprecated name is not passed where the new one is taken
+            assert "past_key_values" not in kwargs
         return real(*args, **kwargs)
 
     monkeypatch.setattr(fast.model, "generate", spy)

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from dart_core.engine.cpu import cpu_description
+from dart_core.engine.target import cache_keyword
 from dart_core.options import (
     add_device_argument,
     add_dtype_argument,
@@ -307,7 +308,7 @@ def measure_hf(model: Any, prefix: Sequence[int], n: int, warmup: int, repeats: 
         if static_rows:
             from transformers import StaticCache
 
-            extra["past_key_values"] = StaticCache(config=model.config, max_cache_len=static_rows)
+            extra[cache_keyword(model)] = StaticCache(config=model.config, max_cache_len=static_rows)
         with Stopwatch(device) as sw, torch.no_grad():
             out = model.generate(ids, attention_mask=mask, generation_config=configs[k], **extra)
         if out.shape[1] != ids.shape[1] + k:

@@ -48,6 +48,16 @@ FAST_PATH_MODES = ("graphs", "compile", "eager")
 GRAPH_ROWS = 64  # the largest verify captured as a graph (buckets 1, 2, 4, … 64 rows); larger trees run eagerly
 
 
+def cache_keyword(model: Any) -> str:
+    """The keyword ``model``'s forward and ``generate`` take the KV cache by: ``cache`` where the forward takes it
+    (transformers >= 5.24, where the old name ``past_key_values`` warns that it is deprecated), else the old name."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        params = {}
+    return "cache" if "cache" in params else "past_key_values"
+
+
 @dataclass
 class TargetState:
     """One generation's view of the target: its KV cache and how many of its rows are committed.
@@ -113,9 +123,7 @@ class TargetModel:
         except (TypeError, ValueError):
             params = {}
         self._has_logits_to_keep = "logits_to_keep" in params
-        # the KV cache argument: ``cache`` where the forward takes it (transformers >= 5.24, where the old name
-        # ``past_key_values`` warns that it is deprecated), else the old name (earlier 5.x versions)
-        self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        self._cache_arg = cache_keyword(model)
         self.static_capacity: int | None = None  # the fast path (use_static_cache): rows of the static KV cache
         self._compiled: Any = None  # its compiled forward for decode / verify (prefill runs eagerly)
         self._graphs: GraphedCall | None = None  # or its captured forwards, one per slot and row bucket

@@ -160,7 +160,7 @@ def stream_hf_generate(
             with torch.no_grad():
                 model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config,
                                logits_processor=processors, streamer=handoff,
-                               **({} if cache is None else {"past_key_values": cache}))
+                               **({} if cache is None else {target.cache_arg: cache}))
         except _Cancelled:
             pass
         except BaseException as e:  # handed to the consumer, raised there

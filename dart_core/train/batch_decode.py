@@ -24,7 +24,6 @@ up to floating-point ties (a padded batch's matrix products may round differentl
 from __future__ import annotations
 
 import contextlib
-import inspect
 import itertools
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
 from dart_core.engine.cpu_attention import native_decode_attention
+from dart_core.engine.target import cache_keyword
 
 # Drop finished rows once this share of the batch has finished: each drop copies the kept rows' keys and values
 # once, so dropping on every finished row would cost as much as the concatenation this module avoids.
@@ -174,12 +174,6 @@ def _kept(cache: Cache, row: int, columns: torch.Tensor) -> Kept:
                 [layer.values[row].index_select(1, columns) for layer in cache.layers])
 
 
-def _cache_kwarg(model: Any) -> str:
-    """transformers renamed ``past_key_values`` to ``cache`` (5.2x); pass the name the installed version takes."""
-    params = inspect.signature(model.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
-
-
 def _num_layers(model: Any) -> int:
     cfg = model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
     return int(cfg.num_hidden_layers)
@@ -299,7 +293,7 @@ def batch_answers_keeping(model: Any, prompts: Sequence[Sequence[int]], *, max_n
         ids[i, width - len(p):] = torch.as_tensor(list(p), dtype=torch.long)
         mask[i, width - len(p):] = 1
     ids, mask, stops = ids.to(device), mask.to(device), stops.to(device)
-    key = _cache_kwarg(model)
+    key = cache_keyword(model)
     with native_decode_attention(model) if attention == "native" else contextlib.nullcontext():
         logits, cache, mask = _prefill(model, ids, mask, width + max_new_tokens, key,
                                        shared_prefix(prompts))
@@ -331,7 +325,7 @@ def continue_answers(model: Any, kept: Sequence[Kept], inputs: Sequence[Sequence
     order = sorted(range(len(kept)), key=lambda r: len(inputs[r]))
     lengths = [len(inputs[r]) for r in order]
     ranges = _prefill_parts(lengths) if device.type == "cpu" else [(0, len(order))]
-    key = _cache_kwarg(model)
+    key = cache_keyword(model)
     with native_decode_attention(model) if attention == "native" else contextlib.nullcontext():
         parts = [_continue_part(model, [kept[r] for r in order[a:b]], [inputs[r] for r in order[a:b]], pad_id,
                                 max_new_tokens if len(ranges) == 1 else 0, key) for a, b in ranges]
@@ -410,7 +404,7 @@ def _decode(model: Any, logits: torch.Tensor, cache: Cache, mask: torch.Tensor, 
     one token per live row per step. The rows in ``keep`` are copied out (``Kept``) when they are dropped or at
     the end: their columns in ``mask`` before the first answer column, then their answer's fed tokens."""
     device, batch = logits.device, logits.shape[0]
-    key, start = _cache_kwarg(model), mask.shape[1]  # the first answer token's column
+    key, start = cache_keyword(model), mask.shape[1]  # the first answer token's column
     rows = torch.arange(batch, device=device)  # which prompt each live row answers
     answers: list[list[int]] = [[] for _ in range(batch)]
     kept: dict[int, Kept] = {}
