@@ -8,17 +8,23 @@ import os
 NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})  # /proc/cpuinfo's names of bf16 dot-product units
 
 
-def _cpuinfo_field(name: str, cpuinfo: str | os.PathLike[str]) -> str | None:
-    """The first ``name`` line's value in Linux's cpuinfo; None where there is none."""
+def _cpuinfo_fields(cpuinfo: str | os.PathLike[str]) -> dict[str, str]:
+    """Each field's first value in Linux's cpuinfo, read once; empty where it cannot be read."""
+    fields: dict[str, str] = {}
     try:
         with open(cpuinfo, encoding="utf-8", errors="replace") as f:
             for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == name:
-                    return value.strip()
+                key, sep, value = line.partition(":")
+                if sep:
+                    fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return None
+    return fields
+
+
+def _cpuinfo_field(name: str, cpuinfo: str | os.PathLike[str]) -> str | None:
+    """The first ``name`` line's value in Linux's cpuinfo; None where there is none."""
+    return _cpuinfo_fields(cpuinfo).get(name)
 
 
 def cpu_flags(cpuinfo: str | os.PathLike[str] = "/proc/cpuinfo") -> frozenset[str]:
@@ -35,14 +41,15 @@ def cpu_description(cpuinfo: str | os.PathLike[str] = "/proc/cpuinfo") -> str | 
     """The CPU for a benchmark's record: its model name, family and model numbers (cloud machines often mask the
     name to ``AMD EPYC``, the numbers still tell the generation) and its widest vector tier, which decides float32
     against bf16 and the kernels' speed. None where Linux's cpuinfo cannot be read."""
-    name = _cpuinfo_field("model name", cpuinfo)
+    fields = _cpuinfo_fields(cpuinfo)
+    name = fields.get("model name")
     if name is None:
         return None
-    flags = cpu_flags(cpuinfo)
+    flags = frozenset(fields.get("flags", "").split())
     tier = ("AVX-512 with native bf16" if cpu_has_native_bf16(flags) else "AVX-512" if "avx512f" in flags
             else "AVX2" if "avx2" in flags else "no AVX2")
-    numbers = [f"{label} {value}" for key, label in (("cpu family", "family"), ("model", "model"))
-               if (value := _cpuinfo_field(key, cpuinfo)) is not None]
+    numbers = [f"{label} {fields[key]}" for key, label in (("cpu family", "family"), ("model", "model"))
+               if key in fields]
     return f"{name} ({', '.join([*numbers, tier])})"
 
 
