@@ -5,6 +5,7 @@ race-log line. Apart from the page's layout and events (``app/ui.py``), which st
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import threading
 import time
@@ -15,6 +16,7 @@ from typing import Any
 from app import render
 from app.page import (
     KEEP,
+    PLOTS,
     PageUpdate,
     dtype_name,
     json_line,
@@ -62,9 +64,11 @@ class LiveRace:
                  settings.max_new_tokens)
 
     def updates(self) -> Iterator[PageUpdate]:
-        """Step the race, yielding the page's outputs at most every ``update_every`` seconds (the plots every
-        ``plot_every``) and at the end."""
+        """Step the race, yielding the page's outputs at most every ``update_every`` seconds and at the end. The
+        live figures are redrawn one at a time, in turn, at most every ``plot_every`` seconds: each redraw is a
+        short task for the browser, so a click (Stop) never waits behind all five."""
         last, last_plot, completed = 0.0, 0.0, False
+        turn = itertools.cycle(PLOTS)
         cfg = self.ui.config
         try:
             # chat: the message moves into the conversation; completion: the prompt stays for editing
@@ -79,9 +83,11 @@ class LiveRace:
                 lane, step = item
                 self.streams[lane.method].add_step(step.tokens, step.accepted)
                 if now - last >= cfg.update_every:
-                    plots_too = now - last_plot >= cfg.plot_every
-                    last, last_plot = now, now if plots_too else last_plot
-                    yield self.outputs(final=False, plots=plots_too)
+                    figures: tuple[str, ...] = ()
+                    if now - last_plot >= cfg.plot_every:
+                        figures, last_plot = (next(turn),), now
+                    last = now
+                    yield self.outputs(final=False, figures=figures)
             completed = True
             yield self.outputs(final=True)
         finally:
@@ -110,7 +116,8 @@ class LiveRace:
     def banner(self, message: str, kind: str) -> str:
         return render.status_html(f"{self.notice} {message}" if self.notice else message, kind)
 
-    def outputs(self, *, final: bool, plots: bool = True) -> PageUpdate:
+    def outputs(self, *, final: bool, figures: tuple[str, ...] = PLOTS) -> PageUpdate:
+        """The page's outputs now: the figures ``figures`` among them (every one when ``final``)."""
         race, turn = self.race, self.conv["turns"][-1]
         for m, lane in race.lanes.items():
             if final:
@@ -129,7 +136,7 @@ class LiveRace:
                           lanes=self.ui.lanes_html(self.conv, live=not final, methods=self.methods),
                           cards=render.summary_html(summary, self.conv["matches"], dtype_name(race.dtype),
                                                     sampled=sampling_text(race.settings.sampling)),
-                          plots=self.ui.race_plots(race) if plots or final else {}, result=result)
+                          plots=self.ui.race_plots(race, PLOTS if final else figures), result=result)
 
     def final_kind(self) -> str:
         """The final banner's kind: a warning when the race was cut short, failed or limited, else ok."""

@@ -3,13 +3,13 @@ and the controls (sampling, token budget, each racer's tree settings; Send, Stop
 controls and colours come from the racer registry (``dart_core.racers.registry``); this module names no method.
 
 The model runs in the engine (``app.engine``: its own process when served by ``python -m app``), so nothing this
-page does is billed to a race's clock; the page is updated a few times a second (text) and about once a second
-(plots), always with the final state. Every generation event shares one concurrency group with a limit of one:
-the methods share one target model, so requests queue (their place in the queue shows in the status bar) instead
-of interleaving on it. The host's limits (new tokens, seconds per race, queue length) are in :class:`AppConfig`.
-Stop and Clear cancel the event (``cancels=``), stop the session's race and answer once it has closed, so no late
-update can overwrite their answer; a closed browser tab makes Gradio close the event's generator. Either way the
-race ends on the engine, which closes every method's step generator.
+page does is billed to a race's clock; the page is updated a few times a second (text), its live figures one at a
+time in turn (:class:`app.live.LiveRace`), always with the final state. Every generation event shares one
+concurrency group with a limit of one: the methods share one target model, so requests queue (their place in the
+queue shows in the status bar) instead of interleaving on it. The host's limits (new tokens, seconds per race, queue
+length) are in :class:`AppConfig`. Stop and Clear cancel the event (``cancels=``), stop the session's race and
+answer once it has closed, so no late update can overwrite their answer; a closed browser tab makes Gradio close the
+event's generator. Either way the race ends on the engine, which closes every method's step generator.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -75,10 +75,11 @@ class AppConfig:
     examples: list[tuple[str, str]] = field(default_factory=list)  # (label, prompt)
     categories: dict[str, str] = field(default_factory=dict)  # an example prompt's text -> its kind (bundle prompts)
     subtitle: str = ""
-    # seconds between UI updates while racing (text / plots): the browser must keep up, or input events (Stop!)
-    # starve behind rendering; the race itself never waits for the page
+    # seconds between UI updates while racing (the text), and between two live figure redraws (one figure each,
+    # in turn, so each of the five every 5 x plot_every): the browser must keep up, or the updates queue up in it
+    # and input events (Stop!) wait behind them; the race itself never waits for the page (docs/app.md)
     update_every: float = 0.25
-    plot_every: float = 1.0
+    plot_every: float = 0.6
     # the host's limits: new tokens per race (the slider's maximum; None: up to the context, at most 8192) and
     # wall-clock seconds per race (None: none)
     max_new_tokens_limit: int | None = None
@@ -162,16 +163,22 @@ class ArenaUI:
         return dict(zip(PLOTS, (plots.tau_figure([]), plots.latency_figure([]), plots.speed_figure([]),
                                 plots.acceptance_figure([]), plots.tree_figure(None, self.token_label)), strict=True))
 
-    def race_plots(self, race: Scoreboard) -> dict[str, Any]:
-        """The figures of a race; the tree view shows the first drafting racer (registry order) with a tree."""
+    def race_plots(self, race: Scoreboard, names: Iterable[str] = PLOTS) -> dict[str, Any]:
+        """The figures ``names`` (default all) of a race, each built only when asked for; the tree view shows the
+        first drafting racer (registry order) with a tree."""
         lanes = list(race.lanes.values())
-        drafting = [lane for lane in lanes if racer(lane.method).drafts]
-        tree_lane = next((lane for lane in drafting if lane.last_tree_step is not None),
-                         drafting[0] if drafting else None)
-        step = tree_lane.last_tree_step if tree_lane is not None else None
-        tree = plots.tree_figure(step, self.token_label, method=tree_lane.method if tree_lane else None)
-        return dict(zip(PLOTS, (plots.tau_figure(lanes), plots.latency_figure(lanes), plots.speed_figure(lanes),
-                                plots.acceptance_figure(lanes), tree), strict=True))
+
+        def tree() -> Any:
+            drafting = [lane for lane in lanes if racer(lane.method).drafts]
+            tree_lane = next((lane for lane in drafting if lane.last_tree_step is not None),
+                             drafting[0] if drafting else None)
+            step = tree_lane.last_tree_step if tree_lane is not None else None
+            return plots.tree_figure(step, self.token_label, method=tree_lane.method if tree_lane else None)
+
+        builders = {"tau": lambda: plots.tau_figure(lanes), "latency": lambda: plots.latency_figure(lanes),
+                    "speed": lambda: plots.speed_figure(lanes), "acceptance": lambda: plots.acceptance_figure(lanes),
+                    "tree": tree}
+        return {name: builders[name]() for name in names}
 
     # ------------------------------------------------------------------------------------------- events
     def settings(self, *values: Any) -> RaceSettings:

@@ -14,7 +14,7 @@ from helpers_app import BUNDLE, held_out_prompt
 
 from app.engine import LocalEngine
 from app.live import LiveRace
-from app.page import KEEP, encode, new_conversation
+from app.page import KEEP, PLOTS, encode, new_conversation
 from app.ui import AppConfig, ArenaUI
 from dart_core.racers.registry import model_free_racers
 
@@ -70,6 +70,22 @@ def test_completion_race_and_regenerate(arena: Any) -> None:
     again = list(ui.run("", conv, *controls(12), regenerate=True, session="s"))[-1]
     assert len(again.conv["turns"]) == 1  # the last prompt raced again, not appended
     assert again.result["methods"]["ar"]["token_ids"] == result["methods"]["ar"]["token_ids"]
+
+
+def test_live_figures_are_redrawn_one_at_a_time_in_turn(arena: Any) -> None:
+    """While racing, an update carries at most one figure, the five in turn (a browser redraws each in one short
+    task, so a click never waits behind all five); the final update carries all five, drawn from the whole race."""
+    ui = ArenaUI(LocalEngine(arena), AppConfig(chat=False, update_every=0.0, plot_every=0.0))
+    out = list(ui.run(held_out_prompt(0), new_conversation(), *controls(24), session="s"))
+    live, final = out[:-1], out[-1]
+    shown = [name for u in live for name in u.plots]
+    assert all(len(u.plots) <= 1 for u in live)
+    assert len(shown) >= 6 and shown == [PLOTS[i % len(PLOTS)] for i in range(len(shown))], shown
+    assert list(final.plots) == list(PLOTS)
+    assert final.plots["tau"].data and final.plots["tree"].data
+    fresh = ArenaUI(LocalEngine(arena), AppConfig(chat=False, update_every=0.0, plot_every=3600.0))
+    live = list(fresh.run(held_out_prompt(0), new_conversation(), *controls(24), session="s"))[:-1]
+    assert [name for u in live for name in u.plots] == [PLOTS[0]]  # the first is due at once, the next an hour on
 
 
 def test_a_sampled_race_says_what_it_checks_instead_of_token_equality(arena: Any) -> None:
