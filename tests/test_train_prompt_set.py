@@ -54,6 +54,18 @@ def test_deterministic_for_a_seed_and_the_split_does_not_depend_on_it(splits: tu
     assert {r["topic"] for r in other} == {r["topic"] for r in held}  # ... but holds out the same topics
 
 
+def test_a_caller_changing_its_records_does_not_change_the_next_callers(splits: tuple[Records, Records]) -> None:
+    """The generator's rounds are kept between calls (a recipe run asks for them several times): what one caller
+    does to its records reaches no later caller."""
+    train, _ = splits
+    mine = chat_set()
+    first = json.dumps(mine[:50])
+    for r in mine[:50]:
+        r["prompt"] += " changed"
+        r.setdefault("followups", []).append("an extra turn")
+    assert json.dumps(chat_set()[:50]) == first == json.dumps(train[:50])
+
+
 def test_later_rounds_extend_the_first_with_new_prompts_and_more_second_turns(
         splits: tuple[Records, Records], extended: tuple[Records, Records]) -> None:
     for first, more in zip(splits, extended, strict=True):

@@ -11,6 +11,7 @@ the bundles' shipped ``prompts.jsonl``."""
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -323,13 +324,16 @@ def _code(rng: random.Random) -> Iterator[Item]:
             yield "coding", f"sql:{task}", template.format(s=SQL_SCHEMA, t=task), follow
 
 
-def _all(seed: int | str) -> list[Item]:
+@functools.lru_cache(maxsize=8)
+def _all(seed: int | str) -> tuple[Item, ...]:
+    """Every prompt one round of the generator draws with ``seed``, in order. Kept: a recipe run asks for the same
+    rounds several times (its training prompts, the held-out ones, the set's size) and each takes seconds."""
     rng = random.Random(seed)
     items = list(_prose(rng)) + list(_code(rng))
     items += [("math", t, p, FOLLOWUPS["math"]) for t, p in math_prompts(rng, 55)]
     items += [("reasoning", t, p, FOLLOWUPS["reasoning"]) for t, p in reasoning_prompts(rng, 80)]
     items += [("extraction", t, p, FOLLOWUPS["extraction"]) for t, p in extraction_prompts(rng, 16)]
-    return items
+    return tuple(items)
 
 
 def chat_set(*, heldout: bool = False, seed: int = 0, n: int | None = None, rounds: int = 1) -> list[dict[str, Any]]:
