@@ -117,7 +117,7 @@ class LiveRace:
         return render.status_html(f"{self.notice} {message}" if self.notice else message, kind)
 
     def outputs(self, *, final: bool, figures: tuple[str, ...] = PLOTS) -> PageUpdate:
-        """The page's outputs now: the figures ``figures`` among them (every one when ``final``)."""
+        """The page's outputs now, the figures ``figures`` among them."""
         race, turn = self.race, self.conv["turns"][-1]
         for m, lane in race.lanes.items():
             if final:
@@ -136,7 +136,7 @@ class LiveRace:
                           lanes=self.ui.lanes_html(self.conv, live=not final, methods=self.methods),
                           cards=render.summary_html(summary, self.conv["matches"], dtype_name(race.dtype),
                                                     sampled=sampling_text(race.settings.sampling)),
-                          plots=self.ui.race_plots(race, PLOTS if final else figures), result=result)
+                          plots=self.ui.race_plots(race, figures), result=result)
 
     def final_kind(self) -> str:
         """The final banner's kind: a warning when the race was cut short, failed or limited, else ok."""

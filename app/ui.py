@@ -160,13 +160,14 @@ class ArenaUI:
                 for m in methods or self.methods}
 
     def empty_plots(self) -> dict[str, Any]:
-        return dict(zip(PLOTS, (plots.tau_figure([]), plots.latency_figure([]), plots.speed_figure([]),
-                                plots.acceptance_figure([]), plots.tree_figure(None, self.token_label)), strict=True))
+        return self.figures([])
 
     def race_plots(self, race: Scoreboard, names: Iterable[str] = PLOTS) -> dict[str, Any]:
-        """The figures ``names`` (default all) of a race, each built only when asked for; the tree view shows the
-        first drafting racer (registry order) with a tree."""
-        lanes = list(race.lanes.values())
+        return self.figures(list(race.lanes.values()), names)
+
+    def figures(self, lanes: list[Any], names: Iterable[str] = PLOTS) -> dict[str, Any]:
+        """The figures ``names`` (default all) of a race's lanes (none: the empty page's), each built only when
+        asked for; the tree view shows the first drafting racer (registry order) with a tree."""
 
         def tree() -> Any:
             drafting = [lane for lane in lanes if racer(lane.method).drafts]
