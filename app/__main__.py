@@ -30,6 +30,7 @@ from dart_core import (
     model_free_racers,
     open_bundle,
     packaged_model,
+    progress_stage,
     racer,
     runner_racers,
 )
@@ -340,10 +341,10 @@ def start_engine(args: argparse.Namespace, src: dict[str, Any], loaded: dict[str
     if searching and not info.has_store:
         log.warning("no N-gram store given (--ngram-model-name-or-path): the tree search of %s runs without it",
                     " and ".join(searching))
-    log.info("loaded in %.1f s on %s (%s, %d CPU thread%s)", time.perf_counter() - t0, info.device, info.dtype,
-             info.threads, "" if info.threads == 1 else "s")
-    for name, kernels in info.linear_kernels.items():
-        log.info("%s: %s", name, kernels)
+    log.debug("loaded in %.1f s on %s (%s, %d CPU thread%s)", time.perf_counter() - t0, info.device, info.dtype,
+              info.threads, "" if info.threads == 1 else "s")
+    for name, kernels in info.linear_kernels.items():  # the kernels stage's line gives the target's choice
+        log.debug("%s: %s", name, kernels)
     return engine
 
 
@@ -410,10 +411,11 @@ def serve(args: argparse.Namespace, src: dict[str, Any], loaded: dict[str, str],
                        session_ttl_s=args.session_ttl, standings=standings_panel(args, src, info))
 
     ui = ArenaUI(engine, config)
-    log.info("warming up (a short race, not shown)%s", WARM_UP_FAST.get(info.fast_path or "", ""))
     # the first example (a question in chat mode, code to continue in completion mode), encoded as a race encodes it
     ids = encode(engine.tokenizer, [{"user": examples[0][1] if examples else WARM_UP[chat]}], BASELINE, chat=chat)
-    warm_up(engine, ids, RaceSettings(max_length=args.max_length, trees=trees))
+    fast = WARM_UP_FAST.get(info.fast_path or "", "")
+    with progress_stage("warm-up", f"a short race of every racer, not shown{fast}"):
+        warm_up(engine, ids, RaceSettings(max_length=args.max_length, trees=trees))
     demo = ui.build()
     host = "0.0.0.0" if args.listen else "127.0.0.1"
     log.info("serving on http://%s:%d%s", host, args.server_port, " (+ a public share link)" if args.share else "")

@@ -27,7 +27,8 @@ def launch(demo: gr.Blocks, *, listen: bool = False, port: int | None = None, sh
     In front of Gradio, :class:`~app.guard.Guard` (with ``ui``, the page's engine and limits): ``GET /healthz``
     (200 while the model process serves or restarts, 503 once it gave up), request bodies bounded by what the
     longest prompt needs, no uploads (Gradio's own limit, ``max_file_size``, is 0 too), and events that do not
-    exist refused with a message."""
+    exist refused with a message. Gradio's own lines ("Running on local URL…") are left out unless a share link
+    is asked for (its URL is only known there): the start's last line is ours, the URL."""
     from starlette.middleware import Middleware
 
     from app.guard import Guard
@@ -40,7 +41,7 @@ def launch(demo: gr.Blocks, *, listen: bool = False, port: int | None = None, sh
     demo.launch(server_name="0.0.0.0" if listen else "127.0.0.1", server_port=port, share=share,
                 css=page_css(), theme=theme(), ssr_mode=False, show_error=True,
                 state_session_capacity=max(max_sessions, 1), max_file_size=0,
-                app_kwargs={"middleware": [guard]}, **kwargs)
+                app_kwargs={"middleware": [guard]}, quiet=not share, **kwargs)
 
 
 def request_body_limit(prompt_chars: int) -> int:

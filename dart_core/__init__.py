@@ -13,7 +13,7 @@ and the launch check start fast):
   packaged default target (:func:`packaged_model`);
 - prompts (``dart_core.loading.chat``): :func:`encode_chat`, :func:`render_chat`, :func:`encode_prompt`;
 - errors: :func:`describe_error` (one line naming the file, and whether the problem is a known one),
-  :func:`close_progress_bars`.
+  :func:`close_progress_bars`; a start's progress: :func:`progress_stage` (one line per stage, with its time).
 
 Beside them, three front-end packages the app and the command lines share: ``dart_core.race`` (the race, its
 figures, verdicts and standings), ``dart_core.options`` (every shared command-line option, declared once) and
@@ -47,7 +47,8 @@ _PUBLIC = {
     "close_progress_bars": "dart_core.loading.errors",
 }
 _RENAMED = {"racer_color": ("dart_core.racers.registry", "color"),
-            "describe_error": ("dart_core.loading.errors", "describe")}
+            "describe_error": ("dart_core.loading.errors", "describe"),
+            "progress_stage": ("dart_core.loading.progress", "stage")}
 __all__ = sorted([*_PUBLIC, *_RENAMED])
 
 

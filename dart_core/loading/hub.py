@@ -52,6 +52,39 @@ def cache_root() -> Path:
     return Path(os.environ.get("DART_ARENA_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "dart_arena"))
 
 
+class CacheDirError(HubFileError):
+    """A folder of the cache that cannot be created or written (a read-only file system, no permission)."""
+
+
+def cache_dir_problem(path: Path) -> str | None:
+    """Why files cannot be written under ``path`` (``None``: they can), judged by its nearest existing folder,
+    without creating anything: for a launch check."""
+    probe = Path(path)
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is not a folder"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{probe} cannot be written"
+    return None
+
+
+def writable_dir(path: Path, what: str) -> Path:
+    """``path`` created if need be, for ``what`` to be written into; a :class:`CacheDirError` that names it and
+    says where to point the cache instead, never a bare ``[Errno 30]``."""
+    problem = None
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        problem = cache_dir_problem(path)
+    except OSError as e:
+        problem = f"{e.filename or path} cannot be created ({e.strerror or e})"
+    if problem is not None:
+        raise CacheDirError(f"{problem}, so {what} cannot be kept in {path}: point DART_ARENA_CACHE at a writable "
+                            "folder (e.g. `export DART_ARENA_CACHE=$HOME/.cache/dart_arena`, or a folder on a "
+                            "volume that persists), then start again")
+    return path
+
+
 def _offline() -> bool:
     env = os.environ.get("HF_HUB_OFFLINE", "")
     return bool(constants.HF_HUB_OFFLINE) or env.upper() in {"1", "ON", "YES", "TRUE"}

