@@ -122,7 +122,9 @@ class LiveRace:
         for m, lane in race.lanes.items():
             if final:
                 self.streams[m].finish()
-            turn["replies"][m] = {"pieces": list(self.streams[m].pieces), "error": lane.error}
+            # the status too: a turn any racer did not finish is continued from AR's reply (page.continued_reply)
+            turn["replies"][m] = {"pieces": list(self.streams[m].pieces), "error": lane.error,
+                                  "status": lane.status}
         summary = race.summary()
         self.conv["summary"], self.conv["matches"] = summary, race.greedy_verdicts()
         if final:

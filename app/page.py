@@ -44,18 +44,39 @@ def prompt_char_bound(tok: Any, context: int) -> int:
 
 
 def prompt_text(tok: Any, turns: list[dict[str, Any]], method: str, *, chat: bool) -> str:
-    """The text :func:`encode` tokenizes: the chat template over ``method``'s conversation, or the last prompt."""
+    """The text :func:`encode` tokenizes: the chat template over ``method``'s conversation (each earlier turn
+    answered by :func:`continued_reply`), or the last prompt."""
     if not chat:
         return turns[-1]["user"]
     messages: list[dict[str, str]] = []
-    for turn in turns:
+    for i, turn in enumerate(turns):
         messages.append({"role": "user", "content": turn["user"]})
-        replies = turn.get("replies", {})
-        # a racer the visitor ticked after this turn answers after the baseline's reply (the target's own text)
-        reply = replies.get(method) or replies.get(BASELINE)
-        if reply is not None:
-            messages.append({"role": "assistant", "content": "".join(p for p, _ in reply["pieces"])})
+        if i < len(turns) - 1:  # an empty answer where none came: roles alternate (some templates insist)
+            reply = continued_reply(turn, method)
+            text = "".join(p for p, _ in reply["pieces"]) if reply is not None else ""
+            messages.append({"role": "assistant", "content": text})
     return render_chat(tok, messages)
+
+
+def turn_finished(turn: dict[str, Any]) -> bool:
+    """Did every racer of ``turn`` finish its reply on its own (end of turn, token budget, context), none cut
+    short by Stop, a cancelled request, the host's time limit or an error?"""
+    replies = turn.get("replies") or {}
+    return bool(replies) and all(r.get("status") == "done" for r in replies.values())
+
+
+def continued_reply(turn: dict[str, Any], method: str) -> dict[str, Any] | None:
+    """The reply of ``turn`` that ``method``'s later prompts are built on: its own where every racer finished the
+    turn (greedy: the same text for every racer; sampled: each its own draw), else the baseline's (AR's, the
+    target's own text, as far as it got), for every racer alike. A turn cut short leaves each racer a reply of a
+    different length (a drafter is ahead of AR when Stop comes, a failed one behind), and continuing those would
+    race the next turn on different prompts: its greedy check then says the outputs differ on a correct engine.
+    Dropping the cut reply instead would hide from the model what the visitor read and leave two user messages
+    in a row. A racer ticked after the turn (no reply of its own) continues AR's too. The page still shows each
+    racer's own reply."""
+    replies = turn.get("replies") or {}
+    own = replies.get(method)
+    return own if own is not None and turn_finished(turn) else replies.get(BASELINE)
 
 
 # The sampling controls, first in the order the page passes controls to a race; each loaded racer's tree

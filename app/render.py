@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.page import turn_finished
 from dart_core import BASELINE, RACERS, label
 from dart_core.race import Verdict
 
@@ -124,7 +125,8 @@ def lane_html(method: str, turns: Sequence[dict[str, Any]], *, chat: bool, figur
               live: bool = False) -> str:
     """One column: header + the conversation (chat) or the prompt followed by its continuation (completion).
 
-    ``turns``: ``{"user": str, "replies": {method: {"pieces": [...], "error": str | None}}}`` dicts. ``live``
+    ``turns``: ``{"user": str, "replies": {method: {"pieces": [...], "error": str | None, "status": str}}}``
+    dicts (a chat turn cut short notes where a column's reply is not the one later turns build on). ``live``
     (while the last turn streams): the header without its figure chips (the summary cards show them live) and
     the last reply's markup left open, so each update's HTML extends the previous one and Gradio sends only the
     new text (its stream diff is an "append" when the new string starts with the old); the browser closes the
@@ -145,7 +147,8 @@ def lane_html(method: str, turns: Sequence[dict[str, Any]], *, chat: bool, figur
         err_html = f'<div class="lane-error">{html.escape(err)}</div>' if err else ""
         if chat:
             body.append(f'<div class="msg msg-user">{html.escape(turn["user"])}</div>'
-                        f'<div class="msg msg-bot">{text or "&#8203;"}{err_html}</div>')
+                        f'<div class="msg msg-bot">{text or "&#8203;"}{err_html}</div>'
+                        + continued_note(turn, method))
         else:
             body.append(f'<div class="completion"><span class="prompt-text">{html.escape(turn["user"])}</span>'
                         f'{text}</div>{err_html}')
@@ -156,6 +159,22 @@ def lane_html(method: str, turns: Sequence[dict[str, Any]], *, chat: bool, figur
     out = (f'<div class="lane lane-box-{method}" data-method="{method}">'
            f'{lane_header(method, figures, chips=not live)}<div class="lane-body {mode}">{"".join(body)}')
     return out if is_open else out + "</div></div>"
+
+
+def continued_note(turn: dict[str, Any], method: str) -> str:
+    """Under a chat reply the later turns do not build on: the turn was cut short and this racer's text is not the
+    baseline's, which every racer continues from (``app.page.continued_reply``); the column still shows what the
+    racer wrote, and the note says why its next answer may not follow from it."""
+    replies = turn.get("replies") or {}
+    own, base = replies.get(method), replies.get(BASELINE)
+    if method == BASELINE or own is None or base is None or turn_finished(turn) or _text(own) == _text(base):
+        return ""
+    return (f'<div class="lane-note">Cut short: the chat continues from {html.escape(label(BASELINE))}\'s reply, '
+            "the same for every racer.</div>")
+
+
+def _text(reply: dict[str, Any]) -> str:
+    return "".join(p for p, _ in reply.get("pieces", []))
 
 
 SAMPLED_CHECK = ("sampled at {sampling}: each racer's output is a draw from the target's own distribution (the "

@@ -316,7 +316,8 @@ class ArenaUI:
     def stop(self, session: str) -> PageUpdate:
         """Stop pressed: stop this session's race, wait until its generator has closed (so no update of it can
         arrive after this answer), and show the final, stopped state. A request still waiting in the queue is
-        dropped by the button's ``cancels=``."""
+        dropped by the button's ``cancels=``. The stopped turn's later prompts are AR's reply for every racer
+        (``app.page.continued_reply``), so the next race is like for like."""
         with self._active_lock:
             live = self.active.get(session)
             self._forget_ended()
