@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import math
 import threading
 import time
 from collections.abc import Iterator
@@ -67,7 +68,8 @@ class LiveRace:
         """Step the race, yielding the page's outputs at most every ``update_every`` seconds and at the end. The
         live figures are redrawn one at a time, in turn, at most every ``plot_every`` seconds: each redraw is a
         short task for the browser, so a click (Stop) never waits behind all five."""
-        last, last_plot, completed = 0.0, 0.0, False
+        # -inf: the first step always updates (perf_counter counts from an arbitrary point, near 0 after a boot)
+        last, last_plot, completed = -math.inf, -math.inf, False
         turn = itertools.cycle(PLOTS)
         cfg = self.ui.config
         try:
