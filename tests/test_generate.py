@@ -355,3 +355,13 @@ def test_generate_names_a_rounding_tie_a_tie(racer_tokens: list[int], second_log
     assert ("tie: identical up to a bfloat16 tie at token 1" in printed) == (verdict == "tie")
     assert ("MISMATCH" in printed) == (verdict == "mismatch")
     assert "please report" not in printed or verdict == "mismatch"
+
+
+def test_racers_on_different_prompts_get_no_greedy_verdict() -> None:
+    """A chat whose earlier turn was sampled gives each racer its own conversation: outputs that are not meant to
+    agree get no verdict, never "OUTPUT DIFFERS" on a correct engine."""
+    top = [((7, 4), (20.0, 10.0)), ((8, 5), (20.0, 10.0)), ((9, 4), (20.0, 10.0))]
+    board = _board_with([7, 5, 9], top, torch.float32)
+    assert board.greedy_matches() == {"dart": False}  # type: ignore[attr-defined]
+    board.prompts["dart"] = [1, 3]  # type: ignore[attr-defined]
+    assert board.greedy_verdicts() is None and board.greedy_matches() is None  # type: ignore[attr-defined]

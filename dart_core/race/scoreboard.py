@@ -111,10 +111,14 @@ class Scoreboard:
         return mine.speedup_over(ar.stats() if ar is not None else None) if mine is not None else None
 
     def greedy_verdicts(self) -> dict[str, Verdict] | None:
-        """Greedy only, once every lane finished normally: each method's output against AR's — identical,
-        identical up to a rounding tie of the target's best logits, or a mismatch (``greedy_check``)."""
+        """Greedy only, once every lane finished normally, on one prompt for all: each method's output against
+        AR's — identical, identical up to a rounding tie of the target's best logits, or a mismatch
+        (``greedy_check``). Racers given different prompts (a chat whose earlier turn was sampled: each column
+        continues its own answer) get no verdict: their outputs are not meant to agree."""
         ar = self.lanes.get(BASELINE)
         if not self.settings.sampling.greedy or ar is None or ar.status != "done":
+            return None
+        if any(p != self.prompts[BASELINE] for p in self.prompts.values()):
             return None
         if any(lane.status != "done" for lane in self.lanes.values()):
             return None
