@@ -443,6 +443,22 @@ def fake_hub(monkeypatch: pytest.MonkeyPatch, remote: Path) -> None:
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", hf_hub_download)
 
 
+def test_check_with_no_hub_cache_plans_every_download_with_its_size(
+        published: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_loading: list[str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A first start on a GPU box that has never fetched anything: --check says what it will download and how
+    much, and passes (the launch script's first-run path)."""
+    remote = tmp_path / "remote"
+    shutil.copytree(published, remote)
+    use_cache(monkeypatch, tmp_path / "empty-hub", offline=False)
+    fake_hub(monkeypatch, remote)
+    code, out, err, _ = run_main(launch_args("--check"), capsys)
+    assert code == 0, err
+    assert not no_loading and "error" not in err
+    assert re.search(r"to download: +\d+(\.\d)? [KMG]B into .*empty-hub", out), out
+    assert out.count(" *") >= 5, out  # every piece's files marked as not here yet
+
+
 @pytest.mark.parametrize("small", [True, False])
 def test_download_fetches_exactly_the_plan(published: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                            no_loading: list[str], capsys: pytest.CaptureFixture[str],
