@@ -130,8 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--max-restarts", type=int, default=3, metavar="N",
                    help="when the model process dies (killed, out of memory), a new one is started, after a back-off "
                         "of 1, 2, 4… s; after more than N deaths within 10 minutes the app gives up: every race gets "
-                        "an error and GET /healthz answers 503, for a host to restart the app (default: %(default)s; "
-                        "0: never restart)")
+                        "an error and GET /healthz answers 503 for good (it does while a new one loads too), for a "
+                        "host to restart the app (default: %(default)s; 0: never restart)")
     h.add_argument("--race-log", type=Path, default=None, metavar="FILE",
                    help="append one JSON line per ended race (the 'Run data' JSON, the prompt and the wall time)")
     h.add_argument("--max-sessions", type=int, default=100, metavar="N",  # app.ui.MAX_SESSIONS

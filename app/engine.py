@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing
+import multiprocessing.connection
 import queue
 import signal
 import threading
@@ -76,6 +77,35 @@ def engine_info(arena: Any) -> EngineInfo:
                       threads=torch.get_num_threads(),
                       linear_kernels={name: plan.describe() for name, plan in plans.items()},
                       fast_path=getattr(arena.target, "fast_path", None))
+
+
+def exit_text(code: int | None) -> str:
+    """How a model process ended, for the log and ``/healthz`` (a negative code: the signal that killed it)."""
+    return f"exit code {code}{', killed' if code and code < 0 else ''}"
+
+
+PF_EXITING = 0x4  # Linux's flag of a task whose exit is under way (/proc/PID/stat, field 9)
+
+
+def ending(pid: int) -> str | None:
+    """How a process that still looks alive is in fact ending, else None (also where ``/proc`` cannot tell): a
+    SIGKILL pending, or its exit under way. A killed model process frees its memory for tens of milliseconds before
+    it can be reaped; ``/proc`` shows the kill from the moment ``kill()`` returns."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        with open(f"/proc/{pid}/status", "rb") as f:
+            status = f.read()
+        fields = stat[stat.rindex(b")") + 2:].split()
+        kill_bit = 1 << (signal.SIGKILL - 1)
+        for line in status.splitlines():
+            if line.startswith((b"SigPnd:", b"ShdPnd:")) and int(line.split()[1], 16) & kill_bit:
+                return "killed (SIGKILL), exiting"
+        if fields[0] in (b"Z", b"X") or int(fields[6]) & PF_EXITING:
+            return "exiting"
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def model_worker() -> ThreadPoolExecutor:
@@ -216,8 +246,9 @@ class ProcessEngine:
     If the engine process dies (killed, out of memory), the races under way end with an error that says so and a
     new process is started, after a back-off (1 s, 2 s, 4 s, … at most 30 s); races asked for meanwhile wait for
     it. More than ``max_restarts`` deaths within ``restart_window_s`` (or a restart that cannot load) and the
-    engine gives up: every later race gets an error that says to restart the app, and :meth:`health` says so,
-    for a host's health check."""
+    engine gives up: every later race gets an error that says to restart the app. :meth:`health` tells a host's
+    health check whether a race can run now: not while the process is dead or a new one loads, nor once it gave
+    up."""
 
     def __init__(self, load: Mapping[str, Any], *, threads: int | None = None, max_restarts: int = 3,
                  restart_window_s: float = 600.0) -> None:
@@ -228,7 +259,7 @@ class ProcessEngine:
         self._inboxes: dict[int, queue.SimpleQueue[tuple[Any, ...]]] = {}
         self._ids = count(1)
         self.dead: str | None = None  # why the engine gave up for good (None: it serves, or is restarting)
-        self.state = "starting"  # starting | ready | restarting | failed | closed
+        self.state = "starting"  # starting | ready | restarting | failed | closed (health adds down)
         self.restarts = 0  # processes started after the first
         self.last_exit: str | None = None  # how the last engine process ended unexpectedly
         self._deaths: deque[float] = deque()  # time.monotonic() of each unexpected end, within the window
@@ -266,12 +297,21 @@ class ProcessEngine:
         return self._proc.pid
 
     def health(self) -> tuple[bool, dict[str, Any]]:
-        """(serving, details) for a host's health check: serving while the engine is ready, or restarting after
-        a crash within its budget of restarts; not once it gave up (a host should then restart the app)."""
+        """(serving, details) for a host's health check, which reads only the status code: serving only while
+        the engine is ready and its model process alive (not ended, nor ending: :func:`ending`), asked here at
+        once, for the reader thread notices a death a moment later and until then the state still says ready. A
+        dead or dying process is ``"down"`` with how it ended; ``"restarting"`` (a new one loading) and
+        ``"failed"`` (it gave up: restart the app) are not serving either, for no race can run meanwhile."""
         with self._lock:
-            details = {"engine": self.state, "restarts": self.restarts, "pid": self._proc.pid,
-                       "last_exit": self.last_exit, "error": self.dead}
-            return self.state in ("ready", "restarting"), details
+            state, last_exit = self.state, self.last_exit
+            if state == "ready":
+                if not self._proc.is_alive():  # reaps it: under the lock, as the reader does
+                    state, last_exit = "down", exit_text(self._proc.exitcode)
+                elif (why := ending(self._proc.pid)) is not None:
+                    state, last_exit = "down", why
+            details = {"engine": state, "restarts": self.restarts, "pid": self._proc.pid,
+                       "last_exit": last_exit, "error": self.dead}
+            return state == "ready", details
 
     def race(self, prompts: Mapping[str, Sequence[int]], settings: RaceSettings,
              methods: Sequence[str] | None = None) -> RemoteRace:
@@ -316,16 +356,19 @@ class ProcessEngine:
                 inbox = self._inboxes.get(msg[1])
             if inbox is not None:
                 inbox.put(msg[0:1] + msg[2:])
-        proc.join(5)
-        code = proc.exitcode
+        # the process's end waited for, and it reaped, under the lock: :meth:`health` reaps it too (two threads
+        # reaping one child at once could lose its exit code)
+        ended = multiprocessing.connection.wait([proc.sentinel], 5)
         with self._lock:
             if self.state == "closed":
                 return
+            if ended:
+                proc.join()  # its exit is under way: reaped at once
             now = time.monotonic()
             self._deaths.append(now)
             while self._deaths and now - self._deaths[0] > self.restart_window_s:
                 self._deaths.popleft()
-            self.last_exit = f"exit code {code}{', killed' if code and code < 0 else ''}"
+            self.last_exit = exit_text(proc.exitcode)
             gave_up = len(self._deaths) > self.max_restarts
             reason = (f"the model process ended unexpectedly ({self.last_exit})"
                       + (f", {len(self._deaths)} times in {self.restart_window_s / 60:g} min: the server gave up "

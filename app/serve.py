@@ -25,10 +25,11 @@ def launch(demo: gr.Blocks, *, listen: bool = False, port: int | None = None, sh
     message the caller gets instead of an error without one.
 
     In front of Gradio, :class:`~app.guard.Guard` (with ``ui``, the page's engine and limits): ``GET /healthz``
-    (200 while the model process serves or restarts, 503 once it gave up), request bodies bounded by what the
-    longest prompt needs, no uploads (Gradio's own limit, ``max_file_size``, is 0 too), and events that do not
-    exist refused with a message. Gradio's own lines ("Running on local URL…") are left out unless a share link
-    is asked for (its URL is only known there): the start's last line is ours, the URL."""
+    (200 only while the model process is ready and alive; 503 while it is down or restarting, and once the app gave
+    up: a host reads the status code), request bodies bounded by what the longest prompt needs, no uploads
+    (Gradio's own limit, ``max_file_size``, is 0 too), and events that do not exist refused with a message.
+    Gradio's own lines ("Running on local URL…") are left out unless a share link is asked for (its URL is only
+    known there): the start's last line is ours, the URL."""
     from starlette.middleware import Middleware
 
     from app.guard import Guard

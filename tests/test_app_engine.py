@@ -128,8 +128,10 @@ def test_a_killed_engine_without_restarts_left_is_an_error_for_the_race_and_ever
 
 
 def test_a_killed_engine_is_restarted_and_the_next_race_succeeds() -> None:
-    """The model process killed mid-race: that race ends with an error that says a new one is starting; the
-    next race waits for it and runs; a second kill restarts it again; past ``max_restarts`` the engine gives up."""
+    """The model process killed mid-race: health says so at once (not serving, ``down``: a host reads only the
+    status code); that race ends with an error that says a new one is starting, and health is not serving while
+    it loads; the next race waits for it and runs; a second kill restarts it again; past ``max_restarts`` the
+    engine gives up."""
     engine = ProcessEngine(LOAD, max_restarts=2)
     try:
         assert engine.health()[0] and engine.health()[1]["engine"] == "ready"
@@ -139,24 +141,29 @@ def test_a_killed_engine_is_restarted_and_the_next_race_succeeds() -> None:
             it = race.run()
             next(it)
             os.kill(first_pid, signal.SIGKILL)
-            for _ in it:
+            healthy, details = engine.health()  # at once: before the reader thread has noticed
+            for _ in it:  # drained before any assertion: a race left pending would wait for its end forever
                 pass
+            assert not healthy and details["engine"] == "down" and details["pid"] == first_pid, details
+            assert "kill" in details["last_exit"], details
             assert race.failed == ["dart", "eagle3", "ar"]
             assert "a new one is starting" in race.lanes["ar"].error, race.lanes["ar"].error
-            healthy, details = engine.health()
-            assert healthy and details["engine"] in ("restarting", "ready"), details  # restarting counts as up
+            healthy, details = engine.health()  # a new process loads, after a back-off of a second or more
+            assert not healthy and details["engine"] == "restarting", details
+            assert details["last_exit"] == "exit code -9, killed", details
             later = engine.race(prompts(engine, 1), RaceSettings(max_new_tokens=8, trees=TREES))
             updates = list(later.run(idle_s=0.2))  # waits (None items) while the new process loads
             assert {lane.status for lane in later.lanes.values()} == {"done"}, later.lanes
             assert later.greedy_matches() == {"dart": True, "eagle3": True}
             assert None in updates and engine.pid != first_pid and engine.restarts == round_
         os.kill(engine.pid, signal.SIGKILL)  # a third death within the window: over max_restarts=2
+        assert engine.health()[1]["engine"] == "down"  # at once; failed once the reader has counted it
         deadline = time.monotonic() + 30
-        while engine.health()[0]:
+        while engine.health()[1]["engine"] != "failed":
             assert time.monotonic() < deadline, engine.health()
             time.sleep(0.1)
         healthy, details = engine.health()
-        assert details["engine"] == "failed" and "gave up" in details["error"] and "restart the app" in details["error"]
+        assert not healthy and "gave up" in details["error"] and "restart the app" in details["error"]
         refused = engine.race(prompts(engine, 2), RaceSettings(max_new_tokens=8, trees=TREES))
         assert list(refused.run()) == [] and "gave up" in refused.lanes["ar"].error
     finally:

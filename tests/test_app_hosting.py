@@ -1,7 +1,8 @@
 """Issue 24 against a running ``python -m app --bundle assets/tiny``, as a hostile visitor or a host sees it:
 Stop, Clear and Regenerate with nothing to act on answer quietly; an unknown event and an upload are refused with
 a message; a 20 MB prompt is refused at once and the race after it is served straight away; ``/healthz`` reports
-the model process, which is restarted when it is killed mid-race (the next race succeeds)."""
+the model process (503 from the moment it is killed until a new one serves), which is restarted when it is killed
+mid-race (the next race succeeds)."""
 
 from __future__ import annotations
 
@@ -116,16 +117,23 @@ def test_a_killed_model_process_is_restarted_and_healthz_reports_it(tmp_path: An
             assert time.monotonic() < deadline and not first.done(), "the race never started streaming"
             time.sleep(0.05)
         os.kill(details["pid"], signal.SIGKILL)  # the model process, mid-race
+        code, down = health(app)  # at once, no sleep: a host's probe reads the status code
         killed = first.result(timeout=60)
+        # "down" (dying or dead) until the reader thread has noticed, "restarting" after
+        assert code == 503 and down["engine"] in ("down", "restarting") and "kill" in down["last_exit"], down
         assert "a new one is starting" in json.dumps(killed[-1]), killed[STATUS]
+        code, loading = health(app)  # the new process loads after a back-off: no race can run yet
+        assert code == 503 and loading["engine"] == "restarting", loading
         result = client(app).predict(held_out_prompt(2), *GREEDY, api_name="/race")[-1]  # waits for the new one
         assert result["greedy_matches_ar"] == {"dart": True, "eagle3": True}
         code, details = health(app)
         assert code == 200 and details["engine"] == "ready" and details["restarts"] == 1, details
         os.kill(details["pid"], signal.SIGKILL)  # a second death within 10 minutes: over --max-restarts 1
+        code, down = health(app)
+        assert code == 503 and down["engine"] in ("down", "failed"), down  # never 200 again
         deadline = time.monotonic() + 30
-        while health(app)[0] == 200:
-            assert time.monotonic() < deadline, "healthz never reported the engine down"
+        while health(app)[1]["engine"] != "failed":
+            assert time.monotonic() < deadline, "healthz never reported that the app gave up"
             time.sleep(0.2)
         code, details = health(app)
         assert code == 503 and details["engine"] == "failed" and "restart the app" in details["error"], details
