@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SCANNED_DIRS = ("dart_core", "app", "native", "scripts", "launch", "tests", "docs")
@@ -146,3 +147,151 @@ def test_the_readme_python_examples_import() -> None:
         mod = importlib.import_module(module)
         for name in (n.strip() for n in names.split(",")):
             assert hasattr(mod, name), f"README: from {module} import {name}"
+
+
+# ------------------------------------------------------------------- citations in code: paths and module names
+CODE_FILES = sorted({*(p for p in scanned_files() if p.suffix in {".py", ".sh", ".cpp", ".hpp", ".h"}),
+                     ROOT / "pyproject.toml", ROOT / ".ci" / "run"} - {Path(__file__).resolve()})
+ANY_PATH = re.compile(r"(?<![\w./-])((?:dart_core|app|scripts|launch|tests|native|assets)/[\w./*{}<>,-]*(?:\.\w+|/))")
+# ``dart_core.loading.atomic:atomic_output``, ``dart_core.engine.loop.stream``, ``app.engine.ProcessEngine.health``
+DOTTED = re.compile(r"(?<![\w./-])((?:dart_core|app)(?:\.[A-Za-z_]\w*)+)(?::([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*))?")
+NATIVE = "_native"
+FILE_SUFFIXES = {"md", "py", "json", "jsonl", "sh", "toml", "html", "css", "txt", "log", "whl", "gguf", "safetensors",
+                 "ngram", "trie", "png", "cpp", "hpp"}
+
+
+def cited_lines(path: Path) -> list[tuple[int, str]]:
+    """(line number, text) where ``path`` may cite something: in Python its comments and strings (code is checked
+    by running it), elsewhere every line."""
+    import io
+    import tokenize
+
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if path.suffix != ".py":
+        return list(enumerate(text.splitlines(), 1))
+    out: list[tuple[int, str]] = []
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type in (tokenize.COMMENT, tokenize.STRING) or getattr(tokenize, "FSTRING_MIDDLE", -1) == tok.type:
+            out += [(tok.start[0] + i, line) for i, line in enumerate(tok.string.splitlines())]
+    return out
+
+
+def module_file(dotted: str) -> Path | None:
+    """The source file of the module ``dotted`` names (``app`` is the package, not the Spaces file ``app.py``)."""
+    base = ROOT.joinpath(*dotted.split("."))
+    if (base / "__init__.py").is_file():
+        return base / "__init__.py"
+    return base.with_suffix(".py") if base.with_suffix(".py").is_file() else None
+
+
+def top_level_names(tree: Any) -> dict[str, Any]:
+    """Every name a module (or a class body) defines, with its node: functions, classes, assignments, imports,
+    and, in a module with a ``__getattr__``, the names it exports lazily (the strings of its top-level maps)."""
+    import ast
+
+    names: dict[str, Any] = {}
+    lazy = any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in tree.body)
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names[node.name] = node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name):
+                        names[n.id] = node
+            if lazy and isinstance(node.value, ast.Dict):
+                for n in ast.walk(node.value):
+                    if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.isidentifier():
+                        names.setdefault(n.value, node)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                names[(alias.asname or alias.name).split(".")[0]] = node
+        elif isinstance(node, (ast.If, ast.Try)):
+            names.update(top_level_names(node))
+    return names
+
+
+def dotted_problem(ref: str, attrs: str | None) -> str | None:
+    """Why ``ref`` (``module.name…``, or ``module`` with ``attrs`` after a colon) names nothing, else None."""
+    import ast
+
+    parts = ref.split(".")
+    if parts[-1] in FILE_SUFFIXES:  # a file name: ``app.py``, ``docs/app.md``
+        return None
+    if parts[:2] == ["dart_core", NATIVE]:  # compiled from native/ by the build: not a source file
+        return None if (ROOT / "native" / "python" / "module.cpp").is_file() else "no native core source"
+    for cut in range(len(parts), 0, -1):
+        path = module_file(".".join(parts[:cut]))
+        if path is not None:
+            break
+    else:
+        return "no such module"
+    chain = parts[cut:] + (attrs.split(".") if attrs else [])
+    scope: Any = ast.parse(path.read_text(encoding="utf-8"))
+    for i, name in enumerate(chain):
+        if name.startswith("__") and name.endswith("__"):
+            return None
+        names = top_level_names(scope)
+        if name not in names:
+            if i == 0 and module_file(".".join([*parts[:cut], name])) is not None:  # a submodule
+                return None
+            where = ".".join(parts[:cut] + chain[:i])
+            return f"{where} has no {name}"
+        scope = names[name]
+        if not isinstance(scope, ast.ClassDef):  # an instance attribute from here on: not checked
+            return None
+    return None
+
+
+def test_every_module_name_cited_in_code_and_docs_exists() -> None:
+    """``dart_core.loading.atomic:atomic_output``, ``app.engine.ProcessEngine.health``: each module and name a doc,
+    docstring or comment cites is defined where it says (a rename leaves no citation behind)."""
+    missing = []
+    for path in [*DOCS, *CODE_FILES]:
+        for lineno, line in cited_lines(path):
+            for ref, attrs in DOTTED.findall(URL.sub(" ", line)):
+                problem = dotted_problem(ref.rstrip("."), attrs or None)
+                if problem is not None:
+                    missing.append(f"{path.relative_to(ROOT)}:{lineno}: {ref}{':' + attrs if attrs else ''} "
+                                   f"({problem})")
+    assert not missing, "cited modules and names that do not exist:\n" + "\n".join(missing)
+
+
+def test_every_path_cited_in_code_exists() -> None:
+    """Docstrings and comments cite files as the docs do (``dart_core/loading/atomic.py``): each is there."""
+    missing = []
+    for path in CODE_FILES:
+        for lineno, line in cited_lines(path):
+            for ref in ANY_PATH.findall(URL.sub(" ", line)):
+                ref = ref.rstrip(".")
+                if any(c in ref for c in "*{}<>,") or ref.startswith("tests/artifacts"):
+                    continue
+                if not (ROOT / ref).exists() and not attribute_of_a_file(ref):
+                    missing.append(f"{path.relative_to(ROOT)}:{lineno}: {ref}")
+    assert not missing, "cited paths that do not exist:\n" + "\n".join(missing)
+
+
+def attribute_of_a_file(ref: str) -> bool:
+    """``tests/helpers_app.running_app``: a name in a Python file cited by its path."""
+    import ast
+
+    base, _, name = ref.rpartition(".")
+    source = (ROOT / base).with_suffix(".py")
+    return bool(base) and source.is_file() and name in top_level_names(ast.parse(source.read_text(encoding="utf-8")))
+
+
+def test_a_citation_of_nothing_is_caught() -> None:
+    """The checks can fail: a made-up module, name, method and path are each reported; real ones are not."""
+    assert dotted_problem("dart_core.loading.atomic", "atomic_output") is None
+    assert dotted_problem("dart_core.engine.loop.stream", None) is None
+    assert dotted_problem("app.engine.ProcessEngine.health", None) is None
+    assert dotted_problem("dart_core.load_arena", None) is None  # exported lazily by the package
+    assert dotted_problem("dart_core.ngram.store", "_atomic_output") == "dart_core.ngram.store has no _atomic_output"
+    assert dotted_problem("dart_core.packaged", None) == "dart_core has no packaged"
+    assert dotted_problem("dart_core.options", "no_such_option") == "dart_core.options has no no_such_option"
+    assert dotted_problem("dart_core.options.app_threads", None) is None  # a lazy export
+    assert "ProcessEngine has no heal" in (dotted_problem("app.engine.ProcessEngine.heal", None) or "")
+    assert ANY_PATH.findall("see dart_core/packaged.py") == ["dart_core/packaged.py"]
+    assert not (ROOT / "dart_core/packaged.py").exists() and not attribute_of_a_file("dart_core/packaged.py")
+    assert attribute_of_a_file("tests/helpers_app.running_app") and not attribute_of_a_file("tests/helpers_app.nope")
