@@ -229,7 +229,7 @@ def test_app_exits_2_with_one_line_naming_the_file(tmp_path: Path) -> None:
     line = check_error_line_last(out.stderr, named)
     assert "model.embed_tokens.weight holds non-finite values" in line
     assert "Traceback" not in out.stderr
-    assert "loading:" in out.stderr  # there was a bar: it ended before the error line
+    assert "] load: " in out.stderr and "failed after" in out.stderr  # its stage line ended before the error line
 
 
 def test_app_debug_shows_the_traceback_before_the_line(tmp_path: Path) -> None:
@@ -246,6 +246,6 @@ def test_generate_cli_error_line_is_not_written_onto_the_progress_bar(tmp_path: 
     out = run([sys.executable, "-m", "dart_core.generate", "--base", str(root / "target"), "--dart",
                str(root / "dart"), "--prompt", "def f():", "--raw", "--device", "cpu"], tmp_path)
     assert out.returncode == 2, out.stderr
-    assert "loading:" in out.stderr
+    assert "] load: " in out.stderr and "failed after" in out.stderr
     check_error_line_last(out.stderr, named)
     assert "Traceback" not in out.stderr
