@@ -91,7 +91,7 @@ def test_shrunk_trees_stay_lossless(tmp_path: Path) -> None:
     (["--streams", "1,3", "--limit", "2"], "--streams 3: only 2 prompt(s) given"),
     (["--streams", "two"], "--streams takes comma-separated integers, got 'two'"),
     (["--max-new-tokens", "0"], "--max-new-tokens must be at least 1, got 0"),
-    (["--methods", "nope"], "unknown method 'nope'"),
+    (["--methods", "nope"], "--methods nope: 'nope' is no racer; known: dart, eagle3"),
 ])
 def test_bad_values_are_refused_naming_them(argv: list[str], message: str, tmp_path: Path,
                                             capsys: pytest.CaptureFixture) -> None:

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from dart_core.bench.e2e import (
+    NEW_TOKENS_HELP,
     BenchError,
     add_prompt_source,
     environment,
@@ -52,6 +53,7 @@ from dart_core.options import (
     runtime_options,
     tree_settings,
 )
+from dart_core.options.limits import loaded_problem, prompts_problem, target_limits
 from dart_core.race import command_line, method_width, models_identity, racer_figures, results_dir, run_record
 from dart_core.racers.hf_generate import KEY as HF_KEY
 from dart_core.racers.hf_generate import generate_hf_batch
@@ -74,7 +76,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--methods", default=None, help="comma-separated racers (default: every loaded one, then ar)")
     g.add_argument("--hf-generate", action=argparse.BooleanOptionalAction, default=True,
                    help="also batch transformers' own generate() (left padding) on the same prompts: the `hf` row")
-    g.add_argument("--max-new-tokens", type=int, default=128)
+    g.add_argument("--max-new-tokens", type=int, default=128, help=NEW_TOKENS_HELP)
     g.add_argument("--warmup", type=int, default=1, help="uncounted warm-up batches per racer (default 1)")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     g.add_argument("--top-p", type=float, default=1.0)
@@ -139,10 +141,11 @@ def _run(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
 
-    if args.max_new_tokens < 1:
-        raise BenchError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
     src = resolve_sources(args)
     prompts = load_prompts(src, args.limit)
+    problem = prompts_problem((p["prompt"] for p in prompts), str(src.prompts or src.dataset), target_limits(src.base))
+    if problem is not None:  # refused before the load, untokenized
+        raise BenchError(problem)
     streams = parse_streams(args.streams, len(prompts))
     try:
         runtime = runtime_options(args)
@@ -156,6 +159,9 @@ def _run(args: argparse.Namespace) -> int:
     if BASELINE not in methods:
         methods = [*methods, BASELINE]  # every speedup is over batched plain decoding at the same B
     order = [BASELINE, *[m for m in methods if m != BASELINE]]
+    problem = loaded_problem(args, arena.tokenizer, arena.target, [p["prompt"] for p in prompts])
+    if problem is not None:  # a target whose limits were not readable before loading
+        raise BenchError(problem)
     chat = src.chat and bool(getattr(arena.tokenizer, "chat_template", None))
     encoded = [encode_prompt(arena.tokenizer, p["prompt"], chat=chat, system=args.system) for p in prompts]
     target = arena.target

@@ -55,6 +55,13 @@ from dart_core.options import (
     runtime_options,
     tree_settings,
 )
+from dart_core.options.limits import (
+    MAX_NEW_TOKENS_CAP,
+    check_flags,
+    loaded_problem,
+    prompts_problem,
+    target_limits,
+)
 from dart_core.race import (
     command_line,
     models_identity,
@@ -93,19 +100,23 @@ def add_prompt_source(g: Any) -> Any:
     return source
 
 
+NEW_TOKENS_HELP = ("new tokens per answer (default %(default)s; at most the target's context, read from its "
+                   f"config.json before loading, or {MAX_NEW_TOKENS_CAP:,} where that is not on this machine yet)")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p)
     g = p.add_argument_group("run")
     add_prompt_source(g)
     g.add_argument("--turns", type=int, choices=(1, 2), default=1,
                    help="with --dataset: 2 = also ask each method the follow-up question after its own first answer")
-    g.add_argument("--limit", type=int, default=0, help="use only the first N prompts (0 = all)")
+    g.add_argument("--limit", type=int, default=0, help="use only the first N prompts (default 0: all)")
     g.add_argument("--methods", default=None,
                    help=f"comma-separated subset of {','.join(r.key for r in RACERS)} (default: all loaded)")
     g.add_argument("--hf-generate", action=argparse.BooleanOptionalAction, default=True,
                    help="race transformers' own generate() on the same weights too: the `hf` row (default on)")
     g.add_argument("--warmup", type=int, default=1, help="warm-up prompt runs per method, not counted (default 1)")
-    g.add_argument("--max-new-tokens", type=int, default=128)
+    g.add_argument("--max-new-tokens", type=int, default=128, help=NEW_TOKENS_HELP)
     g.add_argument("--max-length", type=int, default=None, help="limit on prompt + output tokens")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     g.add_argument("--top-p", type=float, default=1.0)
@@ -251,6 +262,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.seeds < 1:
         raise BenchError(f"--seeds must be at least 1, got {args.seeds}")
     src, prompts, arena, methods = _load(args)
+    problem = loaded_problem(args, arena.tokenizer, arena.target, [p["prompt"] for p in prompts])
+    if problem is not None:  # a target whose limits were not readable before loading
+        raise BenchError(problem)
     chat = src.chat and bool(getattr(arena.tokenizer, "chat_template", None))
     n_turns = args.turns if src.dataset is not None else 1
     trees = {m: t for m, t in tree_settings(args, arena.target.device).items() if racer(m).drafts}
@@ -286,6 +300,10 @@ def _load(args: argparse.Namespace) -> tuple[Sources, list[dict[str, Any]], Any,
     """The sources, the prompts, the loaded arena and the methods to run (each checked to be loaded)."""
     src = resolve_sources(args)
     prompts = load_prompts(src, args.limit, args.turns)
+    problem = prompts_problem((p["prompt"] for p in prompts), str(src.prompts or src.dataset),
+                              target_limits(src.base), args.max_length)
+    if problem is not None:  # refused before the load, untokenized
+        raise BenchError(problem)
     for note in src.notes:
         print(f"note: {note}")
     torch.manual_seed(args.seed)
@@ -546,6 +564,9 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p)
     args = p.parse_args(argv)
+    refused = check_flags(p, args)  # before any model loads
+    if refused is not None:
+        return refused
     args.command = command_line(sys.argv[1:] if argv is None else argv)
     return run(args)
 

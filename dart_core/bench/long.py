@@ -36,7 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_mode_arguments(g)
     g.add_argument("--limit", type=int, default=8, help="the first N prompts of the set (default 8; 0 = all)")
     g.add_argument("--max-new-tokens", "--tokens", dest="max_new_tokens", type=int, default=1024,
-                   help="new tokens per answer (default 1024; at most the target's context minus the prompt)")
+                   help="new tokens per answer (default 1024; at most the target's context minus the prompt: "
+                        "over the context it is refused before loading where the target's config.json is on this "
+                        "machine, the rest once the prompts are tokenized)")
     g.add_argument("--stop-at-eos", action="store_true",
                    help="end an answer at a stop token (by default they are ignored, so every answer is long)")
     g.add_argument("--methods", default=None, help="comma-separated racers (default: every loaded one, then ar)")
@@ -121,18 +123,25 @@ def _run(args: argparse.Namespace) -> int:
     from dart_core.bench.e2e import BenchError
     from dart_core.loading.chat import encode_prompt
     from dart_core.options import runtime_options, tree_settings
+    from dart_core.options.limits import loaded_problem, prompts_problem, target_limits
     from dart_core.race import command_line, models_identity, results_dir, run_record
     from dart_core.racers.registry import BASELINE, model_free_asked
 
-    if args.max_new_tokens < 1:
-        raise BenchError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
     src, prompts = sources(args)
+    if args.prompt is None:  # a prompt set read before the load; --prompt was checked with the flags
+        problem = prompts_problem((p["prompt"] for p in prompts), str(src.prompts or src.dataset),
+                                  target_limits(src.base))
+        if problem is not None:
+            raise BenchError(problem)
     asked = args.methods.split(",") if args.methods else None
     arena = load_arena(src.base, ngram=src.ngram, small_ngram=src.small_ngram, progress=not args.no_progress,
                        **runtime_options(args), **src.drafters, **model_free_asked(asked))
     methods = asked or arena.methods
     for m in methods:
         arena.drafter(m)  # a clear error for a method that is not loaded
+    problem = loaded_problem(args, arena.tokenizer, arena.target, [p["prompt"] for p in prompts])
+    if problem is not None:  # a target whose limits were not readable before loading
+        raise BenchError(problem)
     chat = src.chat and bool(getattr(arena.tokenizer, "chat_template", None))
     encoded = [encode_prompt(arena.tokenizer, p["prompt"], chat=chat, system=args.system) for p in prompts]
     longest = max(len(ids) for ids in encoded)

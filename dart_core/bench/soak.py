@@ -220,7 +220,11 @@ def main(argv: list[str] | None = None) -> int:
     """Standalone entry (also ``python -m dart_core.bench soak``)."""
     p = argparse.ArgumentParser(prog="python -m dart_core.bench soak", description=__doc__)
     add_arguments(p)
-    return run(p.parse_args(argv))
+    args = p.parse_args(argv)
+    from dart_core.options.limits import check_flags
+
+    refused = check_flags(p, args)  # before the app starts
+    return refused if refused is not None else run(args)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from dart_core.options import (
     runtime_options,
     tree_settings,
 )
+from dart_core.options.limits import MAX_NEW_TOKENS_CAP, check_flags, loaded_problem
 from dart_core.race import (
     ACCEPTANCE_HEADER,
     RaceSettings,
@@ -61,7 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{', '.join(r.key for r in RACERS if r.model_free)}, load with every target, those that "
                         "draft from the N-gram store with a store)")
     add_mode_arguments(g)
-    g.add_argument("--max-new-tokens", type=int, default=256)
+    g.add_argument("--max-new-tokens", type=int, default=256,
+                   help="default %(default)s; at most the target's context, read from its config.json before "
+                        f"loading, or {MAX_NEW_TOKENS_CAP:,} where that is not on this machine yet")
     g.add_argument("--max-length", type=int, default=None, help="limit on prompt + output tokens")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     g.add_argument("--top-p", type=float, default=1.0)
@@ -100,6 +103,9 @@ def run(args: argparse.Namespace) -> int:
         arena.drafter(m)  # clear error for a method that is not loaded
     bundle_prompts = models.opened.prompts if models.opened is not None else None
     text = prompt_text(args, bundle_prompts)
+    problem = loaded_problem(args, arena.tokenizer, arena.target, [text])
+    if problem is not None:  # a target whose limits were not readable before loading
+        raise ValueError(problem)
     if args.prompt is None and args.prompt_file is None and not args.no_stream:
         print(f"prompt (the bundle's first held-out one): {text}", flush=True)
     ids = encode_prompt(arena.tokenizer, text, chat=models.chat, system=args.system)
@@ -167,7 +173,11 @@ def print_summary(board: Scoreboard, *, as_json: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    refused = check_flags(parser, args)  # before any model loads
+    if refused is not None:
+        return refused
     try:
         return run(args)
     except (HubFileError, NgramFormatError, ValueError, OSError) as e:  # a LoadError names its file

@@ -11,8 +11,9 @@ from typing import Any
 from dart_core.engine.cpu import AUTO_DTYPE_HELP
 
 DEVICE_HELP = "cpu, cuda, cuda:N, or auto (spread the target over all GPUs); default: cuda if available"
-THREADS_HELP = ("PyTorch CPU threads (default: PyTorch's, one per core; the app's model on a CPU leaves one core to "
-                "the page: compare with the same number). Set before loading: the CPU kernels are timed at it")
+THREADS_HELP = ("PyTorch CPU threads, 1 to the CPU cores this process may use (default: PyTorch's, one per core; the "
+                "app's model on a CPU leaves one core to the page: compare with the same number). Set before "
+                "loading: the CPU kernels are timed at it")
 FAST_PATH_HELP = (
     "the fast path, on by default on one CUDA GPU: a static KV cache of ROWS rows (prompt + reply + one draft tree; "
     "default {rows}) and every decode, verify and drafting forward at static shapes, captured once as a "
@@ -39,7 +40,10 @@ def add_dtype_argument(group: Any, *, help: str = AUTO_DTYPE_HELP, choices: tupl
 
 
 def add_threads_argument(group: Any, *, help: str = THREADS_HELP) -> None:
-    group.add_argument("--threads", type=int, default=None, metavar="N", help=help)
+    """``--threads N``, refused while parsing unless 1 <= N <= the usable cores (one type for every command)."""
+    from dart_core.options.limits import thread_count
+
+    group.add_argument("--threads", type=thread_count, default=None, metavar="N", help=help)
 
 
 def add_cpu_linear_argument(group: Any) -> None:
