@@ -42,7 +42,7 @@ def launch(demo: gr.Blocks, *, listen: bool = False, port: int | None = None, sh
     demo.launch(server_name="0.0.0.0" if listen else "127.0.0.1", server_port=port, share=share,
                 css=page_css(), theme=theme(), ssr_mode=False, show_error=True,
                 state_session_capacity=max(max_sessions, 1), max_file_size=0,
-                app_kwargs={"middleware": [guard]}, quiet=not share, **kwargs)
+                app_kwargs={"middleware": [guard]}, **{"quiet": not share, **kwargs})
 
 
 def request_body_limit(prompt_chars: int) -> int:
