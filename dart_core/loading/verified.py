@@ -44,18 +44,15 @@ def write_records(records: Mapping[str, Any]) -> None:
         pass
 
 
-def file_digest(path: Path, records: dict[str, Any] | None = None) -> str:
-    """``path``'s sha256: the remembered one while the file is unchanged, else hashed now and remembered (in
-    ``records`` when given, for the caller to write once; else written at once)."""
+def file_digest(path: Path) -> str:
+    """``path``'s sha256: the remembered one while the file is unchanged, else hashed now and remembered."""
     path = Path(path).resolve()
-    own = records is None
-    records = read_records() if records is None else records
+    records = read_records()
     now = stamp(path)
     known = records.get(str(path))
     if isinstance(known, list) and len(known) == 3 and known[:2] == now and isinstance(known[2], str):
         return known[2]
     digest = sha256_file(path)
     records[str(path)] = [*now, digest]
-    if own:
-        write_records(records)
+    write_records(records)
     return digest
