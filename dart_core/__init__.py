@@ -8,7 +8,7 @@ and the launch check start fast):
   :func:`racer`, :func:`label`, :func:`racer_color`, :func:`register`, :func:`unregister` and the racers by kind;
 - :func:`stream` / :class:`Step` (``dart_core.engine.loop``): one step per target forward, with
   :class:`SamplingConfig` and :func:`check_settings` (a racer's settings within their bounds); several streams
-  decoded together on one target forward: :func:`stream_batch` / :class:`BatchStep` (``dart_core.engine.batch_loop``);
+  decoded together on one target forward, by the same loop: :func:`stream_batch` / :class:`BatchStep`;
 - model bundles (``dart_core.bundle``): :func:`open_bundle`, :class:`Bundle`, :func:`default_bundle_dir`, and the
   packaged default target (:func:`packaged_model`);
 - prompts (``dart_core.loading.chat``): :func:`encode_chat`, :func:`render_chat`, :func:`encode_prompt`;
@@ -37,8 +37,7 @@ _PUBLIC = {
     "DartModel": "dart_core.compat",
     **dict.fromkeys(("RACERS", "BASELINE", "Racer", "racer", "label", "register", "unregister", "checkpoint_racers",
                      "drafting_racers", "model_free_racers", "runner_racers"), "dart_core.racers.registry"),
-    **dict.fromkeys(("stream", "Step"), "dart_core.engine.loop"),
-    **dict.fromkeys(("stream_batch", "BatchStep"), "dart_core.engine.batch_loop"),
+    **dict.fromkeys(("stream", "Step", "stream_batch", "BatchStep"), "dart_core.engine.loop"),
     "SamplingConfig": "dart_core.engine.verify",
     "check_settings": "dart_core.drafters.interface",
     **dict.fromkeys(("open_bundle", "Bundle", "BundleError", "default_bundle_dir"), "dart_core.bundle"),

@@ -12,12 +12,11 @@ from typing import Any
 
 import torch
 
-from dart_core.engine.batch_loop import BatchStep, stream_batch
 from dart_core.engine.cpu import auto_dtype_name
 from dart_core.engine.cpu_linear import MODES as CPU_LINEAR_MODES
 from dart_core.engine.cpu_linear import CpuLinearPlan, use_cpu_linears
 from dart_core.engine.drafter import Drafter
-from dart_core.engine.loop import Step, stream
+from dart_core.engine.loop import BatchStep, Step, stream, stream_batch
 from dart_core.engine.target import FAST_PATH_MODES, FAST_PATH_ROWS, TargetModel
 from dart_core.loading.errors import UserError, loading
 from dart_core.loading.hub import HubFileError, looks_local, resolve_file
@@ -222,7 +221,7 @@ class Arena:
         return (run or stream)(self.target, input_ids, drafter, **kwargs)
 
     def stream_batch(self, method: str, prompts: Any, **kwargs: Any) -> Iterator[BatchStep]:
-        """:func:`~dart_core.engine.batch_loop.stream_batch`: ``prompts`` decoded together with ``method``'s
+        """:func:`~dart_core.engine.loop.stream_batch`: ``prompts`` decoded together with ``method``'s
         drafter, one :class:`BatchStep` per target forward (a racer with its own loop, HF ``generate``, batches
         through ``dart_core.racers.hf_generate.generate_hf_batch`` instead)."""
         if method in self.runners:

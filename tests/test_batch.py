@@ -1,9 +1,10 @@
-"""Batched decoding (``engine/batch.py``: one DynamicCache, a committed length per row; ``engine/batch_loop.py``:
-``stream_batch`` / ``generate_batch``) on the toy bundle assets/tiny in float32: each stream of a batch is its own
-single-stream decoding (``engine/loop.py``), Step for Step, for every racer, greedy and sampled with the same
-generator, whichever streams end first; sampled batches keep the target's distribution; ``BatchState`` gives each
-row the logits of the single-stream ``TargetModel`` on that row's tokens, through verifies, compactions, plain
-forwards and rows leaving; its misuse is refused with messages that say what is wrong."""
+"""Batched decoding (``engine/state.py``: one cache, a committed length per row; ``engine/loop.py``: one loop,
+``stream_batch`` / ``generate_batch`` over B streams) on the toy bundle assets/tiny in float32: each stream of a
+batch is its own single-stream decoding, Step for Step, for every racer, greedy and sampled with the same
+generator, whichever streams end first, on the dynamic cache and on the fast path's static one; sampled batches
+keep the target's distribution; a state of several rows gives each row the logits of a one-row state on that row's
+tokens, through verifies, compactions, plain forwards and rows leaving; its misuse is refused with messages that
+say what is wrong."""
 
 from __future__ import annotations
 
@@ -16,9 +17,7 @@ import torch
 from helpers_app import BUNDLE, held_out_prompt
 from helpers_stats import chi_square_pvalue
 
-from dart_core.engine.batch import BatchState
-from dart_core.engine.batch_loop import BatchStep, generate_batch, stream_batch
-from dart_core.engine.loop import Step, generate
+from dart_core.engine.loop import BatchStep, Step, generate, generate_batch, stream_batch
 from dart_core.engine.target import TargetModel
 from dart_core.engine.tree import DraftTree
 from dart_core.engine.verify import SamplingConfig, processed_probs
@@ -239,7 +238,7 @@ def test_batched_sampling_keeps_the_target_distribution(arena: Any) -> None:
         assert chi_square_pvalue(second[k], expected[1 - k][1]) < 1e-6, k  # the test can tell the prompts apart
 
 
-# ------------------------------------------------------------------------------------------------ BatchState
+# ------------------------------------------------------------------------------------------ a state of several rows
 def random_tree(rng: np.random.Generator, root: int, size: int, vocab: int, max_depth: int = 5) -> DraftTree:
     tokens, parents, depths = [root], [-1], [0]
     while len(tokens) < size:
@@ -268,8 +267,8 @@ def test_batch_state_rows_match_single_stream_target(arena: Any) -> None:
     rng = np.random.default_rng(5)
     prompts = [rng.integers(1, v, n).tolist() for n in (7, 15, 3)]
     singles = [target.new_state() for _ in prompts]
-    batch = BatchState.new(target)
-    logits, feats = batch.prefill(prompts, layers)
+    batch = target.new_state(3)
+    logits, feats = target.prefill_rows(batch, prompts, layers)
     assert logits.shape == (3, v) and logits.dtype == torch.float32 and batch.lengths == [7, 15, 3]
     assert batch.width == 15 and batch.rows == 3
     for b, p in enumerate(prompts):
@@ -279,7 +278,7 @@ def test_batch_state_rows_match_single_stream_target(arena: Any) -> None:
     roots = [int(t) for t in logits.argmax(-1)]
 
     def verify_all(trees: list[DraftTree], states: list[Any]) -> None:
-        got_l, got_f = batch.verify(trees, layers)
+        got_l, got_f = target.verify_rows(batch, trees, layers)
         for b, (tree, st) in enumerate(zip(trees, states, strict=True)):
             want_l, want_f = target.verify(st, tree, layers)
             assert got_l[b].shape == (tree.size, v) and got_f[b].shape == want_f.shape
@@ -289,7 +288,7 @@ def test_batch_state_rows_match_single_stream_target(arena: Any) -> None:
     trees = [random_tree(rng, roots[0], 12, v), random_tree(rng, roots[1], 7, v), DraftTree([roots[2]], [-1])]
     verify_all(trees, singles)
     paths = [deep_path(trees[0]), deep_path(trees[1]), [0]]
-    batch.commit(paths)
+    target.commit_rows(batch, paths)
     for st, path in zip(singles, paths, strict=True):
         target.commit(st, path)
     assert batch.lengths == [st.length for st in singles] == [7 + len(paths[0]), 15 + len(paths[1]), 4]
@@ -298,20 +297,20 @@ def test_batch_state_rows_match_single_stream_target(arena: Any) -> None:
     trees = [random_tree(rng, int(rng.integers(0, v)), n, v) for n in (5, 9, 14)]
     verify_all(trees, singles)
     paths = [deep_path(t) for t in trees]
-    batch.commit(paths)
+    target.commit_rows(batch, paths)
     for st, path in zip(singles, paths, strict=True):
         target.commit(st, path)
 
     widest = int(np.argmax(batch.lengths))
     order = [b for b in (2, 0, 1) if b != widest]
-    batch.keep(order)
+    target.keep_rows(batch, order)
     singles = [singles[b] for b in order]
     assert batch.lengths == [st.length for st in singles] and batch.width == max(batch.lengths)
     assert batch.cache.get_seq_length() == batch.width  # the widest row's columns are gone
 
     xs = [int(t) for t in rng.integers(0, v, len(order))]
-    got_l, _ = batch.verify([DraftTree([x], [-1]) for x in xs], layers)  # a plain forward of every row
-    batch.commit([[0]] * len(order))
+    got_l, _ = target.verify_rows(batch, [DraftTree([x], [-1]) for x in xs], layers)  # a plain step of every row
+    target.commit_rows(batch, [[0]] * len(order))
     for b, (st, x) in enumerate(zip(singles, xs, strict=True)):
         want_l, _ = target.forward_tokens(st, [x], layers=layers)
         torch.testing.assert_close(got_l[b][0], want_l, atol=ATOL, rtol=0)
@@ -324,59 +323,81 @@ def test_batch_state_refuses_misuse(arena: Any) -> None:
     layers = target.feature_layers
     rng = np.random.default_rng(9)
     v = target.vocab_size
-    batch = BatchState.new(target)
+    with pytest.raises(ValueError, match="at least one stream"):
+        target.new_state(0)
+    batch = target.new_state(2)
     with pytest.raises(ValueError, match="call verify first"):
-        batch.commit([[0]])
+        target.commit_rows(batch, [[0], [0]])
+    with pytest.raises(ValueError, match="the state is empty; call prefill first"):
+        target.verify_rows(batch, [DraftTree([1], [-1])] * 2, layers)
     with pytest.raises(ValueError, match="at least one token"):
-        batch.prefill([[1, 2], []], layers)
-    with pytest.raises(ValueError, match="at least one token"):
-        batch.prefill([], layers)
-    batch.prefill([rng.integers(1, v, 6).tolist(), rng.integers(1, v, 9).tolist()], layers)
+        target.prefill_rows(batch, [[1, 2], []], layers)
+    with pytest.raises(ValueError, match="prefill: 0 prompts for a state of 2 streams"):
+        target.prefill_rows(batch, [], layers)
+    target.prefill_rows(batch, [rng.integers(1, v, 6).tolist(), rng.integers(1, v, 9).tolist()], layers)
     with pytest.raises(ValueError, match="already holds tokens"):
-        batch.prefill([[1, 2]], layers)
+        target.prefill_rows(batch, [[1, 2], [3]], layers)
     with pytest.raises(ValueError, match="call verify first"):
-        batch.commit([[0], [0]])
+        target.commit_rows(batch, [[0], [0]])
     tree = DraftTree([5, 6, 7, 8], [-1, 0, 1, 0])  # 0 → 1 → 2, 0 → 3
     with pytest.raises(ValueError, match="verify: 1 trees for a batch of 2 streams"):
-        batch.verify([tree], layers)
+        target.verify_rows(batch, [tree], layers)
     with pytest.raises(ValueError, match="verify: 3 trees for a batch of 2 streams"):
-        batch.verify([tree] * 3, layers)
+        target.verify_rows(batch, [tree] * 3, layers)
     assert batch.trees is None and batch.cache.get_seq_length() == 9  # a refused verify ran nothing
 
-    batch.verify([tree, tree], layers)
-    with pytest.raises(RuntimeError, match="never committed"):
-        batch.verify([tree, tree], layers)
+    target.verify_rows(batch, [DraftTree([5, 6], [-1, 0])] * 2, layers)
+    target.verify_rows(batch, [tree, tree], layers)  # a verify never committed is dropped by the next one
+    assert batch.cache.get_seq_length() == 9 + 4 and batch.pending == 4
     with pytest.raises(RuntimeError, match="commit the verified trees first"):
-        batch.keep([0])
+        target.keep_rows(batch, [0])
     with pytest.raises(ValueError, match="commit: 1 paths for a batch of 2 streams"):
-        batch.commit([[0]])
+        target.commit_rows(batch, [[0]])
     for bad in ([0, 2], [0, 3, 2], [0, 9], [1, 2], [], [0, -1]):
         with pytest.raises(ValueError, match=r"commit: \[.*\] is not a root-to-node path of stream 1's tree"):
-            batch.commit([[0, 1], bad])
+            target.commit_rows(batch, [[0, 1], bad])
         # refused as a whole: nothing committed, row 0's valid path included; the trees still pending
         assert batch.lengths == [6, 9] and batch.trees is not None, bad
-    batch.commit([[0, 3], [0, 1, 2]])
+    target.commit_rows(batch, [[0, 3], [0, 1, 2]])
     assert batch.lengths == [8, 12] and batch.width == 12 and batch.trees is None
     with pytest.raises(ValueError, match="call verify first"):
-        batch.commit([[0], [0]])
+        target.commit_rows(batch, [[0], [0]])
+    for rows in ([], [2], [0, -1]):
+        with pytest.raises(ValueError, match="not a non-empty selection of the state's 2 streams"):
+            target.keep_rows(batch, rows)
+    with pytest.raises(ValueError, match="holds 2 streams; read lengths"):
+        _ = batch.length
 
     # a tree past the target's context is named by its stream
-    full = BatchState.new(target)
-    full.prefill([[1, 2, 3], rng.integers(1, v, target.max_context - 2).tolist()], layers)
+    full = target.new_state(2)
+    target.prefill_rows(full, [[1, 2, 3], rng.integers(1, v, target.max_context - 2).tolist()], layers)
     chain = DraftTree([4, 5, 6], [-1, 0, 1])
     with pytest.raises(ValueError, match=f"stream 1's tree reaches position {target.max_context}, past the "
                                          f"target's context of {target.max_context}"):
-        full.verify([DraftTree([4], [-1]), chain], layers)
-    full.verify([chain, DraftTree([4, 5], [-1, 0])], layers)  # room for two positions: a root and its child fit
+        target.verify_rows(full, [DraftTree([4], [-1]), chain], layers)
+    target.verify_rows(full, [chain, DraftTree([4, 5], [-1, 0])], layers)  # room for a root and its child
 
 
-def test_batching_is_refused_with_the_fast_path_and_bad_arguments(arena: Any, prompts: list[list[int]]) -> None:
-    fast = TargetModel(arena.target.model)  # its own wrapper: the shared arena target keeps its dynamic cache
-    fast.use_static_cache(64)
-    with pytest.raises(ValueError, match="--no-fast-path"):
-        BatchState.new(fast)
-    with pytest.raises(ValueError, match="--no-fast-path"):
-        generate_batch(fast, prompts[:2], max_new_tokens=4)
+@pytest.mark.parametrize("mode", ["eager", "graphs"])
+def test_the_static_cache_batches_as_the_dynamic_cache_does(arena: Any, prompts: list[list[int]], mode: str) -> None:
+    """The fast path's static cache (its own wrapper of the same model: the shared arena target keeps its dynamic
+    cache) decodes every racer's batch, streams ending at different times, token for token as the dynamic cache
+    does, with the same trees and accepted nodes; ``graphs`` runs the captured path's code uncaptured on a CPU."""
+    fast = TargetModel(arena.target.model)
+    fast.use_static_cache(160, graphs=mode == "graphs")
+    kw = dict(max_new_tokens=20, max_length=len(prompts[3]) + 9, stop_token_ids=arena.stop_ids)
+    for method in arena.methods:
+        drafter, settings = arena.drafter(method), settings_of(method)
+        want, want_steps = generate_batch(arena.target, prompts, drafter, settings=settings, **kw)
+        got, got_steps = generate_batch(fast, prompts, drafter, settings=settings, **kw)
+        assert got == want, method
+        assert got_steps[-1].rows < len(prompts), method  # a stream left the static batch too
+        for k, (g, w) in enumerate(zip(got_steps, want_steps, strict=True)):
+            for b in w.steps:
+                assert_same_step(g.steps[b], w.steps[b], f"{method}: step {k}, stream {b}")
+
+
+def test_batching_refuses_bad_arguments(arena: Any, prompts: list[list[int]]) -> None:
     target = arena.target
     with pytest.raises(ValueError, match="no prompts given"):
         generate_batch(target, [], max_new_tokens=4)

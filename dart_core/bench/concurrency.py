@@ -1,7 +1,7 @@
 """Several streams at once: where each racer stops paying as concurrent requests grow.
 
 For each stream count B of ``--streams``, the prompts are split into batches of B different prompts, and every racer
-decodes each batch together on the one shared target (:func:`dart_core.engine.batch_loop.stream_batch`): each
+decodes each batch together on the one shared target (:func:`dart_core.engine.loop.stream_batch`): each
 stream drafts its own tree, the batch's trees are verified in one target forward, and each stream accepts and
 commits its own path. Plain decoding (``ar``) decodes the same batches as one forward of B rows a step, and is the
 baseline at every B; ``hf`` is Hugging Face ``generate`` on the same batches, left-padded. Per B and racer: the
@@ -39,10 +39,9 @@ from dart_core.bench.e2e import (
     resolve_sources,
 )
 from dart_core.drafters.interface import shrink_for_streams
-from dart_core.engine.batch import kv_bytes_per_token
-from dart_core.engine.batch_loop import stream_batch
 from dart_core.engine.cpu import available_ram
 from dart_core.engine.greedy_check import compare
+from dart_core.engine.loop import stream_batch
 from dart_core.engine.timing import sync
 from dart_core.engine.verify import SamplingConfig
 from dart_core.loading.chat import encode_prompt
@@ -113,7 +112,7 @@ def parse_streams(text: str, prompts: int) -> list[int]:
 def batch_memory(target: Any, streams: int, rows: int, tree_rows: int) -> int:
     """Bytes the largest batch plans for: every stream's KV cache of ``rows`` (prompt + output) plus one padded
     tree, and a verify's logits (float32, twice: the model's and the copy)."""
-    return streams * ((rows + tree_rows) * kv_bytes_per_token(target) + tree_rows * target.vocab_size * 4 * 2)
+    return streams * ((rows + tree_rows) * target.kv_bytes_per_token + tree_rows * target.vocab_size * 4 * 2)
 
 
 def free_memory(device: Any) -> int | None:

@@ -1,23 +1,27 @@
-"""The speculative decoding loop, one for every racer: it talks to a
+"""The speculative decoding loop, one for every racer and for one stream or many: it talks to a
 :class:`~dart_core.engine.drafter.Drafter` (which target layers it reads, a per-generation state, a proposed
-tree or none) and knows no method by name; plain decoding is the drafter that proposes nothing.
+tree or none) and knows no method by name; plain decoding is the drafter that proposes nothing, and a step without
+a draft verifies the bare root.
 
-``stream(...)`` yields a :class:`Step` per target forward — the prefill, then one verify (or one AR forward) per
-step — with the new tokens, how many came from accepted drafts, the tree size and the measured draft / search /
-verify milliseconds (synchronized on CUDA). Greedy output is token-for-token the target's own greedy output;
-sampling keeps the target's distribution (``verify.py``).
+Each stream (its own prompt, drafter state, sampling generator and stop) drafts on its own; the streams' trees
+(or chains, or bare roots) are verified together in ONE target forward over a
+:class:`~dart_core.engine.state.TargetState` of one row per stream, then each stream accepts and commits its own
+path (``verify.py``), so each stream's greedy text is its own plain decoding's, token for token, and its sampled
+text keeps the target's distribution. A stream that ends leaves the batch. :func:`stream` is the one-stream view:
+a :class:`Step` per target forward, with the new tokens, how many came from accepted drafts, the tree size and the
+measured draft / search / verify milliseconds (synchronized on CUDA).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-from dart_core.engine.drafter import Drafter, DraftInput, PlainDecoding, Proposal
+from dart_core.engine.drafter import Drafter, DraftInput, PlainDecoding
 from dart_core.engine.greedy_check import top_logits_of
 from dart_core.engine.prompt import check_prompt, context_limit
 from dart_core.engine.target import Interrupted, TargetModel
@@ -25,15 +29,18 @@ from dart_core.engine.timing import Stopwatch
 from dart_core.engine.tree import DraftTree
 from dart_core.engine.verify import SamplingConfig, accept, processed_probs
 
+__all__ = ["BatchStep", "Interrupted", "Step", "checked_request", "choose_token", "generate", "generate_batch",
+           "stop_reason", "stream", "stream_batch"]
+
 
 @dataclass(frozen=True)
 class Step:
-    """One target forward's worth of output."""
+    """One target forward's worth of output for one stream."""
 
     method: str  # the racer's key (``dart_core.racers.registry``)
     tokens: list[int]  # token ids emitted by this forward; the first ``accepted`` came from drafts
     accepted: int
-    tree_size: int  # nodes verified, root included (0 for the prefill and AR steps)
+    tree_size: int  # nodes verified, root included (0 for the prefill and plain steps)
     draft_ms: float
     search_ms: float
     verify_ms: float  # target forward (+ acceptance and KV commit)
@@ -47,6 +54,20 @@ class Step:
     @property
     def total_ms(self) -> float:
         return self.draft_ms + self.search_ms + self.verify_ms
+
+
+@dataclass(frozen=True)
+class BatchStep:
+    """One target forward of the batch: each stream's :class:`Step` (stream index → step; streams that ended
+    earlier are absent) and the wall milliseconds of the whole step, every stream's drafting included."""
+
+    steps: dict[int, Step]
+    wall_ms: float
+    rows: int  # streams in the forward
+    # the cache's columns before the forward and the streams' committed tokens in them: the columns a row's mask
+    # hides (rows * width - committed) are the price of one rectangular cache for rows of different lengths
+    width: int = 0
+    committed: int = 0
 
 
 def choose_token(logits: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator | None = None) -> int:
@@ -80,20 +101,125 @@ def checked_request(target: TargetModel, input_ids: Any, max_new_tokens: int,
     return prompt, limit
 
 
-def _cut(tokens: list[int], stops: frozenset[int], room: int) -> tuple[list[int], bool]:
-    """Emit nothing past a stop token or past ``room`` tokens; says whether a stop token ended it."""
-    for i, t in enumerate(tokens[:room]):
-        if t in stops:
-            return tokens[: i + 1], True
-    return tokens[:room], False
-
-
-def _stop_reason(stopped: bool, emitted: int, max_new_tokens: int, length: int, limit: int) -> str | None:
+def stop_reason(stopped: bool, emitted: int, max_new_tokens: int, length: int, limit: int) -> str | None:
+    """Why a stream ends after this step: a stop token (``eos``), its token budget, the context limit; or None."""
     if stopped:
         return "eos"
     if emitted >= max_new_tokens:
         return "max_new_tokens"
     return "context" if length >= limit else None
+
+
+@dataclass
+class _Stream:
+    """One stream's own side of the loop: its request, drafter state, generator, and what the drafter is shown
+    next (the features of the rows it has not seen and the token following each)."""
+
+    prompt: list[int]
+    limit: int
+    dstate: Any
+    generator: torch.Generator | None
+    context: np.ndarray  # prompt + output, written in place (views go to the drafter)
+    length: int = 0
+    emitted: int = 0
+    feats: torch.Tensor | None = None
+    new_ids: list[int] = field(default_factory=list)
+
+    def emit(self, tokens: list[int], stops: frozenset[int], max_new_tokens: int) -> tuple[list[int], str | None]:
+        """The one emit rule: nothing past a stop token or past the room left; the tokens kept and why the stream
+        ends (None: it goes on)."""
+        room = min(self.limit - self.length, max_new_tokens - self.emitted)
+        stopped = False
+        for i, t in enumerate(tokens[:room]):
+            if t in stops:
+                tokens, stopped = tokens[: i + 1], True
+                break
+        tokens = tokens[:room]
+        self.context[self.length : self.length + len(tokens)] = tokens
+        self.length += len(tokens)
+        self.emitted += len(tokens)
+        return tokens, stop_reason(stopped, self.emitted, max_new_tokens, self.length, self.limit)
+
+
+def _decode(
+    target: TargetModel,
+    prompts: Sequence[Any],
+    drafter: Drafter | None,
+    settings: Any,
+    sampling: SamplingConfig | None,
+    max_new_tokens: int,
+    max_length: int | None,
+    stop_token_ids: Iterable[int],
+    generators: Sequence[torch.Generator | None],
+    interrupt: Callable[[], bool] | None,
+) -> Iterator[BatchStep]:
+    """The loop itself: a prefill of every prompt, then steps of draft → one verify of every live stream's tree →
+    each stream's acceptance, commit and emit, until every stream has ended."""
+    sampling = sampling or SamplingConfig()
+    drafter = drafter if drafter is not None else PlainDecoding()
+    stops = frozenset(int(t) for t in stop_token_ids)
+    method, layers, greedy = drafter.key, drafter.feature_layers, sampling.greedy  # layers None: the target's
+    streams = []
+    for p, gen in zip(prompts, generators, strict=True):
+        prompt, limit = checked_request(target, p, max_new_tokens, max_length)
+        streams.append(_Stream(prompt, limit, drafter.new_state(settings), gen, np.zeros(limit + 1, dtype=np.int32)))
+    state = target.new_state(len(streams))
+    with Stopwatch(target.device) as sw:
+        logits, feats = target.prefill_rows(state, [s.prompt for s in streams], layers, interrupt=interrupt)
+        first = [choose_token(logits[b], sampling, s.generator) for b, s in enumerate(streams)]
+    out: dict[int, Step] = {}
+    live: list[int] = []
+    for b, (s, x) in enumerate(zip(streams, first, strict=True)):
+        s.context[: len(s.prompt)] = s.prompt
+        s.length = len(s.prompt)
+        tokens, reason = s.emit([x], stops, max_new_tokens)
+        s.feats, s.new_ids = feats[b], [*s.prompt[1:], x]  # the token following each row the drafter has not seen
+        out[b] = Step(method=method, tokens=tokens, accepted=0, tree_size=0, draft_ms=0.0, search_ms=0.0,
+                      verify_ms=sw.ms, prefill=True, stop_reason=reason,
+                      top_logits=top_logits_of(logits[b][None]) if greedy else [])
+        if not reason:
+            live.append(b)
+    yield BatchStep(steps=out, wall_ms=sw.ms, rows=len(streams), width=state.width, committed=sum(state.lengths))
+    if live and len(live) < len(streams):
+        target.keep_rows(state, live)
+    while live:
+        width, committed = state.width, sum(state.lengths)
+        with Stopwatch(target.device) as wall:
+            trees, proposals = [], []
+            for b in live:
+                s = streams[b]
+                room = min(s.limit - s.length, max_new_tokens - s.emitted)  # tokens this step may still emit
+                proposal = drafter.propose(s.dstate, DraftInput(s.feats, torch.tensor(s.new_ids),
+                                                                 s.context[: s.length], stops))
+                # no draft: the bare root, one token decoded (with the drafter's features, if any)
+                trees.append(proposal.tree.truncate(room - 1) if proposal is not None
+                             else DraftTree([s.new_ids[-1]], [-1]))
+                proposals.append(proposal)
+            with Stopwatch(target.device) as sw:
+                logits, tfeats = target.verify_rows(state, trees, layers)
+                results = [accept(tree, lg, sampling, streams[b].generator)
+                           for b, tree, lg in zip(live, trees, logits, strict=True)]
+                target.commit_rows(state, [r.nodes for r in results])
+        out, still = {}, []
+        for i, b in enumerate(live):
+            s, tree, r, proposal = streams[b], trees[i], results[i], proposals[i]
+            tokens, reason = s.emit(list(r.tokens), stops, max_new_tokens)
+            picked = torch.tensor(r.nodes, device=logits[i].device)
+            f = tfeats[i]
+            s.feats = f[picked.to(f.device)] if f is not None else None
+            s.new_ids = list(r.tokens)
+            drafted = proposal is not None
+            out[b] = Step(method=method, tokens=tokens, accepted=min(r.accepted, len(tokens)),
+                          tree_size=tree.size if drafted else 0, draft_ms=proposal.draft_ms if drafted else 0.0,
+                          search_ms=proposal.search_ms if drafted else 0.0, verify_ms=sw.ms, stop_reason=reason,
+                          tree=tree if drafted else None, accepted_nodes=r.nodes if drafted else [],
+                          top_logits=top_logits_of(logits[i][picked[: len(tokens)]]) if greedy else [])
+            if not reason:
+                still.append(b)
+        yield BatchStep(steps=out, wall_ms=wall.ms, rows=len(live), width=width, committed=committed)
+        if still and len(still) < len(live):
+            target.keep_rows(state, [live.index(b) for b in still])
+        live = still
 
 
 def stream(
@@ -109,101 +235,40 @@ def stream(
     generator: torch.Generator | None = None,
     interrupt: Callable[[], bool] | None = None,
 ) -> Iterator[Step]:
-    """Decode with ``drafter`` (None: plain decoding) and its ``settings`` (None: its defaults) on ``target``.
+    """Decode one prompt with ``drafter`` (None: plain decoding) and its ``settings`` (None: its defaults).
 
     Stops on a stop token (emitted, then nothing after it), ``max_new_tokens``, or the context limit
     ``min(max_length, target context)`` on prompt + output. A prompt that does not fit raises ValueError.
-    ``interrupt``: asked between the chunks of a long prompt's prefill (:meth:`TargetModel.prefill`), which
+    ``interrupt``: asked between the chunks of a long prompt's prefill (:meth:`TargetModel.prefill_rows`), which
     raises :class:`~dart_core.engine.target.Interrupted` when it says stop; between steps the caller decides."""
-    sampling = sampling or SamplingConfig()
-    drafter = drafter if drafter is not None else PlainDecoding()
-    prompt, limit = checked_request(target, input_ids, max_new_tokens, max_length)
-    stops = frozenset(int(t) for t in stop_token_ids)
-    method, layers = drafter.key, drafter.feature_layers  # None: the target's default layers
-    dstate = drafter.new_state(settings)
-    state = target.new_state()
-    ids = torch.tensor([prompt], device=target.device)
-    with Stopwatch(target.device) as sw:
-        logits, feats = target.prefill(state, ids, layers, interrupt=interrupt)
-        x = choose_token(logits, sampling, generator)
-    greedy = sampling.greedy
-    context = np.zeros(limit + 1, dtype=np.int32)  # prompt + output, written in place (views go to the drafter)
-    length = len(prompt) + 1
-    context[:length] = [*prompt, x]
-    emitted = 1
-    reason = _stop_reason(x in stops, emitted, max_new_tokens, length, limit)
-    yield Step(method, [x], 0, 0, 0.0, 0.0, sw.ms, prefill=True, stop_reason=reason,
-               top_logits=top_logits_of(logits[None]) if greedy else [])
-    if reason:
-        return
-
-    new_ids = [*prompt[1:], x]  # the token following each row whose features the drafter has not seen yet
-    while True:
-        room = min(limit - length, max_new_tokens - emitted)  # tokens this step may still emit
-        proposal = drafter.propose(dstate, DraftInput(feats, torch.tensor(new_ids), context[:length], stops))
-        if proposal is None:  # no draft: the target decodes one token (with the drafter's features, if any)
-            r = _plain_round(target, state, x, layers, sampling, generator, stops)
-        else:
-            r = _tree_round(target, state, proposal, room, layers, sampling, generator, stops)
-        feats, new_ids, x = r.feats, r.new_ids, r.new_ids[-1]
-        context[length : length + len(r.tokens)] = r.tokens
-        length += len(r.tokens)
-        emitted += len(r.tokens)
-        reason = _stop_reason(r.stopped, emitted, max_new_tokens, length, limit)
-        yield Step(method, r.tokens, r.accepted, r.tree.size if r.tree is not None else 0, r.draft_ms, r.search_ms,
-                   r.verify_ms, stop_reason=reason, tree=r.tree, accepted_nodes=r.nodes,
-                   top_logits=r.top)
-        if reason:
-            return
+    for batch in _decode(target, [input_ids], drafter, settings, sampling, max_new_tokens, max_length,
+                         stop_token_ids, [generator], interrupt):
+        yield batch.steps[0]
 
 
-@dataclass
-class _Round:
-    """What one step of the loop decided: the tokens it emits (and whether a stop token ends them), how many came
-    from accepted drafts, the tree verified (None: a plain step) and its accepted nodes, the measured ms, the best
-    logits behind each token (for the greedy check), and what the drafter is shown next (the features of the new
-    rows and the token that follows each)."""
-
-    tokens: list[int]
-    stopped: bool
-    accepted: int
-    tree: DraftTree | None
-    nodes: list[int]
-    draft_ms: float
-    search_ms: float
-    verify_ms: float
-    top: list[Any]
-    feats: torch.Tensor | None
-    new_ids: list[int]
-
-
-def _plain_round(target: TargetModel, state: Any, x: int, layers: Any, sampling: SamplingConfig,
-                 generator: torch.Generator | None, stops: frozenset[int]) -> _Round:
-    """One target forward of the last token, one token chosen."""
-    with Stopwatch(target.device) as sw:
-        logits, feats = target.forward_tokens(state, [x], layers=layers)
-        x = choose_token(logits, sampling, generator)
-    top = top_logits_of(logits[None]) if sampling.greedy else []
-    return _Round([x], x in stops, 0, None, [], 0.0, 0.0, sw.ms, top, feats, [x])
-
-
-def _tree_round(target: TargetModel, state: Any, proposal: Proposal, room: int, layers: Any,
-                sampling: SamplingConfig, generator: torch.Generator | None, stops: frozenset[int]) -> _Round:
-    """The proposed tree (cut to what may still be emitted) verified in one forward, its accepted path committed."""
-    tree = proposal.tree.truncate(room - 1)
-    with Stopwatch(target.device) as sw:
-        logits, tfeats = target.verify(state, tree, layers)
-        result = accept(tree, logits, sampling, generator)
-        target.commit(state, result.nodes)
-    tokens, stopped = _cut(result.tokens, stops, room)
-    picked = torch.tensor(result.nodes, device=logits.device)
-    top = top_logits_of(logits[picked[: len(tokens)]]) if sampling.greedy else []
-    feats = tfeats[picked.to(tfeats.device)] if tfeats is not None else None
-    return _Round(tokens, stopped, min(result.accepted, len(tokens)), tree, result.nodes, proposal.draft_ms,
-                  proposal.search_ms, sw.ms, top, feats, list(result.tokens))
-
-
-__all__ = ["Interrupted", "Step", "checked_request", "generate", "stream"]
+def stream_batch(
+    target: TargetModel,
+    prompts: Sequence[Any],
+    drafter: Drafter | None = None,
+    *,
+    settings: Any = None,
+    sampling: SamplingConfig | None = None,
+    max_new_tokens: int = 256,
+    max_length: int | None = None,
+    stop_token_ids: Iterable[int] = (),
+    generators: Sequence[torch.Generator | None] | None = None,
+    interrupt: Callable[[], bool] | None = None,
+) -> Iterator[BatchStep]:
+    """Decode ``prompts`` together (one drafter, one drafter state per stream): one :class:`BatchStep` per target
+    forward. ``generators``: one per stream for sampling (None: torch's global RNG). Each stream stops as
+    :func:`stream` does; ``interrupt`` as there."""
+    if not prompts:
+        raise ValueError("stream_batch: no prompts given")
+    gens = list(generators) if generators is not None else [None] * len(prompts)
+    if len(gens) != len(prompts):
+        raise ValueError(f"stream_batch: {len(gens)} generators for {len(prompts)} prompts")
+    return _decode(target, prompts, drafter, settings, sampling, max_new_tokens, max_length, stop_token_ids, gens,
+                   interrupt)
 
 
 def generate(target: TargetModel, input_ids: Any, drafter: Drafter | None = None,
@@ -212,3 +277,13 @@ def generate(target: TargetModel, input_ids: Any, drafter: Drafter | None = None
     steps = list(stream(target, input_ids, drafter, **kwargs))
     return [t for s in steps for t in s.tokens], steps
 
+
+def generate_batch(target: TargetModel, prompts: Sequence[Any], drafter: Drafter | None = None,
+                   **kwargs: Any) -> tuple[list[list[int]], list[BatchStep]]:
+    """Run :func:`stream_batch` to the end: (each stream's new token ids, the batch's steps)."""
+    steps = list(stream_batch(target, prompts, drafter, **kwargs))
+    tokens: list[list[int]] = [[] for _ in prompts]
+    for step in steps:
+        for b, s in step.steps.items():
+            tokens[b].extend(s.tokens)
+    return tokens, steps

@@ -4,8 +4,11 @@ No modeling code is copied or forked: tree attention is expressed purely through
 (a 4-D additive float mask plus ``position_ids`` = prefix length + depth), the KV cache is a stock
 ``DynamicCache`` and the drafter features come from ``output_hidden_states=True``.
 
-Per-generation state (the KV cache and the committed length) lives in a :class:`TargetState`, never on the
-model, so one :class:`TargetModel` can serve several generations that alternate step by step (the app's race).
+Per-generation state (the KV cache of one stream or several, each row's committed length) lives in a
+:class:`~dart_core.engine.state.TargetState`, never on the model, so one :class:`TargetModel` can serve several
+generations that alternate step by step (the app's race). Every forward takes one stream's form or several's
+(``prefill`` / ``prefill_rows``, ``verify`` / ``verify_rows``, ``commit`` / ``commit_rows``): one code path, in
+which a single stream's chain still runs without a mask.
 
 Facts about transformers 5.x relied on here (checked against 5.23):
 
@@ -20,11 +23,9 @@ Facts about transformers 5.x relied on here (checked against 5.23):
 from __future__ import annotations
 
 import inspect
-import itertools
 import math
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -36,10 +37,11 @@ from dart_core.engine.attention import sdpa_backends
 from dart_core.engine.cpu_linear import CpuLinearPlan
 from dart_core.engine.graphs import GraphedCall, SlotPool
 from dart_core.engine.hf_config import feature_layer_ids, text_config
+from dart_core.engine.state import TargetState, prompt_blocks, rows_mask, tree_blocks
 from dart_core.engine.tree import DraftTree
 from dart_core.loading.hub import cache_root
 
-__all__ = ["FAST_PATH_MODES", "FAST_PATH_ROWS", "TargetModel", "TargetState"]
+__all__ = ["FAST_PATH_MODES", "FAST_PATH_ROWS", "Interrupted", "TargetModel", "TargetState", "prefill_chunks"]
 
 FAST_PATH_ROWS = 4096  # the fast path's static KV cache when no size is given: prompt + reply + one draft tree
 # how the fast path runs its static-shape forwards: captured CUDA graphs (ready in seconds), torch.compile (minutes
@@ -58,26 +60,12 @@ def cache_keyword(model: Any) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
-@dataclass
-class TargetState:
-    """One generation's view of the target: its KV cache and how many of its rows are committed.
-
-    After :meth:`TargetModel.verify` the cache also holds the (uncommitted) tree rows after ``length``;
-    ``tree`` remembers that tree until :meth:`TargetModel.commit` compacts the accepted path into place.
-    """
-
-    cache: DynamicCache
-    length: int = 0
-    tree: DraftTree | None = field(default=None, repr=False)
-    slot: int | None = None  # the graph path's static cache it holds (its graphs are that cache's)
-
-
 # An interruptible prefill (``prefill(interrupt=...)``) runs a long prompt in chunks and asks between two whether to
-# go on: in one forward, a time limit or a Stop could only wait it out (a 6,000-token prompt: a minute on a shared
-# 2-core CPU). A chunk holds at most PREFILL_CHUNK rows, and fewer as the prefix grows, so that rows x attended
-# positions stays within PREFILL_WORK (the second full chunk's): a chunk's attention cost, which grows with the
-# prefix, stays about constant instead of growing sevenfold from the first 512 rows to the thirteenth (measured on
-# SmolLM2). The schedule depends on the prompt's length only, so every racer's prefill computes the same numbers.
+# go on: in one forward, a time limit or a Stop could only wait out a long prompt. A chunk holds at most
+# PREFILL_CHUNK rows, and fewer as the prefix grows, so that rows x attended positions stays within PREFILL_WORK (the
+# second full chunk's): a chunk's attention cost, which grows with the prefix, stays about constant instead of
+# growing with every chunk (docs/benchmarks.md#measurements-behind-design-choices). The schedule depends on the
+# prompt's length only, so every racer's prefill computes the same numbers.
 PREFILL_CHUNK = 512
 PREFILL_WORK = PREFILL_CHUNK * 2 * PREFILL_CHUNK
 PREFILL_MIN_CHUNK = 32
@@ -204,14 +192,14 @@ class TargetModel:
 
     def _static_forward(self, key: tuple[Any, ...], ids: torch.Tensor, positions: torch.Tensor,
                         mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The graph path's forward: ``key`` = (slot, layers, rows); every row's logits in float32 and the layers'
-        features, each on the model's device (copied out after the replay)."""
+        """The graph path's forward: ``key`` = (slot, layers, columns); every column's logits ``[1, T, V]`` in float32
+        and the layers' features, each on the model's device (copied out after the replay)."""
         slot, layers, _ = key
         out = self.model(input_ids=ids, position_ids=positions, attention_mask=mask,
                          **{self._cache_arg: self._slots.slots[slot]}, use_cache=True,
                          output_hidden_states=bool(layers), return_dict=True)
-        feats = torch.cat([out.hidden_states[i][0] for i in layers], dim=-1) if layers else None
-        return out.logits[0].float(), feats
+        feats = torch.cat([out.hidden_states[i] for i in layers], dim=-1) if layers else None
+        return out.logits.float(), feats
 
     def _padded_size(self, n: int, prefix: int) -> int:
         """Compiled or captured verifies run at a power-of-two node count (fewer shapes to compile or record), if
@@ -265,17 +253,20 @@ class TargetModel:
         return int(self.text_config.max_position_embeddings)
 
     # ------------------------------------------------------------- state
-    def new_state(self) -> TargetState:
-        """A fresh, empty per-generation state."""
-        if self._graphs is not None and self._slots is not None:
-            state = TargetState(cache=None)  # type: ignore[arg-type]  # a slot's cache, lent just below
+    def new_state(self, rows: int = 1) -> TargetState:
+        """A fresh, empty per-generation state of ``rows`` streams (their prompts go in with :meth:`prefill_rows`)."""
+        if rows < 1:
+            raise ValueError(f"new_state: a state needs at least one stream, got rows={rows}")
+        lengths = [0] * rows
+        if self._graphs is not None and self._slots is not None and rows == 1:
+            state = TargetState(cache=None, lengths=lengths)  # a slot's cache, lent just below
             state.slot = self._slots.lend(state)
             state.cache = self._slots.slots[state.slot]
             self._set_static_length(state, 0)
             return state
         if self.static_capacity is not None:
-            return TargetState(cache=StaticCache(config=self.config, max_cache_len=self.static_capacity))
-        return TargetState(cache=DynamicCache(config=self.config))
+            return TargetState(StaticCache(config=self.config, max_cache_len=self.static_capacity), lengths)
+        return TargetState(DynamicCache(config=self.config), lengths)
 
     @staticmethod
     def _set_static_length(state: TargetState, rows: int) -> None:
@@ -286,25 +277,23 @@ class TargetModel:
         if rows:
             torch._foreach_add_(lengths, rows)
 
-    def _check_state(self, state: TargetState) -> None:
+    def _cut_cache(self, state: TargetState, width: int) -> None:
+        """The cache keeps its first ``width`` columns: the next forward writes at ``width``."""
         if isinstance(state.cache, StaticCache):
+            self._set_static_length(state, width)
             return
-        cached = state.cache.get_seq_length()
-        if cached < state.length:
-            raise RuntimeError(f"TargetState is inconsistent: cache holds {cached} rows but length is {state.length}")
+        extra = state.cache.get_seq_length() - width
+        if extra < 0:
+            raise RuntimeError(f"TargetState is inconsistent: the cache holds {width + extra} columns but the state "
+                               f"counts {width}")
+        if extra:
+            state.cache.crop(-extra)
 
     def _drop_uncommitted(self, state: TargetState) -> None:
-        """Discard tree rows left by a verify that was never committed (state.length is authoritative)."""
-        if isinstance(state.cache, StaticCache):
-            if state.tree is not None:
-                self._set_static_length(state, state.length)
-            state.tree = None
-            return
-        self._check_state(state)
-        extra = state.cache.get_seq_length() - state.length
-        if extra > 0:
-            state.cache.crop(-extra)
-        state.tree = None
+        """Discard the columns of trees verified but never committed (the state's lengths are authoritative)."""
+        if state.trees is not None or not isinstance(state.cache, StaticCache):
+            self._cut_cache(state, state.width)
+        state.trees, state.pending = None, 0
 
     # ------------------------------------------------------------- forward
     def _run(
@@ -313,126 +302,46 @@ class TargetModel:
         ids: torch.Tensor,
         positions: torch.Tensor,
         mask: torch.Tensor | None,
-        last_only: bool,
+        keep: list[int] | None,
         layers: Sequence[int] | None = None,
         eager: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """One forward; features = the ``layers`` of ``hidden_states`` (default ``feature_layers``; none: no
-        hidden states are asked for) concatenated per row. The fast path's compiled forward runs it unless
-        ``eager`` (the prefill, whose length varies)."""
+        """One forward of ``ids`` ``[rows, T]``: float32 logits ``[rows, T', V]`` of the ``keep`` columns (None:
+        all ``T``) and the ``layers`` of ``hidden_states`` (default ``feature_layers``; none: no hidden states are
+        asked for) concatenated per column, ``[rows, T, F]``. The fast path's compiled or captured forward runs it
+        unless ``eager`` (a prefill, whose length varies)."""
         layers = self.feature_layers if layers is None else tuple(layers)
-        features = bool(layers)
-        rows = ids.shape[-1]
-        if not eager and self._graphs is not None and state.slot is not None and rows <= GRAPH_ROWS:
+        width = ids.shape[-1]
+        dev = self.feature_device
+        if not eager and self._graphs is not None and state.slot is not None and width <= GRAPH_ROWS:
             if mask is None:
-                mask = self._causal_mask(state.length, rows)
+                mask = rows_mask(state.lengths, state.width, width, self.static_capacity, self.dtype, self.device)
             with torch.no_grad(), sdpa_backends(ids.device):
-                logits, feats = self._graphs((state.slot, layers, rows), ids=ids, positions=positions, mask=mask)
-            dev = self.feature_device
-            logits = logits[-1:] if last_only else logits
-            logits = logits.to(device=dev, dtype=torch.float32, copy=True)
-            feats = feats.to(device=dev, copy=True) if feats is not None else None
-            return (logits[-1] if last_only else logits), feats
+                logits, feats = self._graphs((state.slot, layers, width), ids=ids, positions=positions, mask=mask)
+            logits = logits[:, keep] if keep is not None else logits  # an index: a copy already
+            logits = logits.to(device=dev, dtype=torch.float32, copy=keep is None)
+            return logits, feats.to(device=dev, copy=True) if feats is not None else None
         kwargs: dict[str, Any] = {
             "input_ids": ids,
             "position_ids": positions,
             self._cache_arg: state.cache,
             "use_cache": True,
-            "output_hidden_states": features,
+            "output_hidden_states": bool(layers),
             "return_dict": True,
         }
         if mask is not None:
             kwargs["attention_mask"] = mask
-        if last_only and self._has_logits_to_keep:
-            # by index, not ``1``: a strided last-position view makes torch's CPU linear copy the head (bf16: 56 ms
-            # instead of 4 ms for SmolLM2's 49k-token head at one prompt)
-            kwargs["logits_to_keep"] = torch.tensor([ids.shape[-1] - 1], device=ids.device)
+        if keep is not None and self._has_logits_to_keep:
+            # by index, not a count: a strided view of the last positions makes torch's CPU linear copy the head
+            # (docs/benchmarks.md#measurements-behind-design-choices)
+            kwargs["logits_to_keep"] = torch.tensor(keep, device=ids.device)
         forward = self.model if eager or self._compiled is None else self._compiled
         with torch.no_grad(), sdpa_backends(ids.device):
             out = forward(**kwargs)
-        dev = self.feature_device
-        feats = torch.cat([out.hidden_states[i][0].to(dev) for i in layers], dim=-1) if features else None
-        logits = out.logits[0].to(device=dev, dtype=torch.float32)
-        if last_only:
-            logits = logits[-1]
-        return logits, feats
-
-    def _as_ids(self, input_ids: torch.Tensor | Sequence[int], what: str) -> torch.Tensor:
-        ids = torch.as_tensor(input_ids, dtype=torch.long)
-        if ids.dim() == 1:
-            ids = ids[None]
-        if ids.dim() != 2 or ids.shape[0] != 1:
-            raise ValueError(f"{what}: expected token ids of shape [1, n] (batch 1), got {tuple(ids.shape)}")
-        return ids.to(self.device)
-
-    def prefill(self, state: TargetState, input_ids: torch.Tensor, layers: Sequence[int] | None = None,
-                interrupt: Callable[[], bool] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Run the prompt into an empty state and commit it.
-
-        Returns the float32 logits of the last position ``[V]`` and the features of every prompt token
-        ``[n, F]`` (the drafter needs the whole prompt's features to start; ``layers``: which hidden states,
-        default ``feature_layers``, ``()`` for none). With ``interrupt``, a prompt longer than
-        :data:`PREFILL_CHUNK` runs in chunks (:func:`prefill_chunks`) and :class:`Interrupted` is raised when
-        ``interrupt()`` is true between two of them (a time limit, a Stop); the static cache of the fast path
-        always prefills in one forward.
-        """
-        ids = self._as_ids(input_ids, "prefill")
-        n = ids.shape[1]
-        if n == 0:
-            raise ValueError("prefill: the prompt is empty (0 tokens); at least one token is needed")
-        if n > self.max_context:
-            raise ValueError(f"prefill: prompt of {n} tokens exceeds the target's context of {self.max_context}")
-        if state.length or (not isinstance(state.cache, StaticCache) and state.cache.get_seq_length()):
-            raise ValueError("prefill: the state already holds tokens; use a fresh target.new_state()")
-        if interrupt is not None and n > PREFILL_CHUNK and not isinstance(state.cache, StaticCache):
-            return self._prefill_chunks(state, ids, layers, interrupt)
-        positions = torch.arange(n, device=self.device)[None]
-        logits, feats = self._run(state, ids, positions, None, last_only=True, layers=layers, eager=True)
-        state.length = n
-        return logits, feats
-
-    def _prefill_chunks(self, state: TargetState, ids: torch.Tensor, layers: Sequence[int] | None,
-                        interrupt: Callable[[], bool]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """:meth:`prefill` in the chunks of :func:`prefill_chunks`, each attending to the rows cached before it
-        (the causal mask of a forward with a past), asking ``interrupt()`` before every chunk but the first."""
-        n, parts = ids.shape[1], []
-        logits: torch.Tensor | None = None
-        for start, end in prefill_chunks(n):
-            if start and interrupt():
-                raise Interrupted(f"prefill interrupted after {start:,} of {n:,} prompt tokens")
-            positions = torch.arange(start, end, device=self.device)[None]
-            logits, feats = self._run(state, ids[:, start:end], positions, None, last_only=True, layers=layers,
-                                      eager=True)
-            state.length = end
-            if feats is not None:
-                parts.append(feats)
-        if logits is None:
-            raise ValueError("prefill: the prompt is empty")
-        return logits, torch.cat(parts) if parts else None
-
-    def forward_tokens(
-        self, state: TargetState, input_ids: torch.Tensor | Sequence[int], *, features: bool = True,
-        layers: Sequence[int] | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Append one or more tokens and commit them (plain AR step, or feeding a bonus token).
-
-        Any uncommitted tree rows are discarded first. Returns the last position's float32 logits ``[V]`` and
-        the features of the new tokens ``[n, 3H]`` (None with ``features=False``: plain decoding needs no
-        hidden states, and the AR baseline should not pay for them; ``layers`` picks them, as in :meth:`prefill`).
-        """
-        ids = self._as_ids(input_ids, "forward_tokens")
-        n = ids.shape[1]
-        if n == 0:
-            raise ValueError("forward_tokens: no tokens given")
-        self._drop_uncommitted(state)
-        if state.length + n > self.max_context:
-            raise ValueError(
-                f"forward_tokens: {state.length} committed + {n} new tokens exceed the target's context "
-                f"of {self.max_context}"
-            )
-        positions = torch.arange(state.length, state.length + n, device=self.device)[None]
-        logits, feats = self._run(state, ids, positions, None, last_only=True, layers=layers if features else ())
-        state.length += n
+        feats = torch.cat([out.hidden_states[i].to(dev) for i in layers], dim=-1) if layers else None
+        logits = out.logits.to(device=dev, dtype=torch.float32)
+        if keep is not None and not self._has_logits_to_keep:
+            logits = logits[:, keep]
         return logits, feats
 
     def _require_compactable(self, state: TargetState, what: str) -> None:
@@ -443,109 +352,222 @@ class TargetModel:
                     "support only full-attention DynamicLayer / StaticLayer caches"
                 )
 
+    # ------------------------------------------------------------- prefill
+    def prefill(self, state: TargetState, input_ids: torch.Tensor | Sequence[int], layers: Sequence[int] | None = None,
+                interrupt: Callable[[], bool] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """:meth:`prefill_rows` of one stream: the float32 logits after its last token ``[V]`` and the features of
+        every prompt token ``[n, F]``."""
+        logits, feats = self.prefill_rows(state, [_one_prompt(input_ids, "prefill")], layers, interrupt)
+        return logits[0], feats[0]
+
+    def prefill_rows(self, state: TargetState, prompts: Sequence[Sequence[int]], layers: Sequence[int] | None = None,
+                     interrupt: Callable[[], bool] | None = None) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+        """Run one prompt per row (right-padded to the longest) into an empty state and commit each row's own
+        tokens.
+
+        Returns the float32 logits after each prompt's last token ``[rows, V]`` and each prompt's features
+        ``[n_b, F]`` (the drafter needs the whole prompt's features to start; ``layers``: which hidden states,
+        default ``feature_layers``, ``()`` for none). With ``interrupt``, prompts longer than :data:`PREFILL_CHUNK`
+        run in chunks (:func:`prefill_chunks`) and :class:`Interrupted` is raised when ``interrupt()`` is true
+        between two of them (a time limit, a Stop); the fast path's static cache always prefills in one forward.
+        """
+        prompts = [[int(t) for t in p] for p in prompts]
+        if len(prompts) != state.rows:
+            raise ValueError(f"prefill: {len(prompts)} prompts for a state of {state.rows} streams")
+        if state.width or (not isinstance(state.cache, StaticCache) and state.cache.get_seq_length()):
+            raise ValueError("prefill: the state already holds tokens; use a fresh target.new_state()")
+        ends = [len(p) for p in prompts]
+        if min(ends) == 0:
+            raise ValueError("prefill: the prompt is empty (0 tokens); every stream needs at least one token")
+        width = max(ends)
+        if width > self.max_context:
+            raise ValueError(f"prefill: prompt of {width} tokens exceeds the target's context of {self.max_context}")
+        ids = torch.zeros((state.rows, width), dtype=torch.long)
+        for b, p in enumerate(prompts):
+            ids[b, : len(p)] = torch.tensor(p, dtype=torch.long)
+        ids = ids.to(self.device)
+        chunks = [(0, width)]
+        if interrupt is not None and width > PREFILL_CHUNK and not isinstance(state.cache, StaticCache):
+            chunks = prefill_chunks(width)
+        last: list[torch.Tensor | None] = [None] * state.rows
+        parts: list[torch.Tensor] = []
+        for start, end in chunks:
+            if start and interrupt():
+                raise Interrupted(f"prefill interrupted after {start:,} of {width:,} prompt tokens")
+            size = end - start
+            state.lengths = [min(n, start) for n in ends]
+            mask = None if state.rows == 1 else rows_mask(state.lengths, start, size, self._keys(start + size),
+                                                          self.dtype, self.device, prompt_blocks(ends, start, size))
+            keep = sorted({size - 1} | {n - 1 - start for n in ends if start < n <= end})
+            positions = torch.arange(start, end, device=self.device)[None].expand(state.rows, size)
+            logits, feats = self._run(state, ids[:, start:end], positions, mask, keep, layers, eager=True)
+            for b, n in enumerate(ends):
+                if start < n <= end:
+                    last[b] = logits[b, keep.index(n - 1 - start)]
+            if feats is not None:
+                parts.append(feats)
+            state.lengths, state.width = [min(n, end) for n in ends], end
+        feats = torch.cat(parts, dim=1) if parts else None
+        return torch.stack(last), [None if feats is None else feats[b, :n] for b, n in enumerate(ends)]
+
+    def _keys(self, columns: int) -> int:
+        """The key length a forward's mask spans: the columns written so far, or the static cache's capacity."""
+        return self.static_capacity if self.static_capacity is not None else columns
+
+    def forward_tokens(
+        self, state: TargetState, input_ids: torch.Tensor | Sequence[int], *, features: bool = True,
+        layers: Sequence[int] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Append tokens to a one-stream state and commit them (a chain verified and kept whole; the state may be
+        empty). Any uncommitted tree rows are discarded first. Returns the last position's float32 logits ``[V]``
+        and the features of the new tokens ``[n, F]`` (None with ``features=False``; ``layers`` as in
+        :meth:`prefill`)."""
+        tokens = _one_prompt(input_ids, "forward_tokens")
+        if not tokens:
+            raise ValueError("forward_tokens: no tokens given")
+        self._drop_uncommitted(state)
+        if state.width + len(tokens) > self.max_context:
+            raise ValueError(f"forward_tokens: {state.width} committed + {len(tokens)} new tokens exceed the "
+                             f"target's context of {self.max_context}")
+        chain = DraftTree(tokens, list(range(-1, len(tokens) - 1)))
+        logits, feats = self._verify(state, [chain], layers if features else (), keep_last=True)
+        self.commit_rows(state, [list(range(len(tokens)))])
+        return logits[0, -1], feats[0] if feats is not None else None
+
+    # ------------------------------------------------------------- verify and commit
     def verify(self, state: TargetState, tree: DraftTree,
                layers: Sequence[int] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Run every tree node in one forward after the committed prefix, with tree attention.
+        """:meth:`verify_rows` of one stream: float32 logits ``[n_tree, V]`` and features ``[n_tree, F]``."""
+        logits, feats = self.verify_rows(state, [tree], layers)
+        return logits[0], feats[0]
 
-        Node i sits at position ``length + depth(i)`` and attends to the whole prefix plus its own ancestors (a
-        4-D mask; a chain, where that is plain causal attention, gets none: the kernel's own causal path).
-        Returns float32 logits ``[n_tree, V]`` and features ``[n_tree, F]`` (``layers`` as in :meth:`prefill`);
-        the cache then also holds the (uncommitted) tree rows until :meth:`commit`.
-        """
-        if state.length == 0:
+    def verify_rows(self, state: TargetState, trees: Sequence[DraftTree], layers: Sequence[int] | None = None,
+                    ) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
+        """Every row's tree in one forward after that row's committed tokens, with tree attention.
+
+        Node i of row b sits at position ``lengths[b] + depth(i)`` and sees row b's committed columns and its own
+        ancestors (:func:`~dart_core.engine.state.rows_mask`; one stream's chain gets no mask: the kernel's own
+        causal path). Returns each row's float32 logits ``[n_b, V]`` and features ``[n_b, F]`` (``layers`` as in
+        :meth:`prefill_rows`); the cache holds the (uncommitted) trees until :meth:`commit_rows`."""
+        if len(trees) != state.rows:
+            raise ValueError(f"verify: {len(trees)} trees for a batch of {state.rows} streams")
+        if state.width == 0:
             raise ValueError("verify: the state is empty; call prefill first")
         self._drop_uncommitted(state)
+        logits, feats = self._verify(state, trees, layers, keep_last=False)
+        return ([logits[b, : t.size] for b, t in enumerate(trees)],
+                [None if feats is None else feats[b, : t.size] for b, t in enumerate(trees)])
+
+    def _verify(self, state: TargetState, trees: Sequence[DraftTree], layers: Sequence[int] | None,
+                keep_last: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The forward of :meth:`verify_rows` on a state without pending trees: logits ``[rows, size or 1, V]``
+        (``keep_last``: the last column only) and features ``[rows, size, F]``."""
         self._require_compactable(state, "verify")
-        prefix = state.length
-        depth = int(tree.depths.max())
-        if prefix + depth + 1 > self.max_context:
-            raise ValueError(
-                f"verify: prefix of {prefix} tokens + tree depth {depth} (+ root) reaches position {prefix + depth}, "
-                f"past the target's context of {self.max_context}"
-            )
-        n = tree.size
-        size = self._padded_size(n, prefix)  # n, or the compiled path's bucket: rows n.. are padding
+        for b, tree in enumerate(trees):
+            end = state.lengths[b] + int(tree.depths.max())
+            if end >= self.max_context:
+                whose = "the tree" if state.rows == 1 else f"stream {b}'s tree"
+                raise ValueError(f"verify: {whose} reaches position {end}, past the target's context of "
+                                 f"{self.max_context} ({state.lengths[b]} committed tokens, depth "
+                                 f"{int(tree.depths.max())})")
+        n = max(tree.size for tree in trees)
+        size = self._padded_size(n, state.width)  # n, or the compiled path's bucket: columns n.. are padding
+        ids = np.zeros((state.rows, size), dtype=np.int64)
+        pos = np.zeros((state.rows, size), dtype=np.int64)
+        for b, (tree, length) in enumerate(zip(trees, state.lengths, strict=True)):
+            ids[b, : tree.size] = tree.tokens
+            pos[b] = length
+            pos[b, : tree.size] = tree.position_ids(length)
+        mask: torch.Tensor | None = None  # one stream's chain: the model's own causal attention suffices
+        if state.rows > 1 or size > trees[0].size or not trees[0].is_chain:
+            mask = rows_mask(state.lengths, state.width, size, self._keys(state.width + size), self.dtype,
+                             self.device, tree_blocks(trees, size))
         dev = self.device
-        tokens, pos = tree.tokens.astype(np.int64), tree.position_ids(prefix).astype(np.int64)
-        if size > n:
-            tokens = np.concatenate([tokens, np.zeros(size - n, dtype=np.int64)])
-            pos = np.concatenate([pos, np.full(size - n, prefix, dtype=np.int64)])
-        mask: torch.Tensor | None = None  # a chain (DFlash, AR-like): the model's own causal attention suffices
-        if size > n or not np.array_equal(tree.parents, np.arange(-1, n - 1)):
-            mask = self._tree_mask(tree, prefix, size)
-        ids = torch.from_numpy(tokens).to(dev)[None]
-        positions = torch.from_numpy(pos).to(dev)[None]
-        logits, feats = self._run(state, ids, positions, mask, last_only=False, layers=layers)
-        if size > n:
-            logits, feats = logits[:n], feats[:n] if feats is not None else None
-        state.tree = tree
+        logits, feats = self._run(state, torch.from_numpy(ids).to(dev), torch.from_numpy(pos).to(dev), mask,
+                                  [trees[0].size - 1] if keep_last else None, layers)
+        state.trees, state.pending = list(trees), size
         return logits, feats
 
-    def _causal_mask(self, prefix: int, rows: int) -> torch.Tensor:
-        """The additive 4-D mask of ``rows`` new tokens after ``prefix`` on a static cache: each sees the prefix,
-        the new rows up to itself, and nothing past (the graph path passes every forward an explicit mask)."""
-        keys = self.static_capacity if self.static_capacity is not None else prefix + rows
-        blocked = torch.finfo(self.dtype).min
-        cols = torch.arange(keys, device=self.device)
-        last = prefix + torch.arange(rows, device=self.device)
-        mask = torch.zeros((1, 1, rows, -(-keys // 8) * 8), dtype=self.dtype, device=self.device)[..., :keys]
-        return mask.masked_fill_(cols[None, None, None] > last[None, None, :, None], blocked)
-
-    def _tree_mask(self, tree: DraftTree, prefix: int, size: int) -> torch.Tensor:
-        """The additive 4-D mask of one verify, built once per step in the model's dtype on its device: every
-        row sees the prefix, a tree row its ancestors; padding rows (``size`` > nodes) see the prefix alone. Its
-        rows span the key length the model attends over (prefix + size, or the static cache's capacity) and are
-        allocated at a multiple of 8 columns, so the attention kernels take it as it is (an unaligned mask is
-        copied by the memory-efficient CUDA kernel in every layer)."""
-        n, dev = tree.size, self.device
-        keys = self.static_capacity if self.static_capacity is not None else prefix + size
-        blocked = torch.finfo(self.dtype).min
-        mask = torch.full((1, 1, size, -(-keys // 8) * 8), blocked, dtype=self.dtype, device=dev)[..., :keys]
-        mask[..., :prefix] = 0
-        visible = torch.from_numpy(tree.ancestor_mask()).to(dev)  # tree rows a node may see
-        mask[0, 0, :n, prefix : prefix + n].masked_fill_(visible, 0.0)
-        return mask
-
     def commit(self, state: TargetState, nodes: Sequence[int]) -> None:
-        """Keep the KV rows of one root-to-node path of the last verified tree, contiguously after the prefix.
+        """:meth:`commit_rows` of one stream: keep one root-to-node path of the verified tree."""
+        self.commit_rows(state, [nodes])
 
-        ``nodes`` are tree node indices, root first, each the child of the previous one. The rows are copied in
-        place inside every layer's keys/values, the rest of the tree rows are cropped, and ``length`` grows by
-        ``len(nodes)``. The bonus token is not in the tree: feed it with the next verify (as root) or
-        :meth:`forward_tokens`.
+    def commit_rows(self, state: TargetState, paths: Sequence[Sequence[int]]) -> None:
+        """Keep each row's accepted root-to-node path of its verified tree, right after its committed columns.
+
+        ``paths[b]`` are tree node indices, root first, each the child of the previous one; all are checked before
+        any row changes. The rows are copied in place inside every layer's keys/values (one gather and one scatter
+        per layer for the whole batch), the rest of the tree columns are dropped, and ``lengths[b]`` grows by
+        ``len(paths[b])``. The bonus token is not in the tree: it goes in as the root of the next verify.
         """
-        tree = state.tree
-        if tree is None:
+        trees = state.trees
+        if trees is None:
             raise ValueError("commit: no verified tree pending in this state; call verify first")
-        path = [int(i) for i in nodes]
-        if not path or path[0] != 0:
-            raise ValueError(f"commit: the path must start at the root (node 0), got {path}")
-        for a, b in itertools.pairwise(path):
-            if not 0 <= b < tree.size or int(tree.parents[b]) != a:
-                raise ValueError(f"commit: {path} is not a root-to-node path of the verified tree (at node {b})")
-        prefix, n_tree, m = state.length, tree.size, len(path)
-        self._require_compactable(state, "commit")
-        static = isinstance(state.cache, StaticCache)
-        if not static and state.cache.get_seq_length() != prefix + n_tree:
-            raise RuntimeError(
-                f"commit: cache holds {state.cache.get_seq_length()} rows, expected prefix {prefix} + tree {n_tree}"
-            )
-        if path != list(range(m)) and self._compactions is not None and state.slot is not None:
+        if len(paths) != state.rows:
+            raise ValueError(f"commit: {len(paths)} paths for a batch of {state.rows} streams")
+        paths = [[int(i) for i in path] for path in paths]
+        for b, (tree, path) in enumerate(zip(trees, paths, strict=True)):
+            tree.check_path(path, "commit", "the verified tree" if state.rows == 1 else f"stream {b}'s tree")
+        if not isinstance(state.cache, StaticCache) and state.cache.get_seq_length() != state.width + state.pending:
+            raise RuntimeError(f"commit: the cache holds {state.cache.get_seq_length()} columns, expected "
+                               f"{state.width} committed + {state.pending} verified")
+        rows, src, dst = [], [], []
+        for b, path in enumerate(paths):
+            for j, node in enumerate(path):
+                if state.width + node != state.lengths[b] + j:  # a column already in place needs no copy
+                    rows.append(b)
+                    src.append(state.width + node)
+                    dst.append(state.lengths[b] + j)
+        if rows and self._compactions is not None and state.slot is not None:
             # the graph path: one captured copy for every layer (per slot and path length), not 4 launches a layer
-            rows = torch.tensor([[prefix + i for i in path], list(range(prefix, prefix + m))], device=self.device)
-            self._compactions((state.slot, m), rows=rows)
-        elif path != list(range(m)):  # rows 0..m-1 already in place need no copy
-            src = torch.tensor(path, dtype=torch.long) + prefix
+            m = len(paths[0])
+            moves = torch.tensor([[state.width + i for i in paths[0]], [state.width + j for j in range(m)]],
+                                 device=self.device)
+            self._compactions((state.slot, m), rows=moves)
+        elif rows:
+            bi, si, di = (torch.tensor(v, device=self.device) for v in (rows, src, dst))
             for layer in state.cache.layers:
-                if not layer.is_initialized:
-                    continue
-                idx = src.to(layer.keys.device)
-                layer.keys[:, :, prefix : prefix + m] = layer.keys.index_select(2, idx)
-                layer.values[:, :, prefix : prefix + m] = layer.values.index_select(2, idx)
-        drop = n_tree - m
-        if static:
-            self._set_static_length(state, prefix + m)
-        elif drop:
-            state.cache.crop(-drop)
-        state.length = prefix + m
-        state.tree = None
+                if layer.is_initialized:
+                    layer.keys[bi, :, di] = layer.keys[bi, :, si]
+                    layer.values[bi, :, di] = layer.values[bi, :, si]
+        state.lengths = [n + len(path) for n, path in zip(state.lengths, paths, strict=True)]
+        state.width, state.trees, state.pending = max(state.lengths), None, 0
+        self._cut_cache(state, state.width)
+
+    def keep_rows(self, state: TargetState, rows: Sequence[int]) -> None:
+        """Only ``rows`` (indices, in order) stay in the state: the streams that have not ended."""
+        if state.trees is not None:
+            raise RuntimeError("keep: commit the verified trees first")
+        rows = [int(b) for b in rows]
+        if not rows or any(not 0 <= b < state.rows for b in rows):
+            raise ValueError(f"keep: rows {rows} are not a non-empty selection of the state's {state.rows} streams")
+        if rows == list(range(state.rows)):
+            return
+        idx = torch.tensor(rows, dtype=torch.long, device=self.device)
+        for layer in state.cache.layers:
+            if layer.is_initialized:
+                layer.keys = layer.keys.index_select(0, idx)
+                layer.values = layer.values.index_select(0, idx)
+                if isinstance(layer, StaticLayer):
+                    layer.batch_size = len(rows)
+        state.lengths = [state.lengths[b] for b in rows]
+        state.width = max(state.lengths)
+        self._cut_cache(state, state.width)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes one token's keys and values take in the cache, over every layer."""
+        cfg = self.text_config
+        heads = int(getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads)
+        head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
+        return 2 * int(cfg.num_hidden_layers) * heads * head_dim * self.dtype.itemsize
+
+
+def _one_prompt(input_ids: torch.Tensor | Sequence[int], what: str) -> list[int]:
+    """Token ids of one stream as a list: ``[n]`` or ``[1, n]``."""
+    ids = torch.as_tensor(input_ids, dtype=torch.long)
+    if ids.dim() == 1:
+        ids = ids[None]
+    if ids.dim() != 2 or ids.shape[0] != 1:
+        raise ValueError(f"{what}: expected token ids of shape [1, n] (batch 1), got {tuple(ids.shape)}")
+    return ids[0].tolist()

@@ -7,6 +7,7 @@ needs (depths, position ids, the tree attention mask, root-to-leaf paths) is der
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -77,6 +78,11 @@ class DraftTree:
         return self.size
 
     @cached_property
+    def is_chain(self) -> bool:
+        """Every node the child of the one before: plain causal attention verifies it, no tree mask needed."""
+        return bool(np.array_equal(self.parents, np.arange(-1, self.size - 1)))
+
+    @cached_property
     def depths(self) -> np.ndarray:
         """Depth of every node (root 0); one pass suffices because parents precede children."""
         d = np.zeros(self.size, dtype=np.int64)
@@ -131,6 +137,16 @@ class DraftTree:
         while self.parents[path[-1]] >= 0:
             path.append(int(self.parents[path[-1]]))
         return path[::-1]
+
+    def check_path(self, path: list[int], what: str, whose: str = "the tree") -> None:
+        """Raise ValueError (``what: … is not a root-to-node path of whose``) unless ``path`` is one: node 0 first,
+        each node the child of the one before. The one check behind every commit of accepted nodes."""
+        why = "" if path and path[0] == 0 else "it must start at the root, node 0"
+        for a, b in itertools.pairwise(path):
+            if not why and (not 0 <= b < self.size or int(self.parents[b]) != a):
+                why = f"at node {b}"
+        if why:
+            raise ValueError(f"{what}: {path} is not a root-to-node path of {whose} ({why})")
 
     def paths(self) -> list[list[int]]:
         """Every root-to-leaf path as node indices, root first — the candidates the verifier accepts along."""

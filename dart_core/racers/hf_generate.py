@@ -27,7 +27,7 @@ import torch
 from dart_core.engine.cpu_linear import torch_work_on_another_thread
 from dart_core.engine.graphs import SlotPool
 from dart_core.engine.greedy_check import top_logits_of
-from dart_core.engine.loop import Step, _stop_reason, checked_request
+from dart_core.engine.loop import Step, checked_request, stop_reason
 from dart_core.engine.target import TargetModel
 from dart_core.engine.timing import sync
 from dart_core.engine.verify import SamplingConfig
@@ -182,9 +182,9 @@ def stream_hf_generate(
                     return
                 emitted += 1
                 top = [handoff.top[emitted - 1]] if sampling.greedy else []
-                reason = _stop_reason(token in stops, emitted, max_new_tokens, len(prompt) + emitted, limit)
-                yield Step(KEY, [token], 0, 0, 0.0, 0.0, (t - started) * 1e3, prefill=emitted == 1,
-                           stop_reason=reason, top_logits=top)
+                reason = stop_reason(token in stops, emitted, max_new_tokens, len(prompt) + emitted, limit)
+                yield Step(method=KEY, tokens=[token], accepted=0, tree_size=0, draft_ms=0.0, search_ms=0.0,
+                           verify_ms=(t - started) * 1e3, prefill=emitted == 1, stop_reason=reason, top_logits=top)
                 if reason:
                     return
                 started = handoff.resume()
