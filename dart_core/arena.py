@@ -19,8 +19,7 @@ from dart_core.engine.drafter import Drafter
 from dart_core.engine.loop import BatchStep, Step, stream, stream_batch
 from dart_core.engine.target import FAST_PATH_MODES, FAST_PATH_ROWS, TargetModel
 from dart_core.loading.errors import UserError, loading
-from dart_core.loading.hub import HubFileError, looks_local, resolve_file
-from dart_core.loading.hub import _offline as hub_offline
+from dart_core.loading.hub import HubFileError, hub_offline, looks_local, resolve_file
 from dart_core.loading.layouts import DTYPE_NAMES
 from dart_core.loading.packaged import ensure_checkpoint, packaged_model
 from dart_core.loading.progress import stage

@@ -164,11 +164,11 @@ def test_stored_features_and_teacher_equal_a_fresh_forward(llama: Path, distille
 
 
 def test_features_skip_the_head_only_where_the_backbone_feeds_it_unchanged(llama: Path, distilled: Path) -> None:
-    from dart_core.train.features import _feature_forward, _HeadInput
+    from dart_core.train.features import HeadInput, _feature_forward
 
     target, _ = load_target(llama, device="cpu", dtype="float32")
     seq = read_sequences(distilled)[0]
-    hook = _HeadInput(target.model.get_output_embeddings())
+    hook = HeadInput(target.model.get_output_embeddings())
     try:
         assert _feature_forward(target, hook, seq).__name__ == "backbone_only"
         # A model that changes the hidden state between its backbone and its head keeps the full forward.

@@ -66,7 +66,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _tail(path: Path, lines: int = 30) -> str:
+def log_tail(path: Path, lines: int = 30) -> str:
+    """The last ``lines`` lines of the log at ``path`` ("" when it cannot be read), for an error message."""
     try:
         return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
     except OSError:
@@ -94,7 +95,7 @@ def app_process(cmd: list[str], port: int, log_path: Path,
         while True:
             if proc.poll() is not None:
                 raise BenchError(f"the app exited with code {proc.returncode} before serving ({log_path}):\n"
-                                 f"{_tail(log_path)}")
+                                 f"{log_tail(log_path)}")
             try:
                 with urllib.request.urlopen(url + ready, timeout=5) as r:
                     if r.status == 200:
@@ -102,7 +103,8 @@ def app_process(cmd: list[str], port: int, log_path: Path,
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                raise BenchError(f"the app did not serve within {START_TIMEOUT_S} s ({log_path}):\n{_tail(log_path)}")
+                raise BenchError(f"the app did not serve within {START_TIMEOUT_S} s ({log_path}):\n"
+                                 f"{log_tail(log_path)}")
             time.sleep(0.5)
         yield url, proc
     finally:

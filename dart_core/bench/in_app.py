@@ -29,11 +29,11 @@ import torch
 from dart_core.bench import e2e
 from dart_core.bench.drive import (
     RaceLog,
-    _tail,
     chromium_binary,
     drive_client,
     drive_page,
     free_port,
+    log_tail,
     running_app,
     tree_values,
 )
@@ -336,7 +336,7 @@ def _run(args: argparse.Namespace) -> int:
     with open(out / "e2e.log", "wb") as f:
         rc = subprocess.run(cmd, stdout=f, check=False).returncode
     if rc != 0:
-        raise BenchError(f"the e2e benchmark exited with code {rc} ({out / 'e2e.log'}):\n{_tail(out / 'e2e.log')}")
+        raise BenchError(f"the e2e benchmark exited with code {rc} ({out / 'e2e.log'}):\n{log_tail(out / 'e2e.log')}")
     report = json.loads((bench_out / "e2e.json").read_text(encoding="utf-8"))
 
     # 3. compare

@@ -85,7 +85,8 @@ def writable_dir(path: Path, what: str) -> Path:
     return path
 
 
-def _offline() -> bool:
+def hub_offline() -> bool:
+    """True when HF_HUB_OFFLINE is set (in huggingface_hub's constants or the environment): the Hub is not asked."""
     env = os.environ.get("HF_HUB_OFFLINE", "")
     return bool(constants.HF_HUB_OFFLINE) or env.upper() in {"1", "ON", "YES", "TRUE"}
 
@@ -125,14 +126,15 @@ def resolve_file(
         return None
     rev = f" (revision {revision})" if revision else ""
     try:
-        return Path(hf_hub_download(s, filename, revision=revision, cache_dir=cache_dir, local_files_only=_offline()))
+        return Path(hf_hub_download(s, filename, revision=revision, cache_dir=cache_dir,
+                                    local_files_only=hub_offline()))
     except HFValidationError:
         raise HubFileError(f"{s!r} is neither an existing local path nor a valid Hub repo id") from None
     except LocalEntryNotFoundError:
         if not required:
             return None
         cache = cache_dir or constants.HF_HUB_CACHE
-        why = "HF_HUB_OFFLINE is set" if _offline() else "the Hub cannot be reached"
+        why = "HF_HUB_OFFLINE is set" if hub_offline() else "the Hub cannot be reached"
         raise HubFileError(
             f"{filename} of Hub repo {s}{rev} is not in the local Hugging Face cache ({cache}) and {why}. "
             f"Fetch it where there is internet (`hf download {s} {filename}`) and copy the cache over (or point "
@@ -165,7 +167,7 @@ def resolve_first(
         if path is not None:
             return path
     offline = ""
-    if _offline() and not looks_local(ref):
+    if hub_offline() and not looks_local(ref):
         offline = " (HF_HUB_OFFLINE is set: only the local cache was searched)"
     raise HubFileError(f"{os.fspath(ref)} has none of {', '.join(filenames)}{offline}")
 
@@ -225,5 +227,5 @@ def load_tensor(
         raise HubFileError(f"{path}: none of {list(keys)} found")
     raise HubFileError(
         f"{os.fspath(ref)} has no weights ({', '.join(n for n, _ in _WEIGHT_LAYOUTS)})"
-        + (" in the local cache (HF_HUB_OFFLINE is set)" if _offline() and not looks_local(ref) else "")
+        + (" in the local cache (HF_HUB_OFFLINE is set)" if hub_offline() and not looks_local(ref) else "")
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 from huggingface_hub import snapshot_download
 
 from dart_core.engine.cpu import AUTO_DTYPE_HELP, auto_dtype_name
-from dart_core.loading.hub import _offline as hub_offline
+from dart_core.loading.hub import hub_offline
 from dart_core.loading.layouts import DTYPE_BYTES, DTYPE_NAMES
 from dart_core.preflight.checks import check_drafter, check_ngram, check_target
 from dart_core.preflight.plan import Plan, Problem

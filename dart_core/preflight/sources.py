@@ -16,8 +16,7 @@ from typing import Any
 from huggingface_hub import try_to_load_from_cache
 from huggingface_hub.errors import GatedRepoError, HFValidationError, RepositoryNotFoundError, RevisionNotFoundError
 
-from dart_core.loading.hub import _offline as hub_offline
-from dart_core.loading.hub import looks_local
+from dart_core.loading.hub import hub_offline, looks_local
 from dart_core.loading.layouts import DTYPE_BYTES
 from dart_core.preflight.plan import FileEntry, Problem, hub_cache
 

@@ -93,7 +93,8 @@ def load_frozen_target(target: str | os.PathLike[str], *, device: str | None = "
     return TargetModel(model.to(device).eval().requires_grad_(False))
 
 
-def _rope_theta(cfg: Any) -> float:
+def rope_theta_of(cfg: Any) -> float:
+    """The RoPE base of a text config: ``rope_theta``, else ``rope_parameters["rope_theta"]``, else 10000."""
     theta = getattr(cfg, "rope_theta", None)
     if theta is None:
         theta = (getattr(cfg, "rope_parameters", None) or {}).get("rope_theta", 10000.0)
@@ -115,7 +116,7 @@ def drafter_config_dict(target: TargetModel, kind: str, draft_vocab_size: int, d
         "num_key_value_heads": int(getattr(t, "num_key_value_heads", None) or heads),
         "head_dim": int(getattr(t, "head_dim", None) or t.hidden_size // heads),
         "rms_norm_eps": float(getattr(t, "rms_norm_eps", 1e-6)),
-        "rope_theta": _rope_theta(t),
+        "rope_theta": rope_theta_of(t),
         "rope_scaling": None,
         "max_position_embeddings": int(t.max_position_embeddings),
         "hidden_act": "silu",

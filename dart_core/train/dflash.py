@@ -25,13 +25,13 @@ from dart_core.engine.cpu import cpu_has_native_bf16
 from dart_core.engine.target import TargetModel
 from dart_core.train.common import (
     TrainConfig,
-    _rope_theta,
     config_field,
     kl_and_top1,
     load_frozen_target,
     load_start,
     make_windows,
     pick_windows,
+    rope_theta_of,
     seed_everything,
     start_config,
     start_weights,
@@ -69,7 +69,7 @@ def dflash_config_dict(target: TargetModel, *, block_size: int, mask_token_id: i
         "head_dim": int(getattr(t, "head_dim", None) or t.hidden_size // heads),
         "hidden_act": "silu",
         "rms_norm_eps": float(getattr(t, "rms_norm_eps", 1e-6)),
-        "rope_theta": _rope_theta(t),
+        "rope_theta": rope_theta_of(t),
         "rope_scaling": None,
         "max_position_embeddings": int(t.max_position_embeddings),
         "attention_bias": False,
@@ -155,10 +155,10 @@ class _OnlineHeadInputWindows:
 
     @torch.no_grad()
     def get(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        from dart_core.train.features import _HeadInput
+        from dart_core.train.features import HeadInput
 
         batch = self.windows[idx].to(self.target.device)
-        hook = _HeadInput(self.target.model.get_output_embeddings())
+        hook = HeadInput(self.target.model.get_output_embeddings())
         try:
             out = self.target.model(input_ids=batch, output_hidden_states=True, use_cache=False, return_dict=True)
         finally:

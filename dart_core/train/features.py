@@ -124,7 +124,7 @@ def _create(root: Path, sequences: Sequence[Sequence[int]], target: TargetModel,
     return FeatureStore.open(root, "r+")
 
 
-class _HeadInput:
+class HeadInput:
     """Captures the input of the output head during a forward (exactly what the logits are computed from)."""
 
     def __init__(self, head: torch.nn.Module) -> None:
@@ -141,7 +141,7 @@ class _HeadInput:
 FeatureForward = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
-def _feature_forward(target: TargetModel, hook: _HeadInput, probe: Sequence[int]) -> FeatureForward:
+def _feature_forward(target: TargetModel, hook: HeadInput, probe: Sequence[int]) -> FeatureForward:
     """(ids, mask) -> (feature hidden states [B, T, 3H], head inputs [B, T, H]). The stored head inputs are all
     that training needs of the head, so its [T, V] logits (a fifth of a small model's compute, and the largest
     tensor of the forward) are skipped: the backbone alone runs, where its last hidden state is exactly what the
@@ -208,7 +208,7 @@ def build_features(target: TargetModel, sequences: Sequence[Sequence[int]], root
     head = target.model.get_output_embeddings()
     if head is None:
         raise ValueError("the target has no output head (get_output_embeddings() is None)")
-    hook = _HeadInput(head)
+    hook = HeadInput(head)
     forward = _feature_forward(target, hook, sequences[0])
     start = int(store.meta["done_sequences"])
     bar = tqdm(total=len(sequences), initial=start, desc="target features", unit="seq", disable=not progress)
