@@ -1,4 +1,5 @@
-"""DART Arena's comparison app: DART, EAGLE-3 and plain decoding racing side by side on one shared target.
+"""DART Arena's comparison app: the registered racers (DART, EAGLE-3, DFlash, …, plain decoding) side by side on
+one shared target.
 
 ``python -m app`` (see ``app/__main__.py``); the race logic is in ``dart_core.race`` (no Gradio), the figures in
 ``app.plots``, the HTML in ``app.render``, the page in ``app.ui``, the model's own process in ``app.engine``.

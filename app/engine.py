@@ -116,7 +116,8 @@ def model_worker() -> ThreadPoolExecutor:
 class LocalEngine:
     """Races on an arena loaded in this process. ``worker``: the single-thread executor that runs every step
     (one race step at a time on the shared model, whatever happens to cancelled events); best the one that
-    loaded the model — on a CPU, PyTorch work split over two threads (two OpenMP teams) ran 2-3× slower."""
+    loaded the model — on a CPU, PyTorch work split over two threads (two OpenMP teams) ran much slower
+    (measured: docs/benchmarks.md#measurements-behind-design-choices)."""
 
     def __init__(self, arena: Any, worker: ThreadPoolExecutor | None = None) -> None:
         self.arena = arena

@@ -1,7 +1,8 @@
 """The "Measured on this host" panel: the pooled table of the last ``python -m dart_core.bench e2e`` run for the
-loaded models (``dart_core.race.standings``), beside the live race, whose single prompt swings its ratios by
-10-20 %. No run found (or none readable) gives one line with the command that measures them. Plain HTML strings,
-no Gradio; styled by ``app/style.css``.
+loaded models (``dart_core.race.standings``), beside the live race, whose single prompt swings its ratios from
+prompt to prompt (measured: docs/benchmarks.md#measurements-behind-design-choices). No run found (or none
+readable) gives one line with the command that measures them. Plain HTML strings, no Gradio; styled by
+``app/style.css``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Model bundles in ``assets/``: a target with the DART drafter, EAGLE-3 head and N-gram store trained for it, plus
-held-out prompts, in the published formats, so the app and the benchmark run offline with no flags.
+"""Model bundles in ``assets/``: a target with the drafters trained for it (DART and EAGLE-3; DFlash too in the
+default bundle) and its N-gram store, plus held-out prompts, in the published formats, so the app and the benchmark
+run offline with no flags.
 
 Two layouts: the target inside the bundle (``target/``, the stdlib toy ``assets/tiny``), or named in
 ``bundle.json`` (``{"target": "smollm2", "mode": "chat"}``: the default ``assets/smollm2``, whose target comes

@@ -19,7 +19,8 @@ setup() {
     "$PYTHON" -m venv "$VENV"
   fi
   # torch: the pinned CPU build when it is absent (an unpinned torch would pull several GB of CUDA wheels). Found,
-  # not imported: importing it takes ~2 s, which every launch script (and its --check) would pay once more.
+  # not imported: importing it takes seconds, which every launch script (and its --check) would pay once more
+  # (measured: docs/benchmarks.md#measurements-behind-design-choices).
   if ! "$PY" -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('torch') is None)" 2>/dev/null; then
     echo "==> installing torch==2.13.0"
     "$PY" -m pip install -q torch==2.13.0
@@ -82,8 +83,9 @@ case "${1:-}" in
     setup
     "$PY" -m ruff check .
     shift
-    # two workers: the suite is mostly tiny models bound by Python's per-op cost, one core each (a 2-core EPYC: 15
-    # minutes against 31 in one process); worksteal evens out the few long tests
+    # two workers: the suite is mostly tiny models bound by Python's per-op cost, one core each, so two workers take
+    # about half the time of one process (measured: docs/benchmarks.md#measurements-behind-design-choices);
+    # worksteal evens out the few long tests
     "$PY" -m pytest -n "${DART_TEST_WORKERS:-2}" --dist worksteal "$@"
     ;;
   *) echo "usage: bash scripts/dev.sh {setup|demo|test} [args...]" >&2; exit 2 ;;

@@ -2,7 +2,8 @@
 READMEs and the notes in ``docs/``.
 
 A citation is a path ending in the Markdown suffix, in backticks, a link target or plain text; it must resolve
-relative to the repository root or to the citing file's folder. URLs are not checked.
+relative to the repository root or to the citing file's folder. URLs are not checked. A cited anchor must name a
+heading of its file, and the developers' layout listing must name every module of ``dart_core/`` and ``app/``.
 """
 
 from __future__ import annotations
@@ -295,3 +296,107 @@ def test_a_citation_of_nothing_is_caught() -> None:
     assert ANY_PATH.findall("see dart_core/packaged.py") == ["dart_core/packaged.py"]
     assert not (ROOT / "dart_core/packaged.py").exists() and not attribute_of_a_file("dart_core/packaged.py")
     assert attribute_of_a_file("tests/helpers_app.running_app") and not attribute_of_a_file("tests/helpers_app.nope")
+
+
+# ------------------------------------------------------------ anchors, and the developers' listing of modules
+FENCE = re.compile(r"^\s*(```|~~~)")
+HEADING = re.compile(r"^#{1,6} +(.+)$")
+MD_ANCHOR = re.compile(r"(?<![\w./~-])((?:\.{1,2}/)*[\w-][\w./-]*\.md)#([\w-]+)")
+LOCAL_ANCHOR = re.compile(r"\]\(#([^)\s]+)\)")
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation but ``-`` and ``_`` dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(doc: Path) -> set[str]:
+    """The anchors of ``doc``'s headings, code blocks left out (a repeated heading's get ``-1``, ``-2``, …)."""
+    counts: dict[str, int] = {}
+    out, fenced = set(), False
+    for line in doc.read_text(encoding="utf-8").splitlines():
+        if FENCE.match(line):
+            fenced = not fenced
+        elif not fenced and (m := HEADING.match(line)):
+            base = slug(m.group(1))
+            out.add(f"{base}-{counts[base]}" if base in counts else base)
+            counts[base] = counts.get(base, 0) + 1
+    return out
+
+
+def anchor_problems(path: Path, lines: list[tuple[int, str]]) -> list[str]:
+    """Each cited anchor (``docs/engine.md#cpu-linear-kernels``; in a note, ``](#anchor)`` too) in ``lines`` of
+    ``path`` whose file has no such heading. A file that is not there is left to the checks above."""
+    found = []
+    for lineno, line in lines:
+        line = URL.sub(" ", line)
+        refs = [(ROOT / ref if (ROOT / ref).is_file() else path.parent / ref, a) for ref, a in MD_ANCHOR.findall(line)]
+        refs += [(path, a) for a in LOCAL_ANCHOR.findall(line)] if path.suffix == ".md" else []
+        found += [f"{path.relative_to(ROOT)}:{lineno}: {doc.resolve().relative_to(ROOT)}#{a}" for doc, a in refs
+                  if doc.is_file() and a not in anchors(doc)]
+    return found
+
+
+def test_every_cited_anchor_is_a_heading() -> None:
+    """``docs/benchmarks.md#measurements-behind-design-choices`` in a comment, ``](#figures)`` in a note: each names
+    a heading of its file, so a renamed section leaves no link behind."""
+    problems = []
+    for doc in DOCS:
+        problems += anchor_problems(doc, list(enumerate(doc.read_text(encoding="utf-8").splitlines(), 1)))
+    for path in CODE_FILES:
+        problems += anchor_problems(path, cited_lines(path))
+    assert not problems, "anchors with no heading:\n" + "\n".join(problems)
+
+
+DEVELOPERS = ROOT / "docs/developers.md"
+# one item of the layout listing: "  - `dart_core/engine/`: `tree.py` (...), ..." and its indented continuation lines
+LAYOUT_ENTRY = re.compile(r"^  - `((?:dart_core|app)/(?:\w+/)*)`(.*(?:\n    .*)*)", re.M)
+
+
+def python_modules() -> dict[str, list[str]]:
+    """Folder (``dart_core/engine/``) → the file names of its Python modules, ``__init__.py`` left out."""
+    out: dict[str, list[str]] = {}
+    for base in ("dart_core", "app"):
+        for path in sorted((ROOT / base).rglob("*.py")):
+            if path.name != "__init__.py" and "__pycache__" not in path.parts:
+                out.setdefault(path.parent.relative_to(ROOT).as_posix() + "/", []).append(path.name)
+    return out
+
+
+def unlisted_modules(doc: str, modules: dict[str, list[str]]) -> list[str]:
+    """The modules that ``doc``'s layout listing (the items under "- **Layout:**") does not name in their own
+    folder's item: a module named only under another folder counts as missing."""
+    listing = doc.split("- **Layout:**", 1)[-1].split("\n- **", 1)[0]
+    items = {m.group(1): m.group(2) for m in LAYOUT_ENTRY.finditer(listing)}
+    return [folder + name for folder, names in modules.items() for name in names
+            if not re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", items.get(folder, ""))]
+
+
+def test_the_developers_layout_lists_every_module() -> None:
+    """docs/developers.md's layout names every module of ``dart_core/`` and ``app/``, each in its folder's item:
+    a module added without its line there fails here."""
+    missing = unlisted_modules(DEVELOPERS.read_text(encoding="utf-8"), python_modules())
+    assert not missing, "modules missing from docs/developers.md's layout:\n" + "\n".join(missing)
+
+
+def test_the_anchor_and_layout_checks_can_fail() -> None:
+    """Each check reports what it is for: a made-up anchor, a module with no line, one listed under another folder
+    only, a folder with no item; real anchors and modules pass."""
+    assert slug("CPU linear kernels (`--cpu-linear`)") == "cpu-linear-kernels---cpu-linear"
+    assert "measurements-behind-design-choices" in anchors(ROOT / "docs/benchmarks.md")
+    note = ROOT / "docs/benchmarks.md"
+    line = [(3, "docs/benchmarks.md#measurements-behind-design-choice, ../README.md#documentation, ](#nowhere), "
+                "](#soak-memory-over-many-visitors)")]
+    assert anchor_problems(note, line) == [
+        "docs/benchmarks.md:3: docs/benchmarks.md#measurements-behind-design-choice",
+        "docs/benchmarks.md:3: docs/benchmarks.md#nowhere"]
+    assert anchor_problems(ROOT / "app" / "x.py", [(1, "docs/benchmarks.md#soak-memory-over-many-visitors")]) == []
+
+    doc, modules = DEVELOPERS.read_text(encoding="utf-8"), python_modules()
+    assert "batch_loop.py" in modules["dart_core/engine/"] and "dart.py" in modules["dart_core/train/"]
+    assert unlisted_modules(doc, {**modules, "dart_core/engine/": [*modules["dart_core/engine/"], "ghost.py"]}) \
+        == ["dart_core/engine/ghost.py"]
+    renamed = doc.replace("`batch_loop.py`", "`batch-loop`")
+    assert unlisted_modules(renamed, modules) == ["dart_core/engine/batch_loop.py"]
+    assert unlisted_modules(doc, {"dart_core/train/": ["registry.py"]}) == ["dart_core/train/registry.py"]
+    assert unlisted_modules(doc, {"app/widgets/": ["plots.py"]}) == ["app/widgets/plots.py"]

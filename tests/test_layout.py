@@ -36,8 +36,6 @@ SHARED_FLAGS = ("--dtype", "--threads", "--device", "--cpu-linear", "--fast-path
 ALLOWED_TO_NAME_RACERS = ("drafters", "racers", "train", "bench")
 # the compiled core (built from native/, so absent from the source tree): a module, though named like a private name
 NATIVE = "dart_core._native"
-# the engine loop's rewrite drops these files' imports of loop._cut / loop._stop_reason: delete this set with it
-PENDING_LOOP_REWRITE = {"dart_core/engine/batch_loop.py", "dart_core/racers/hf_generate.py"}
 
 
 def modules(root: Path = ROOT, bases: tuple[str, ...] = ("dart_core", "app")) -> dict[str, Path]:
@@ -256,8 +254,7 @@ def private_reaches(path: Path, module: str, known: Collection[str]) -> list[tup
 
 def test_no_module_reaches_another_modules_private_names() -> None:
     known = set(MODULES) | {NATIVE}
-    reaches = [f"{rel}:{line}: {name}" for m, p in MODULES.items()
-               if (rel := p.relative_to(ROOT).as_posix()) not in PENDING_LOOP_REWRITE
+    reaches = [f"{p.relative_to(ROOT).as_posix()}:{line}: {name}" for m, p in MODULES.items()
                for line, name in private_reaches(p, m, known)]
     assert reaches == []
 

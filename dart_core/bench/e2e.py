@@ -1,10 +1,10 @@
-"""End-to-end benchmark: AR vs DART vs EAGLE-3 on one shared target over a prompt set.
+"""End-to-end benchmark: every loaded racer against plain decoding (AR) on one shared target over a prompt set.
 
-Default: the default model bundle (``assets/smollm2/``, see ``dart_core.bundle``: SmolLM2-135M-Instruct with its
-DART drafter, EAGLE-3 head, N-gram store and held-out chat ``prompts.jsonl``, in chat mode; ``--bundle assets/tiny``:
-the stdlib toy, completion mode), greedy, 128 new tokens, one warm-up prompt per method not counted, fixed seeds. For
-each prompt the methods run one after another on the same loaded target with the same seed; each method's clock
-counts only its own steps.
+Default: the default model bundle (``assets/smollm2/``, see ``dart_core.bundle``: SmolLM2-135M-Instruct with its DART
+drafter, EAGLE-3 head, DFlash drafter, N-gram store and held-out chat ``prompts.jsonl``, in chat mode;
+``--bundle assets/tiny``: the stdlib toy, completion mode), greedy, 128 new tokens, one warm-up prompt per method not
+counted, fixed seeds. For each prompt the methods run one after another on the same loaded target with the same
+seed; each method's clock counts only its own steps.
 Prints one row per method (τ, draft tokens verified and accepted, the acceptance rate and mean acceptance length,
 tokens/s by the engine's stopwatches and by wall clock, speedup vs AR by wall clock, mean draft / tree-search / verify
 ms per step) and each drafting method's per-position acceptance rates (vLLM's metrics, docs/metrics.md), checks on

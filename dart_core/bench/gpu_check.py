@@ -233,7 +233,8 @@ def profile_dart_step(device: str, shape: str) -> dict[str, Any]:
 def race(device: str, dtype: str, bundle: Path | None, smoke: bool, out: Path) -> dict[str, Any]:
     """The bundle raced on the device through ``bench e2e`` (every loaded racer, the fast path as its default,
     the greedy check counting ties apart): its summary, mismatches and ties. HF ``generate`` is left out: eager, it
-    took most of the check's time on an H100 (12 tokens/s against AR's 96); ``bench gpu`` times its step."""
+    took most of the check's time on a GPU (measured: docs/benchmarks.md#measurements-behind-design-choices);
+    ``bench gpu`` times its step."""
     from dart_core.bench import e2e
 
     argv = ["--device", device, "--dtype", dtype, "--limit", "2" if smoke else "16",

@@ -1,5 +1,7 @@
-"""What the two drafters share: the one-layer module skeleton of the published checkpoints (fc, midlayer, norm,
-lm_head, d2t, the target's embedding), the tail of their loaders, input checks, and what they hand the loop."""
+"""What several drafters share. DART and EAGLE-3: the one-layer module skeleton of their published checkpoints
+(fc, midlayer, norm, lm_head, d2t, the target's embedding), the tail of their loaders, input checks, and the
+per-generation state (:class:`DrafterState`). The racers that build their tree by the N-gram-guided search (DART,
+DFlash-tree, N-gram only): the proposal that search makes from their per-row top-k (:func:`searched_proposal`)."""
 
 from __future__ import annotations
 

@@ -224,8 +224,8 @@ class DFlashDrafter(DrafterModule):
         """The lm_head the racers score their proposals with by default: the target's own, except a float32 head on
         a CPU with native bf16 matmuls (AVX512-BF16 / AMX, :func:`cpu_has_native_bf16`), where a bf16 copy is
         used. The head spans the target's full vocabulary, and a float32 matmul of a block's few rows over it runs
-        far below the memory bandwidth there (SmolLM2, 7 rows × 49,152: 21.5 ms in float32, 2.2 ms in bf16, measured
-        on a CPU whose native bf16 was then judged by oneDNN's check); only the proposals use it, so the output
+        far below the memory bandwidth there, the bf16 one several times faster
+        (measured: docs/benchmarks.md#measurements-behind-design-choices); only the proposals use it, so the output
         stays the target's own (verification is unchanged), while :meth:`draft_logits` keeps the exact forward. The
         price: a near-tie in float32 can round to a tie or flip in bf16, so a proposal can differ from upstream's
         (``exact_proposals`` in the settings asks for the exact head, :meth:`scoring_head`)."""

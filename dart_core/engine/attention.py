@@ -2,9 +2,10 @@
 
 ``scaled_dot_product_attention`` with an explicit mask (every engine forward passes one: tree attention, padding)
 picks cuDNN's kernel on recent NVIDIA GPUs, and cuDNN builds an execution graph for every new key length, which
-is every decoding step: measured on an H200 (torch 2.11, Qwen3-1.7B shapes), 2.2 ms of host time per call, 28
-calls a step, a plain decoding step 120 ms against 45 ms for the same model's forward without a mask. Flash and
-memory-efficient attention (and the math fallback) take microseconds to launch, so the engine asks for those."""
+is every decoding step: its host time per call, paid by every attention layer, made a plain decoding step far
+slower than the same model's forward without a mask (measured: docs/benchmarks.md#measurements-behind-design-choices).
+Flash and memory-efficient attention (and the math fallback) launch without such a set-up, so the engine asks for
+those."""
 
 from __future__ import annotations
 

@@ -67,8 +67,9 @@ AUTO_DTYPE_HELP = ("auto (bfloat16 on CUDA and on a CPU with native bf16, AVX512
 
 def auto_dtype_name(device_type: str, flags: frozenset[str] | None = None) -> str:
     """What ``--dtype auto`` loads in on a device type (``cuda``, ``cpu``, ...): bfloat16 on CUDA and on a CPU with
-    native bf16 dot products, where plain decoding runs 1.5x as fast as in float32 and a 12-node verify costs 1.3
-    decoding steps instead of 1.6 (SmolLM2-135M, 2-core EPYC); float32 elsewhere, where bf16 is emulated and slower.
+    native bf16 dot products, where plain decoding runs faster than in float32 and a verify costs fewer decoding
+    steps (measured: docs/benchmarks.md#measurements-behind-design-choices); float32 elsewhere, where bf16 is
+    emulated and slower.
     ``flags``: the CPU's (default :func:`cpu_flags`)."""
     if device_type == "cuda" or (device_type == "cpu" and cpu_has_native_bf16(flags)):
         return "bfloat16"

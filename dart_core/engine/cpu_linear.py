@@ -1,15 +1,14 @@
 """Which kernel multiplies a linear layer on a CPU, chosen by measurement per row count.
 
-Why: a verify feeds every linear layer a dozen rows where plain decoding feeds one, and PyTorch's default CPU
-kernel (MKL's sgemm in float32) is poor at a few rows on some CPUs: on a 2-core AMD EPYC with AVX2 a 13-node
-verify of SmolLM2-135M cost 1.96 decoding steps, where oneDNN with each weight reordered once into its own
-blocked layout cost 1.67 (and made the one-row step 12 % faster too). On another CPU, or another thread count,
-the stock kernel can be the faster one (one thread there: oneDNN's one-row step was 8 % slower). So nothing is
-assumed: :func:`plan_cpu_linears` times both kernels on the model's own layers at one row (plain decoding) and
-at 16 rows (verify, drafting) and :func:`use_cpu_linears` makes each ``nn.Linear`` dispatch by its input's rows.
-The reordered copy costs the layers' weight memory once more; the stock weights stay (tied weights, ``to()``,
-``state_dict`` and the one-row path use them). Exact either way: both kernels compute the same products, only
-their summation order differs (a float32 rounding; the greedy check tells such ties from mismatches)."""
+Why: a verify feeds every linear layer a dozen rows where plain decoding feeds one, and PyTorch's default CPU kernel
+(MKL's sgemm in float32) is poor at a few rows on some CPUs, where oneDNN with each weight reordered once into its
+own blocked layout makes a verify (and even the one-row step) cheaper; on another CPU, or another thread count, the
+stock kernel can be the faster one (measured: docs/benchmarks.md#measurements-behind-design-choices). So nothing is
+assumed: :func:`plan_cpu_linears` times both kernels on the model's own layers at one row (plain decoding) and at 16
+rows (verify, drafting) and :func:`use_cpu_linears` makes each ``nn.Linear`` dispatch by its input's rows. The
+reordered copy costs the layers' weight memory once more; the stock weights stay (tied weights, ``to()``,
+``state_dict`` and the one-row path use them). Exact either way: both kernels compute the same products, only their
+summation order differs (a float32 rounding; the greedy check tells such ties from mismatches)."""
 
 from __future__ import annotations
 
@@ -77,9 +76,8 @@ def torch_work_on_another_thread() -> Iterator[None]:
     """While it is open, every :class:`DispatchLinear` multiplies by PyTorch's own kernel wherever PyTorch runs
     more than one thread. Why: a second thread doing torch work (HF ``generate`` streams from a thread of its own)
     brings a second OpenMP team, libgomp then has more threads than CPUs and cuts its spin-wait short, and
-    oneDNN's many short parallel regions each wait on a futex: on the 2-core EPYC a pass over SmolLM2's layers at
-    one row took 20.6 ms through oneDNN alone, 35-40 ms with an idle second team, and 29 ms through PyTorch's
-    kernel either way."""
+    oneDNN's many short parallel regions each wait on a futex: oneDNN, faster alone, then falls behind PyTorch's
+    kernel, which the second team barely slows (measured: docs/benchmarks.md#measurements-behind-design-choices)."""
     global _other_threads
     with _other_threads_lock:
         _other_threads += 1

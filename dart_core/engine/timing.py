@@ -17,7 +17,8 @@ def sync(device: torch.device | str | None) -> None:
 def threads_leaving_a_core() -> int:
     """CPU threads for the model that leave one core free (at least one thread): on a CPU, PyTorch's parallel
     regions wait for their slowest thread, so a web server and a browser on the same machine that take one of
-    *its* cores made every step up to twice as slow; on a core of their own they cost the model nothing."""
+    *its* cores made every step much slower; on a core of their own they cost the model nothing
+    (measured: docs/benchmarks.md#measurements-behind-design-choices)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, cores - 1)
 

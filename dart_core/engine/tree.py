@@ -1,8 +1,9 @@
 """The canonical draft tree (``docs/architecture.md``): token ids plus parent indices in topological order.
 
-Both drafters return a :class:`DraftTree` and the verifier consumes only this type, so everything the engine
-needs (depths, position ids, the tree attention mask, root-to-leaf paths) is derived here from ``tokens`` and
-``parents``. Numpy only: the torch-side mask is built later from :meth:`DraftTree.ancestor_mask`.
+Every drafter's proposal is a :class:`DraftTree` (a chain, as DFlash's or prompt lookup's, is a tree of one path)
+and the verifier consumes only this type, so everything the engine needs (depths, position ids, the tree attention
+mask, root-to-leaf paths) is derived here from ``tokens`` and ``parents``. Numpy only: the torch-side mask is built
+later from :meth:`DraftTree.ancestor_mask`.
 """
 
 from __future__ import annotations

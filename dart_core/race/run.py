@@ -33,7 +33,8 @@ class Race(Scoreboard):
     continues its own conversation). ``worker``, a single-thread executor shared by every race on one model, runs
     every step: races then never interleave target forwards (a cancelled race's last step finishes before the
     next race's first), and all of PyTorch's CPU work stays on one thread. Steps issued from changing threads (as
-    a web server's thread pool does) each spin up their own OpenMP team, which made CPU steps 2-3× slower. Without
+    a web server's thread pool does) each spin up their own OpenMP team, which made CPU steps much slower
+    (measured: docs/benchmarks.md#measurements-behind-design-choices). Without
     a worker, steps run on the iterating thread. ``settings.time_limit_s`` stops the race after that much wall
     time (``limit`` = "time"), checked after every step and between the chunks of a long prompt's prefill, where
     :meth:`stop` also takes effect (``dart_core.engine.target.PREFILL_CHUNK``): a limit or a Stop is overshot by one

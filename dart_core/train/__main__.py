@@ -29,7 +29,7 @@ from typing import Any
 from dart_core.data.corpus import python_version
 from dart_core.options import add_threads_argument
 
-# Full-scale defaults (measured on the 2-core CPU floor machine; see README "Training the bundle").
+# Full-scale defaults (measured on the 2-core CPU floor machine; see docs/training.md#the-stdlib-toy-assetstiny).
 FULL = {
     "vocab_size": 5120,
     "target_steps": 1600,
@@ -42,8 +42,9 @@ FULL = {
     "prompt_tokens": 128,
     "config": {},
     # Drafters: same data, features and training-time budget for DART and EAGLE-3 (a fair head-to-head). An
-    # EAGLE-3 step (3 unrolled TTT passes) costs about twice a DART step on this CPU, so in the same seconds DART
-    # takes twice the steps: 2400 vs 1200 steps of 8 windows, about 14 min each on 2 cores.
+    # EAGLE-3 step (3 unrolled TTT passes) costs more than a DART step on this CPU, so in the same seconds DART
+    # takes more steps: 2400 vs 1200 steps of 8 windows, the ratio of their measured step times
+    # (measured: docs/benchmarks.md#measurements-behind-design-choices).
     "draft_vocab": 2048,
     "drafter_steps": {"dart": 2400, "eagle3": 1200},
     "drafter_batch_windows": 8,
@@ -324,7 +325,8 @@ def main(argv: list[str] | None = None) -> int:
 def shorten_openmp_spinning() -> None:
     """torch's OpenMP threads (GNU libgomp in its CPU wheels) spin for a while after every op before they sleep,
     and the distillation's native attention kernel starts its own threads between two ops: the spinning thread then
-    holds the core the kernel needs (a decode step's attention took 128 ms instead of 71 at batch 256 on 2 cores).
+    holds the core the kernel needs (a decode step's attention took far longer,
+    measured: docs/benchmarks.md#measurements-behind-design-choices).
     libgomp reads this once, as torch loads: the command line sets it before anything imports torch (this module's
     imports do not), and only for its own process; a value the user set stands."""
     os.environ.setdefault("GOMP_SPINCOUNT", "1000")

@@ -63,7 +63,8 @@ def record_stage(out: Path, stage: str, rec: dict[str, Any], command: str | None
 
 def load_training_target(ref: str, device: str | None, dtype: str | None) -> Any:
     """The target for distillation and features; ``auto`` is the arena's choice (bfloat16 on a CPU with native bf16
-    too: distillation and features run about twice as fast as in float32 there, measured on a 2-core EPYC)."""
+    too: distillation and features run much faster than in float32 there,
+    measured: docs/benchmarks.md#measurements-behind-design-choices)."""
     from dart_core.arena import load_target
 
     return load_target(ref, device=device, dtype=dtype)
@@ -274,8 +275,8 @@ def add_distill_parser(sub: Any) -> None:
     p.add_argument("--batch-size", type=int, default=16, help="prompts answered together (default 16)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy answers (default)")
     p.add_argument("--attention", choices=["native", "sdpa"], default="native",
-                   help="decode-step attention on a CPU: native (our kernel, default; 1.5x the answer tokens/s of "
-                        "sdpa at batch 256 on 2 cores) or sdpa (the model's own, for comparison)")
+                   help="decode-step attention on a CPU: native (our kernel, default; faster than sdpa, measured in "
+                        "docs/benchmarks.md) or sdpa (the model's own, for comparison)")
     add_common_options(p)
 
 

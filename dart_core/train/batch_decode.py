@@ -10,7 +10,8 @@ The prefix every prompt of a batch shares (a chat template's system turn) goes t
 the prompts go through the model a few rows at a time (their activations stay in the processor's caches), each
 part only as wide as its longest prompt, and their keys and values are joined into the batch's buffers; the decode
 steps attend with our native kernel (``cpu_attention``); the greedy token is ``max(-1).indices`` (argmax's
-first-of-ties index; ``argmax`` itself takes about 5x longer over a bf16 vocabulary there).
+first-of-ties index; ``argmax`` itself is several times slower over a bf16 vocabulary there,
+measured: docs/benchmarks.md#measurements-behind-design-choices).
 
 A conversation that goes on (a follow-up turn asked after the target's own answer) need not be run through the
 model again: ``batch_answers_keeping`` hands back the keys and values of the rows asked for (``Kept``, copied out
@@ -39,8 +40,8 @@ from dart_core.engine.target import cache_keyword
 # once, so dropping on every finished row would cost as much as the concatenation this module avoids.
 DROP_SHARE = 0.125
 # On a CPU the prompts are run through the model this many tokens at a time (whole rows): a batch's activations
-# then stay in the caches. Measured on a 2-core EPYC, bf16: 84 prompts of 400 tokens 27.6 s at once, 16.1 s in
-# 3,200-token parts, 17.7 s in 1,600; 256 of 50 tokens 5.6 s at once, 4.3 s in 1,600-token parts.
+# then stay in the caches; parts of 1,600 to 3,200 tokens beat one pass over all the prompts, long or short
+# (measured: docs/benchmarks.md#measurements-behind-design-choices).
 CPU_PREFILL_TOKENS = 2400
 ATTENTION_CHOICES = ("native", "sdpa")
 # A prefix all of a batch's prompts share is run once when it is at least this long (SmolLM2's system turn is 24
@@ -117,8 +118,8 @@ class PreallocatedLayer(DynamicLayer):
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         """Keep the rows ``indices`` (increasing), moved up in place: only their filled positions are copied and
-        nothing is allocated (a new buffer per drop cost 14 ms a layer at batch 256 on a CPU, mostly first-touch
-        page faults; this about a tenth)."""
+        nothing is allocated (a new buffer per drop cost far more on a CPU, mostly first-touch
+        page faults; measured: docs/benchmarks.md#measurements-behind-design-choices)."""
         if not self.is_initialized:
             return
         for dst, src, n in _moves(indices.tolist()):
@@ -181,7 +182,7 @@ def _num_layers(model: Any) -> int:
 
 def _next_tokens(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> torch.Tensor:
     if temperature <= 0:
-        return logits.max(-1).indices  # argmax's index (the first of ties), about 5x faster over a bf16 vocabulary
+        return logits.max(-1).indices  # argmax's index (the first of ties), faster than argmax: see the module doc
     probs = torch.softmax(logits.float() / temperature, dim=-1)
     return torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(1).to(logits.device)
 
@@ -246,7 +247,8 @@ def _prefill(model: Any, ids: torch.Tensor, mask: torch.Tensor, capacity: int, k
                 layer.update(common.keys.expand(b - a, -1, -1, -1), common.values.expand(b - a, -1, -1, -1))
         part_mask = torch.cat([suffix_mask.new_ones((b - a, prefix)), suffix_mask[a:b, longest - w:]], dim=1)
         # the last column by index, not ``logits_to_keep=1``: the model would slice it as a strided view, which
-        # torch's CPU linear multiplies by copying the head once per row (14 s instead of 0.03 s at batch 128, bf16)
+        # torch's CPU linear multiplies by copying the head once per row, far slower at a large batch
+        # (measured: docs/benchmarks.md#measurements-behind-design-choices)
         logits.append(model(input_ids=suffix_ids[a:b, longest - w:], attention_mask=part_mask,
                             position_ids=suffix_pos[a:b, longest - w:], use_cache=True,
                             logits_to_keep=torch.tensor([w - 1], device=ids.device), **{key: part}).logits)

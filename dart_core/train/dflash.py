@@ -136,7 +136,7 @@ def dflash_loss(model: DFlashDrafter, feats: torch.Tensor, head_in: torch.Tensor
         teach = torch.log_softmax(teacher(head_in[:, rows.to(head_in.device)]).float(), dim=-1)
     if head is None:
         logits = model.logits(hidden)
-    else:  # the same head, its matmul in ``head.dtype`` (bf16: 4x faster on a CPU with AVX512-BF16)
+    else:  # the same head, its matmul in ``head.dtype`` (bf16: far faster on a CPU with AVX512-BF16)
         logits = torch.nn.functional.linear(model.norm(hidden).to(head.dtype), head)
     kl, top1 = kl_and_top1(teach, logits)
     kl_d, top1_d = kl.mean((0, 1)), top1.mean((0, 1))
@@ -218,7 +218,8 @@ def train_dflash(
     are held out, or ``eval_features``' windows). The target layers are the target's own feature layers (DART's),
     so one target forward serves both in a race. The full-vocabulary head (teacher and drafter) runs its matmuls
     in ``head_dtype`` (None: bf16 on CUDA and on a CPU with native bf16, where it is the step's largest cost made
-    about 4x cheaper, else float32: emulated bf16 is slower; softmax and loss in float32). Saves the published
+    several times cheaper (measured: docs/benchmarks.md#measurements-behind-design-choices), else float32:
+    emulated bf16 is slower; softmax and loss in float32). Saves the published
     format and ``train_log.jsonl`` in ``out_dir``; returns stats. ``config`` / ``train``: the shared budget
     (:class:`TrainConfig`; DFlash's windows default to 128 tokens). ``init_from``: a trained DFlash drafter of the
     same shape to continue from (its weights, and its mask token unless ``mask_token_id`` names another, which is

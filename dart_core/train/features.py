@@ -8,7 +8,7 @@ one small matmul), both float16, in flat memory-mapped files. The sequences are 
 are cut from that stream. Each sequence's features come from its own forward (exact), only the drafter's window
 may span the end of one conversation and the start of the next, as a multi-turn context would. On a GPU with room
 the files are copied once into its memory and every step gathers its windows there (a step that stacked host slices
-and copied them over spent most of its time doing so: 3,821 DART steps in 96 s on an H200, 7,000 in 107 s after).
+and copied them over spent most of its time doing so, measured: docs/benchmarks.md#measurements-behind-design-choices).
 
 Building is resumable: the files are preallocated, ``meta.json`` records how many sequences are done and is
 rewritten atomically after each chunk, and a digest of the sequences guards against resuming on other data."""

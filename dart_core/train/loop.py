@@ -66,8 +66,9 @@ class JsonlLog:
 
 def _autocast(device: torch.device) -> Any:
     """bfloat16 autocast for the drafter (fp32 master weights and optimizer) where bf16 is multiplied natively: CUDA,
-    or a CPU with AVX512-BF16 / AMX (a DART step at draft vocab 8,192 took 0.95 s instead of 1.6 s on one EPYC
-    core); plain fp32 elsewhere, where emulated bf16 would be slower than fp32."""
+    or a CPU with AVX512-BF16 / AMX (a DART step is much faster there,
+    measured: docs/benchmarks.md#measurements-behind-design-choices); plain fp32 elsewhere, where emulated bf16
+    would be slower than fp32."""
     import contextlib
 
     from dart_core.engine.cpu import cpu_has_native_bf16

@@ -31,10 +31,10 @@ from dart_core.train.any_target import (
 # rounds of the generator: the first round's prompts come first, as the bundle before answered them) answered by the
 # target (follow-up turns included), held-out prompts in two topic-disjoint roles (``eval``: the held-out loss that
 # stops training; ``bench``: the bundle's prompts.jsonl), and the three drafters trained for the same wall clock. Sizes
-# and the decisions below were measured on a 2-core CPU (see the bundle's README and recipe.json). Draft vocabulary
-# 4,096: it covers ~93 % of the training answers' tokens and ~90 % of the held-out ones (8,192: ~98 / 95 %), but 8,192
-# adds 4.7 MB to each of the DART and EAGLE-3 heads and takes the bundle past its 40 MB. MLP 1,024: 1,536 made a DART
-# training step 13 % slower (0.95 s instead of 0.84 s on one core, bf16 autocast) and adds 1.8 MB per head.
+# and the decisions below were measured on a 2-core CPU (see the bundle's README and recipe.json; the figures:
+# docs/benchmarks.md#measurements-behind-design-choices). Draft vocabulary 4,096: it covers most of the answers'
+# tokens, and 8,192, which covers more, adds 4.7 MB to each of the DART and EAGLE-3 heads and takes the bundle past
+# its 40 MB. MLP 1,024: 1,536 made a DART training step slower and adds 1.8 MB per head.
 RECIPE = {
     "target": "smollm2",
     "train_prompts": 64000,

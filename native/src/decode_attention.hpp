@@ -1,8 +1,9 @@
 // Attention of one new token per row over that row's cached keys and values, for the distillation's batched
 // greedy loop on a CPU (docs/training.md). torch's CPU SDPA spends most of a decode step on call overhead:
-// every (row, key/value head) pair is two tiny GEMMs, and the step reads the cache at about 9 GB/s where the
-// cores read 40. Here each pair is one pass over its keys and one over its values, in float32 registers, the
-// query heads that share a key/value head (grouped-query attention) done together, so the cache is read once.
+// every (row, key/value head) pair is two tiny GEMMs, and the step reads the cache far below the cores' memory
+// bandwidth (measured: docs/benchmarks.md#measurements-behind-design-choices). Here each pair is one pass over
+// its keys and one over its values, in float32 registers, the query heads that share a key/value head
+// (grouped-query attention) done together, so the cache is read once.
 #pragma once
 
 #include <cstddef>

@@ -131,8 +131,8 @@ DART_INLINE F16 exp16(F16 x) {
 DART_INLINE float exp1(float x) { return x < -87.0f ? 0.0f : std::exp(x); }
 
 // Rows are read one after another: ask for the one this many positions ahead while working on this one (a
-// single thread otherwise waits on memory: 9 GB/s without, measured on a 2-core EPYC). Prefetching past the end
-// of a buffer is never asked for (a row past the end is not a valid address).
+// single thread otherwise waits on memory; measured: docs/benchmarks.md#measurements-behind-design-choices).
+// Prefetching past the end of a buffer is never asked for (a row past the end is not a valid address).
 constexpr int64_t kAhead = 16;
 template <class T>
 DART_INLINE void prefetch_row(const T* row, int64_t dim) {
