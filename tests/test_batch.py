@@ -8,7 +8,7 @@ say what is wrong."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -29,19 +29,7 @@ CUTS = ((3, 11), (5, 47), (7, 26), (9, 80))
 
 
 @pytest.fixture(scope="module")
-def one_thread() -> Iterator[None]:
-    """One CPU thread: the model is tiny, and on a busy 2-core box oversubscribed threads slow every forward down
-    many times over; a batched and a one-row matmul then also split their sums alike."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(saved)
-
-
-@pytest.fixture(scope="module")
-def arena(one_thread: None) -> Any:
+def arena(one_thread_per_module: None) -> Any:
     if not (BUNDLE / "target" / "config.json").is_file():
         pytest.skip("the embedded bundle assets/tiny is missing")
     from dart_core.arena import load_arena

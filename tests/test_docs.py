@@ -393,10 +393,10 @@ def test_the_anchor_and_layout_checks_can_fail() -> None:
     assert anchor_problems(ROOT / "app" / "x.py", [(1, "docs/benchmarks.md#soak-memory-over-many-visitors")]) == []
 
     doc, modules = DEVELOPERS.read_text(encoding="utf-8"), python_modules()
-    assert "batch_loop.py" in modules["dart_core/engine/"] and "dart.py" in modules["dart_core/train/"]
+    assert "state.py" in modules["dart_core/engine/"] and "dart.py" in modules["dart_core/train/"]
     assert unlisted_modules(doc, {**modules, "dart_core/engine/": [*modules["dart_core/engine/"], "ghost.py"]}) \
         == ["dart_core/engine/ghost.py"]
-    renamed = doc.replace("`batch_loop.py`", "`batch-loop`")
-    assert unlisted_modules(renamed, modules) == ["dart_core/engine/batch_loop.py"]
+    renamed = doc.replace("`state.py`", "`the-state`")
+    assert unlisted_modules(renamed, modules) == ["dart_core/engine/state.py"]
     assert unlisted_modules(doc, {"dart_core/train/": ["registry.py"]}) == ["dart_core/train/registry.py"]
     assert unlisted_modules(doc, {"app/widgets/": ["plots.py"]}) == ["app/widgets/plots.py"]

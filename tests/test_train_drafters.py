@@ -7,7 +7,6 @@ from __future__ import annotations
 import itertools
 import json
 import random
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -115,18 +114,6 @@ def test_eagle3_ttt_forward_equals_context_pass_and_rollout(tmp_path: Path) -> N
 
 
 CHUNKS = [0, 7, 8, 10, 13, 14, 16, 19, 20]  # a prefill of 7 rows, then 1-3 accepted rows per step
-
-
-@pytest.fixture
-def one_thread() -> Iterator[None]:
-    """Several CPU threads split a batched matmul differently from a one-row one, which moves float32 results by
-    a few ulp per op. One thread keeps the comparison about the algorithm, not the thread count."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(saved)
 
 
 def close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> None:
