@@ -162,7 +162,8 @@ def _decode(
     streams = []
     for p, gen in zip(prompts, generators, strict=True):
         prompt, limit = checked_request(target, p, max_new_tokens, max_length)
-        streams.append(_Stream(prompt, limit, drafter.new_state(settings), gen, np.zeros(limit + 1, dtype=np.int32)))
+        streams.append(_Stream(prompt=prompt, limit=limit, dstate=drafter.new_state(settings), generator=gen,
+                               context=np.zeros(limit + 1, dtype=np.int32)))
     state = target.new_state(len(streams))
     with Stopwatch(target.device) as sw:
         logits, feats = target.prefill_rows(state, [s.prompt for s in streams], layers, interrupt=interrupt)

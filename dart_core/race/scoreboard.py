@@ -18,7 +18,9 @@ from dart_core.engine.verify import SamplingConfig
 from dart_core.race.figures import add_speedups, racer_figures
 from dart_core.racers.registry import BASELINE, label
 
-NO_STEPS = RunStats("", 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)  # a lane before its first step: zero counts, no rates
+# a lane before its first step: zero counts, no rates
+NO_STEPS = RunStats(method="", new_tokens=0, forwards=0, tau=0.0, tokens_per_s=0.0, draft_ms=0.0, search_ms=0.0,
+                    verify_ms=0.0, prefill_ms=0.0)
 NO_FIGURES = dict.fromkeys(("forwards", "tau", "tokens_per_s", "speedup_vs_ar", "total_ms", "prefill_ms",
                             "draft_ms_per_step", "search_ms_per_step", "verify_ms_per_step"))
 

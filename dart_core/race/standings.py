@@ -125,7 +125,7 @@ def find_position_run(models: dict[str, Any], *, root: str | os.PathLike[str] | 
         spans = [(int(b["start"]), int(b["end"])) for b in data["by_position"]]
         tau = {m: [b["racers"][m]["tau"] for b in data["by_position"]] for m in keep}
         run = data["run"]
-        return PositionRun(path, str(run["date"]), str(run["command"]), spans, tau)
+        return PositionRun(path=path, date=str(run["date"]), command=str(run["command"]), spans=spans, tau=tau)
 
     return _latest(models, root, POSITION_REPORT, build)
 
