@@ -308,3 +308,36 @@ def test_an_interruptible_prefill_matches_the_one_forward_prefill(family: str, m
     with pytest.raises(Interrupted, match=r"after 4\d of 100 prompt tokens"):
         target.prefill(cut, ids, interrupt=lambda: next(calls))
     assert cut.cache.get_seq_length() == cut.length < 100
+
+
+def test_an_interruptible_prefill_of_several_streams_matches_each_stream_alone(monkeypatch: pytest.MonkeyPatch
+                                                                               ) -> None:
+    """Three prompts of different lengths (one ending inside the first chunk, one on a chunk's edge, the longest
+    spanning every chunk) prefilled together in chunks: each row's last logits and every prompt row's features are
+    that prompt's own one-stream prefill's; an interrupt raises Interrupted between two chunks, every row's
+    committed length then within what the chunks before it wrote."""
+    from dart_core.engine import target as target_module
+    from dart_core.engine.target import Interrupted
+
+    monkeypatch.setattr(target_module, "PREFILL_CHUNK", 16)
+    monkeypatch.setattr(target_module, "PREFILL_MIN_CHUNK", 4)
+    monkeypatch.setattr(target_module, "PREFILL_WORK", 16 * 32)
+    target = get_target("qwen3")
+    g = torch.Generator().manual_seed(5)
+    edge = target_module.prefill_chunks(90)[1][1]
+    prompts = [torch.randint(0, V, (n,), generator=g).tolist() for n in (9, 90, edge)]
+    state = target.new_state(3)
+    asked: list[int] = []
+    logits, feats = target.prefill_rows(state, prompts, interrupt=lambda: bool(asked.append(1)))
+    assert len(asked) == len(target_module.prefill_chunks(90)) - 1 >= 4
+    assert state.lengths == [9, 90, edge] and state.width == 90 == state.cache.get_seq_length()
+    for b, p in enumerate(prompts):
+        want_logits, want_feats = target.prefill(target.new_state(), [p])
+        torch.testing.assert_close(logits[b], want_logits, atol=2e-5, rtol=1e-5, msg=lambda m, b=b: f"row {b}: {m}")
+        torch.testing.assert_close(feats[b], want_feats, atol=2e-5, rtol=1e-5, msg=lambda m, b=b: f"row {b}: {m}")
+    cut = target.new_state(3)
+    calls = iter([False, True])
+    with pytest.raises(Interrupted, match=r"after \d+ of 90 prompt tokens"):
+        target.prefill_rows(cut, prompts, interrupt=lambda: next(calls))
+    written = cut.cache.get_seq_length()
+    assert cut.width == written < 90 and cut.lengths == [min(len(p), written) for p in prompts]
