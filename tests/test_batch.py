@@ -8,6 +8,7 @@ say what is wrong."""
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +18,7 @@ import torch
 from helpers_app import BUNDLE, held_out_prompt
 from helpers_stats import chi_square_pvalue
 
+from dart_core.engine.graphs import no_host_sync
 from dart_core.engine.loop import BatchStep, Step, generate, generate_batch, stream_batch
 from dart_core.engine.target import TargetModel
 from dart_core.engine.tree import DraftTree
@@ -373,16 +375,35 @@ def test_the_static_cache_batches_as_the_dynamic_cache_does(arena: Any, prompts:
     does, with the same trees and accepted nodes; ``graphs`` runs the captured path's code uncaptured on a CPU."""
     fast = TargetModel(arena.target.model)
     fast.use_static_cache(160, graphs=mode == "graphs")
-    kw = dict(max_new_tokens=20, max_length=len(prompts[3]) + 9, stop_token_ids=arena.stop_ids)
+    buckets: list[int] = []
+    if mode == "graphs":  # the captured forward must read nothing on the host; record which bucket each step ran
+        inner = fast._graphs.fn
+
+        def guarded(key: Any, **inputs: torch.Tensor) -> Any:
+            buckets.append(key[0][0])
+            assert inputs["ids"].shape[0] == key[0][0]  # every forward runs its bucket's rows
+            with no_host_sync():
+                return inner(key, **inputs)
+
+        fast._graphs.fn = guarded
+    three = prompts[:3]  # three streams: a bucket of four cache rows, one idle from the start
     for method in arena.methods:
         drafter, settings = arena.drafter(method), settings_of(method)
-        want, want_steps = generate_batch(arena.target, prompts, drafter, settings=settings, **kw)
-        got, got_steps = generate_batch(fast, prompts, drafter, settings=settings, **kw)
-        assert got == want, method
-        assert got_steps[-1].rows < len(prompts), method  # a stream left the static batch too
-        for k, (g, w) in enumerate(zip(got_steps, want_steps, strict=True)):
-            for b in w.steps:
-                assert_same_step(g.steps[b], w.steps[b], f"{method}: step {k}, stream {b}")
+        for batch in (prompts, three) if mode == "graphs" else (prompts,):
+            # the longest prompt's stream ends after 9 tokens, the others run on to 20
+            kw = dict(max_new_tokens=20, max_length=max(map(len, batch)) + 9, stop_token_ids=arena.stop_ids)
+            want, want_steps = generate_batch(arena.target, batch, drafter, settings=settings, **kw)
+            got, got_steps = generate_batch(fast, batch, drafter, settings=settings, **kw)
+            assert got == want, method
+            assert got_steps[-1].rows < len(batch), method  # a stream left the static batch too
+            for k, (g, w) in enumerate(zip(got_steps, want_steps, strict=True)):
+                for b in w.steps:
+                    assert_same_step(g.steps[b], w.steps[b], f"{method}: step {k}, stream {b}")
+    if mode == "graphs":  # streams that ended moved the rest to smaller buckets' caches, given back after
+        assert {4, 2, 1} <= set(buckets), sorted(set(buckets))
+        gc.collect()
+        assert all(pool.lent == 0 for pool in fast._slots.values())
+        assert len(fast._slots[4].slots) == 1  # one slot of four rows served every batch
 
 
 def test_batching_refuses_bad_arguments(arena: Any, prompts: list[list[int]]) -> None:

@@ -86,6 +86,28 @@ def test_shrunk_trees_stay_lossless(tmp_path: Path) -> None:
     assert all(f["mismatches"] == 0 for f in report["by_streams"]["2"].values())
 
 
+def test_the_sweep_runs_on_the_fast_path(tmp_path: Path) -> None:
+    """``--fast-path`` on a CPU: the static caches' graph path, uncaptured, every B of the sweep (the GPU check's
+    concurrency sweep in small): lossless, and the run data says which path raced."""
+    out = tmp_path / "run"
+    assert main(["concurrency", *COMMON, "--limit", "4", "--streams", "1,3", "--max-new-tokens", "10",
+                 "--methods", "dart,eagle3", "--no-hf-generate", "--fast-path", "256", "--out", str(out)]) == 0
+    report = json.loads((out / "concurrency.json").read_text())
+    assert report["environment"]["fast_path"] == "graphs" and report["environment"]["fast_path_rows"] == 256
+    assert all(f["mismatches"] == 0 for racers in report["by_streams"].values() for f in racers.values())
+    assert report["by_streams"]["3"]["dart"]["tau"] > 1.0
+
+
+def test_the_fast_path_plans_every_bucket_s_static_caches() -> None:
+    class Target:
+        static_capacity, kv_bytes_per_token, vocab_size = 100, 10, 1
+
+    # B = 3 and 8: buckets of 4 and 8 rows, and 2 and 1 for streams that end: 15 caches of 100 rows
+    assert concurrency.batch_memory(Target(), [3, 8], 50, 4) == 15 * 100 * 10 + 8 * 4 * 4 * 2
+    Target.static_capacity = None  # the dynamic cache: the largest batch's rows and one tree each
+    assert concurrency.batch_memory(Target(), [3, 8], 50, 4) == 8 * 54 * 10 + 8 * 4 * 4 * 2
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["--streams", "0"], "--streams 0: a batch needs at least 1 stream"),
     (["--streams", "1,3", "--limit", "2"], "--streams 3: only 2 prompt(s) given"),

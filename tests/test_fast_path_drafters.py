@@ -25,7 +25,7 @@ from dart_core.drafters.dart import DartDrafter, DartSettings
 from dart_core.drafters.dflash import DFlashDrafter, DFlashSettings, DFlashTreeDrafter, DFlashTreeSettings
 from dart_core.drafters.eagle3 import Eagle3Drafter, Eagle3Settings
 from dart_core.engine.drafter import DraftInput
-from dart_core.engine.graphs import HostSyncError, bucket, no_host_sync
+from dart_core.engine.graphs import HostSyncError, SlotPool, bucket, no_host_sync
 from dart_core.engine.loop import generate
 from dart_core.engine.target import TargetModel
 from dart_core.ngram.store import NgramStore
@@ -174,7 +174,7 @@ def test_graph_target_and_drafter_decode_losslessly(tmp_path: Path, kind: str) -
         assert generate(target, prompt, None, max_new_tokens=NEW)[0] == want
         assert generate(target, prompt, drafter, max_new_tokens=NEW, settings=SETTINGS[kind])[0] == want
     gc.collect()
-    assert {key[0] for key in target_keys} == {0} and len(target._slots.slots) <= 2
+    assert {key[0] for key in target_keys} == {(1, 0)} and len(target._slots[1].slots) <= 2
     assert len(drafter._slots.slots) == 1
     if DEVICE.type == "cuda":
         assert target.graphs_captured >= 2 and drafter.graphs_captured >= 1 and target.capture_seconds > 0
@@ -223,6 +223,26 @@ def test_static_drafter_slots_are_shared_and_returned(tmp_path: Path) -> None:
     gc.collect()
     c = dart.new_state()
     assert c.slot == 0 and c.length == 0  # the slot came back, empty
+
+
+def test_a_slot_given_back_is_lent_again_and_its_owner_dying_frees_nothing_twice() -> None:
+    pool = SlotPool(object)
+    owner, other, third, fourth = Owner(), Owner(), Owner(), Owner()
+    assert (pool.lend(owner), pool.lend(other)) == (0, 1) and pool.lent == 2
+    pool.give_back(0)  # the owner moved to another slot, and lives on
+    assert pool.lent == 1 and pool.lend(third) == 0
+    del owner
+    gc.collect()  # its finalizer already ran at give_back: slot 0 stays with its new owner
+    assert pool.lent == 2 and pool.lend(fourth) == 2
+    del other
+    gc.collect()
+    assert pool.lent == 2  # an owner's death returns its slot
+    with pytest.raises(ValueError, match="slot 5 is not lent"):
+        pool.give_back(5)
+
+
+class Owner:
+    """Something a slot can be lent to (a weak reference's target)."""
 
 
 def test_eagle3_trees_larger_than_the_static_scratch_draft_eagerly(tmp_path: Path) -> None:

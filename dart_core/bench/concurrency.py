@@ -109,10 +109,17 @@ def parse_streams(text: str, prompts: int) -> list[int]:
     return values
 
 
-def batch_memory(target: Any, streams: int, rows: int, tree_rows: int) -> int:
-    """Bytes the largest batch plans for: every stream's KV cache of ``rows`` (prompt + output) plus one padded
-    tree, and a verify's logits (float32, twice: the model's and the copy)."""
-    return streams * ((rows + tree_rows) * target.kv_bytes_per_token + tree_rows * target.vocab_size * 4 * 2)
+def batch_memory(target: Any, streams: list[int], rows: int, tree_rows: int) -> int:
+    """Bytes the sweep plans for: the largest batch's KV caches of ``rows`` (prompt + output) plus one padded tree
+    each, and a verify's logits (float32, twice: the model's and the copy). On the fast path the static caches are
+    of the fast path's rows, and every B's bucket keeps its own (its graphs are bound to it)."""
+    largest = streams[-1]
+    logits = largest * tree_rows * target.vocab_size * 4 * 2
+    if target.static_capacity is None:
+        return largest * (rows + tree_rows) * target.kv_bytes_per_token + logits
+    buckets = {1 << (b - 1).bit_length() for b in streams}
+    buckets |= {1 << i for i in range(max(buckets).bit_length())}  # streams that end move to smaller buckets
+    return sum(buckets) * target.static_capacity * target.kv_bytes_per_token + logits
 
 
 def free_memory(device: Any) -> int | None:
@@ -151,9 +158,6 @@ def _run(args: argparse.Namespace) -> int:
         sampling = SamplingConfig(args.temperature, args.top_p, args.top_k)
     except ValueError as e:
         raise BenchError(str(e)) from None
-    if runtime["fast_path"]:
-        print("note: batched decoding runs on the dynamic KV cache; the fast path is off for this benchmark")
-    runtime["fast_path"] = 0
     arena, methods = load_racers(args, src, runtime)
     if BASELINE not in methods:
         methods = [*methods, BASELINE]  # every speedup is over batched plain decoding at the same B
@@ -169,17 +173,17 @@ def _run(args: argparse.Namespace) -> int:
         raise BenchError(f"{longest} prompt + {args.max_new_tokens} new tokens exceed the target's context "
                          f"({target.max_context}): lower --max-new-tokens")
     trees = tree_settings(args, target.device)
-    need = batch_memory(target, streams[-1], longest + args.max_new_tokens, 64)
+    need = batch_memory(target, streams, longest + args.max_new_tokens, 64)
     free = free_memory(target.device)
     if free is not None and need > MEMORY_SHARE * free:
         raise BenchError(f"--streams {streams[-1]}: the batch's KV caches and verify logits need about "
                          f"{need / 2**30:.1f} GiB, over {MEMORY_SHARE:.0%} of the {free / 2**30:.1f} GiB free on "
                          f"{target.device}; lower --streams, --max-new-tokens or --limit")
     runner = _Runner(arena, trees, sampling, args)
-    for m in order:
-        for _ in range(args.warmup):
-            runner.batch(m, encoded[: min(2, len(encoded))], list(range(min(2, len(encoded)))), streams[-1],
-                         max_new_tokens=min(16, args.max_new_tokens))
+    for m in order:  # every B once: on the fast path each B's bucket records its CUDA graphs here, not in the race
+        for b in streams if target.fast_path == "graphs" else [min(2, streams[-1])]:
+            for _ in range(args.warmup):
+                runner.batch(m, encoded[:b], list(range(b)), b, max_new_tokens=min(16, args.max_new_tokens))
     total = len(streams) * len(order) * len(encoded) * args.max_new_tokens
     bar = tqdm(total=total, desc="concurrency", unit="tok", disable=args.no_progress)
     runner.bar = bar

@@ -108,16 +108,30 @@ class SlotPool(Generic[T]):
         self._make = make
         self.slots: list[T] = []
         self._free: list[int] = []
+        self._leases: dict[int, weakref.finalize] = {}
 
     def lend(self, owner: object) -> int:
-        """A free slot's index (a new slot when all are lent) for ``owner``, returned to the pool when it dies."""
+        """A free slot's index (a new slot when all are lent) for ``owner``, returned to the pool when it dies or
+        gives it back."""
         if self._free:
             index = self._free.pop()
         else:
             self.slots.append(self._make())
             index = len(self.slots) - 1
-        weakref.finalize(owner, self._free.append, index)
+        self._leases[index] = weakref.finalize(owner, self._free.append, index)
         return index
+
+    def give_back(self, index: int) -> None:
+        """Return a lent slot now (its owner moved to another one); a slot not lent is refused."""
+        lease = self._leases.pop(index, None)
+        if lease is None or not lease.alive:
+            raise ValueError(f"SlotPool.give_back: slot {index} is not lent")
+        lease()  # runs the finalizer once: the slot is free, and the owner's death will not free it again
+
+    @property
+    def lent(self) -> int:
+        """Slots lent now."""
+        return sum(lease.alive for lease in self._leases.values())
 
 
 class HostSyncError(RuntimeError):

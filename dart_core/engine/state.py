@@ -37,12 +37,24 @@ class TargetState:
     width: int = 0  # columns every row has committed or hidden (the longest row's committed length)
     trees: list[DraftTree] | None = field(default=None, repr=False)
     pending: int = 0  # columns the verified trees occupy after ``width``
-    slot: int | None = None  # the graph path's static cache it holds (its graphs are that cache's)
+    slot: tuple[int, int] | None = None  # the graph path's static cache it holds: (cache rows, index in their pool)
+    idle: int = 0  # cache rows past the streams' (the graph path's bucket of rows): they run padding, never read
 
     @property
     def rows(self) -> int:
         """Streams in the state."""
         return len(self.lengths)
+
+    @property
+    def cache_rows(self) -> int:
+        """Rows every forward runs: the streams and the idle rows."""
+        return self.rows + self.idle
+
+    @property
+    def cache_lengths(self) -> list[int]:
+        """Each cache row's committed columns: an idle row sees its first column only (a padding query needs a key
+        to see, or its softmax is all ``-inf``)."""
+        return [*self.lengths, *[1] * self.idle]
 
     @property
     def length(self) -> int:

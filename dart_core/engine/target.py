@@ -35,7 +35,7 @@ from transformers.cache_utils import DynamicLayer, StaticLayer
 
 from dart_core.engine.attention import sdpa_backends
 from dart_core.engine.cpu_linear import CpuLinearPlan
-from dart_core.engine.graphs import GraphedCall, SlotPool
+from dart_core.engine.graphs import GraphedCall, SlotPool, bucket
 from dart_core.engine.hf_config import feature_layer_ids, text_config
 from dart_core.engine.state import TargetState, prompt_blocks, rows_mask, tree_blocks
 from dart_core.engine.tree import DraftTree
@@ -48,6 +48,7 @@ FAST_PATH_ROWS = 4096  # the fast path's static KV cache when no size is given: 
 # of compiling), or eagerly (the static cache alone)
 FAST_PATH_MODES = ("graphs", "compile", "eager")
 GRAPH_ROWS = 64  # the largest verify captured as a graph (buckets 1, 2, 4, … 64 rows); larger trees run eagerly
+GRAPH_STREAMS = 16  # the most streams captured (buckets 1, 2, 4, … 16 cache rows); more run on an uncaptured cache
 
 
 def cache_keyword(model: Any) -> str:
@@ -116,7 +117,7 @@ class TargetModel:
         self._compiled: Any = None  # its compiled forward for decode / verify (prefill runs eagerly)
         self._graphs: GraphedCall | None = None  # or its captured forwards, one per slot and row bucket
         self._compactions: GraphedCall | None = None  # and its captured commits, one per slot and path length
-        self._slots: SlotPool[StaticCache] | None = None  # the graph path's static caches, lent to states
+        self._slots: dict[int, SlotPool[StaticCache]] = {}  # the graph path's static caches by streams bucket
         self.cpu_linears: CpuLinearPlan | None = None  # on a CPU: the linear layers' kernel by rows (load_target)
 
     # ------------------------------------------------------------- fast path
@@ -126,9 +127,11 @@ class TargetModel:
         place. Trees are padded to a power-of-two node count (padding rows see the prefix only and no real row sees
         them), so a few fixed shapes cover every step, and each such forward then runs as
 
-        * ``graphs``: a CUDA graph per row bucket, recorded on first use (:class:`GraphedCall`, well under a second
-          each) over a static cache the state borrows from a pool (a graph is bound to its cache's memory); off CUDA
-          the same static-shape forward runs uncaptured;
+        * ``graphs``: a CUDA graph per streams bucket and tree bucket, recorded on first use (:class:`GraphedCall`,
+          well under a second each) over a static cache the state borrows from a pool (a graph is bound to its
+          cache's memory): B streams run on a cache of the next power of two rows, idle rows padded (streams that
+          end leave their rows idle until the rest fit a smaller bucket's cache); off CUDA the same static-shape
+          forward runs uncaptured;
         * ``compile``: ``torch.compile`` (``mode="reduce-overhead"`` on a GPU: CUDA graphs through inductor, minutes
           of compiling at start).
 
@@ -143,7 +146,7 @@ class TargetModel:
         self._compiled = None
         self._graphs = GraphedCall(self._static_forward, self.device) if graphs else None
         self._compactions = GraphedCall(self._static_compact, self.device) if graphs else None
-        self._slots = SlotPool(lambda: StaticCache(config=self.config, max_cache_len=self.static_capacity))
+        self._slots = {}
         if compile:
             import torch._dynamo
 
@@ -183,9 +186,24 @@ class TargetModel:
         """Why each forward or commit that could not be captured runs uncaptured (none, as a rule)."""
         return [why for g in self._graph_calls for why in g.failed.values()]
 
-    def _static_compact(self, key: tuple[int, int], rows: torch.Tensor) -> None:
-        """The graph path's commit on slot ``key[0]``: every layer's K/V rows ``rows[0]`` copied to ``rows[1]``."""
-        for layer in self._slots.slots[key[0]].layers:
+    def _slot_cache(self, slot: tuple[int, int]) -> StaticCache:
+        """The static cache of ``slot`` = (streams bucket, index in that bucket's pool)."""
+        return self._slots[slot[0]].slots[slot[1]]
+
+    def _lend_slot(self, state: TargetState, rows: int, streams: int) -> None:
+        """Give ``state`` a static cache of the pool of ``rows`` cache rows: its ``streams`` and idle rows."""
+        pool = self._slots.get(rows)
+        if pool is None:
+            pool = self._slots[rows] = SlotPool(lambda: StaticCache(config=self.config,
+                                                                    max_cache_len=self.static_capacity))
+        state.slot = (rows, pool.lend(state))
+        state.cache = pool.slots[state.slot[1]]
+        state.idle = rows - streams
+
+    def _static_compact(self, key: tuple[tuple[int, int], int], rows: torch.Tensor) -> None:
+        """The graph path's commit on one stream's slot ``key[0]``: every layer's K/V rows ``rows[0]`` copied to
+        ``rows[1]``."""
+        for layer in self._slot_cache(key[0]).layers:
             if layer.is_initialized:
                 layer.keys.index_copy_(2, rows[1], layer.keys.index_select(2, rows[0]))
                 layer.values.index_copy_(2, rows[1], layer.values.index_select(2, rows[0]))
@@ -196,7 +214,7 @@ class TargetModel:
         and the layers' features, each on the model's device (copied out after the replay)."""
         slot, layers, _ = key
         out = self.model(input_ids=ids, position_ids=positions, attention_mask=mask,
-                         **{self._cache_arg: self._slots.slots[slot]}, use_cache=True,
+                         **{self._cache_arg: self._slot_cache(slot)}, use_cache=True,
                          output_hidden_states=bool(layers), return_dict=True)
         feats = torch.cat([out.hidden_states[i] for i in layers], dim=-1) if layers else None
         return out.logits.float(), feats
@@ -258,10 +276,10 @@ class TargetModel:
         if rows < 1:
             raise ValueError(f"new_state: a state needs at least one stream, got rows={rows}")
         lengths = [0] * rows
-        if self._graphs is not None and self._slots is not None and rows == 1:
+        padded = bucket(rows, GRAPH_STREAMS)
+        if self._graphs is not None and padded is not None:
             state = TargetState(cache=None, lengths=lengths)  # a slot's cache, lent just below
-            state.slot = self._slots.lend(state)
-            state.cache = self._slots.slots[state.slot]
+            self._lend_slot(state, padded, rows)
             self._set_static_length(state, 0)
             return state
         if self.static_capacity is not None:
@@ -315,7 +333,8 @@ class TargetModel:
         dev = self.feature_device
         if not eager and self._graphs is not None and state.slot is not None and width <= GRAPH_ROWS:
             if mask is None:
-                mask = rows_mask(state.lengths, state.width, width, self.static_capacity, self.dtype, self.device)
+                mask = rows_mask(state.cache_lengths, state.width, width, self.static_capacity, self.dtype,
+                                 self.device)
             with torch.no_grad(), sdpa_backends(ids.device):
                 logits, feats = self._graphs((state.slot, layers, width), ids=ids, positions=positions, mask=mask)
             logits = logits[:, keep] if keep is not None else logits  # an index: a copy already
@@ -382,10 +401,11 @@ class TargetModel:
         width = max(ends)
         if width > self.max_context:
             raise ValueError(f"prefill: prompt of {width} tokens exceeds the target's context of {self.max_context}")
-        ids = torch.zeros((state.rows, width), dtype=torch.long)
+        ids = torch.zeros((state.cache_rows, width), dtype=torch.long)  # idle rows: one padding token each
         for b, p in enumerate(prompts):
             ids[b, : len(p)] = torch.tensor(p, dtype=torch.long)
         ids = ids.to(self.device)
+        cache_ends = ends + [1] * state.idle
         chunks = [(0, width)]
         if interrupt is not None and width > PREFILL_CHUNK and not isinstance(state.cache, StaticCache):
             chunks = prefill_chunks(width)
@@ -396,10 +416,11 @@ class TargetModel:
                 raise Interrupted(f"prefill interrupted after {start:,} of {width:,} prompt tokens")
             size = end - start
             state.lengths = [min(n, start) for n in ends]
-            mask = None if state.rows == 1 else rows_mask(state.lengths, start, size, self._keys(start + size),
-                                                          self.dtype, self.device, prompt_blocks(ends, start, size))
+            mask = None if state.cache_rows == 1 else rows_mask(
+                [min(n, start) for n in cache_ends], start, size, self._keys(start + size), self.dtype, self.device,
+                prompt_blocks(cache_ends, start, size))
             keep = sorted({size - 1} | {n - 1 - start for n in ends if start < n <= end})
-            positions = torch.arange(start, end, device=self.device)[None].expand(state.rows, size)
+            positions = torch.arange(start, end, device=self.device)[None].expand(state.cache_rows, size)
             logits, feats = self._run(state, ids[:, start:end], positions, mask, keep, layers, eager=True)
             for b, n in enumerate(ends):
                 if start < n <= end:
@@ -472,16 +493,19 @@ class TargetModel:
                                  f"{int(tree.depths.max())})")
         n = max(tree.size for tree in trees)
         size = self._padded_size(n, state.width)  # n, or the compiled path's bucket: columns n.. are padding
-        ids = np.zeros((state.rows, size), dtype=np.int64)
-        pos = np.zeros((state.rows, size), dtype=np.int64)
+        lengths = state.cache_lengths
+        ids = np.zeros((len(lengths), size), dtype=np.int64)  # idle rows: padding that sees their first column
+        pos = np.asarray(lengths, dtype=np.int64)[:, None].repeat(size, axis=1)
         for b, (tree, length) in enumerate(zip(trees, state.lengths, strict=True)):
             ids[b, : tree.size] = tree.tokens
-            pos[b] = length
             pos[b, : tree.size] = tree.position_ids(length)
         mask: torch.Tensor | None = None  # one stream's chain: the model's own causal attention suffices
-        if state.rows > 1 or size > trees[0].size or not trees[0].is_chain:
-            mask = rows_mask(state.lengths, state.width, size, self._keys(state.width + size), self.dtype,
-                             self.device, tree_blocks(trees, size))
+        if len(lengths) > 1 or size > trees[0].size or not trees[0].is_chain:
+            blocks = tree_blocks(trees, size)
+            if state.idle:
+                blocks = np.concatenate([blocks, np.zeros((state.idle, size, size), dtype=bool)])
+            mask = rows_mask(lengths, state.width, size, self._keys(state.width + size), self.dtype, self.device,
+                             blocks)
         dev = self.device
         logits, feats = self._run(state, torch.from_numpy(ids).to(dev), torch.from_numpy(pos).to(dev), mask,
                                   [trees[0].size - 1] if keep_last else None, layers)
@@ -518,7 +542,7 @@ class TargetModel:
                     rows.append(b)
                     src.append(state.width + node)
                     dst.append(state.lengths[b] + j)
-        if rows and self._compactions is not None and state.slot is not None:
+        if rows and self._compactions is not None and state.slot is not None and state.cache_rows == 1:
             # the graph path: one captured copy for every layer (per slot and path length), not 4 launches a layer
             m = len(paths[0])
             moves = torch.tensor([[state.width + i for i in paths[0]], [state.width + j for j in range(m)]],
@@ -544,15 +568,40 @@ class TargetModel:
         if rows == list(range(state.rows)):
             return
         idx = torch.tensor(rows, dtype=torch.long, device=self.device)
-        for layer in state.cache.layers:
-            if layer.is_initialized:
-                layer.keys = layer.keys.index_select(0, idx)
-                layer.values = layer.values.index_select(0, idx)
-                if isinstance(layer, StaticLayer):
-                    layer.batch_size = len(rows)
+        if state.slot is not None:
+            self._keep_slot_rows(state, idx)
+        else:
+            for layer in state.cache.layers:
+                if layer.is_initialized:
+                    layer.keys = layer.keys.index_select(0, idx)
+                    layer.values = layer.values.index_select(0, idx)
+                    if isinstance(layer, StaticLayer):
+                        layer.batch_size = len(rows)
         state.lengths = [state.lengths[b] for b in rows]
         state.width = max(state.lengths)
         self._cut_cache(state, state.width)
+
+    def _keep_slot_rows(self, state: TargetState, idx: torch.Tensor) -> None:
+        """The graph path's :meth:`keep_rows`: the kept rows move to the front of the slot's cache, in place (its
+        graphs are bound to that memory), the rest turn idle; when the kept streams fit a smaller bucket, they move
+        to a slot of that bucket instead and the old slot goes back to its pool."""
+        kept = len(idx)
+        smaller = bucket(kept, GRAPH_STREAMS)
+        old, old_cache, width = state.slot, state.cache, state.width
+        if smaller < old[0]:
+            self._lend_slot(state, smaller, kept)
+        else:
+            state.idle = old[0] - kept
+        for src, dst in zip(old_cache.layers, state.cache.layers, strict=True):
+            if src.is_initialized:
+                if not dst.is_initialized:  # a slot never used yet: its buffers at this bucket's rows
+                    heads = src.keys.shape[1]
+                    dst.lazy_initialization(src.keys.new_empty((smaller, heads, 1, src.keys.shape[-1])),
+                                            src.values.new_empty((smaller, heads, 1, src.values.shape[-1])))
+                dst.keys[:kept, :, :width].copy_(src.keys[:, :, :width].index_select(0, idx))
+                dst.values[:kept, :, :width].copy_(src.values[:, :, :width].index_select(0, idx))
+        if state.slot != old:
+            self._slots[old[0]].give_back(old[1])
 
     @property
     def kv_bytes_per_token(self) -> int:
