@@ -2,7 +2,8 @@
 # The prepared GPU check: builds the project as docs/developers.md says for a GPU box (torch, transformers,
 # safetensors, pybind11 and scikit-build-core present; no gradio, no plotly, no internet), then runs
 # `python -m dart_core.bench gpu-check` in one process: bench gpu eager and on the fast path at Qwen3-1.7B and 8B
-# shapes, a profile of one fast-path DART step, the default bundle raced on the GPU in bf16 and float32, the
+# shapes, a profile of one fast-path DART step, the concurrency sweep on the fast path (B = 1, 2, 4, 8, 16 streams
+# at Qwen3-8B shapes), the default bundle raced on the GPU in bf16 and float32, the
 # CUDA-relevant tests. It writes gpu_check.json and a markdown report beside it into $OUT (else ./gpu-check), with
 # progress on the way.
 #   bash scripts/gpu_check.sh                    the whole check (within 6 minutes on one H100 or H200)

@@ -267,22 +267,32 @@ def _median(xs: Sequence[float]) -> float:
     return float(statistics.median(xs))
 
 
-def measure_ar(target: Any, prefix: Sequence[int], warmup: int, repeats: int) -> dict[str, Any]:
-    """Median ms of the engine's plain decoding step (one token, no hidden states) after ``prefix``."""
-    from dart_core.engine.timing import Stopwatch
+def stream_prefixes(prefix: Sequence[int], streams: int) -> list[list[int]]:
+    """``streams`` prompts of ``prefix``'s length, each ``prefix`` rotated by its index (different tokens, one
+    length: every row's cache ends in the same column, as in a batch of equal prompts)."""
+    prefix = list(prefix)
+    return [prefix[b % len(prefix):] + prefix[: b % len(prefix)] for b in range(streams)]
 
-    state = target.new_state()
-    logits, _ = target.prefill(state, [list(prefix)], layers=())
+
+def measure_ar(target: Any, prefix: Sequence[int], warmup: int, repeats: int, streams: int = 1) -> dict[str, Any]:
+    """Median ms of the engine's plain decoding step (one token per stream, no hidden states) after ``prefix``, for
+    ``streams`` streams in one forward of that many rows."""
+    from dart_core.engine.timing import Stopwatch
+    from dart_core.engine.tree import DraftTree
+
+    state = target.new_state(streams)
+    logits, _ = target.prefill_rows(state, stream_prefixes(prefix, streams), layers=())
     if not bool(torch.isfinite(logits).all()):
         raise RuntimeError("the random target gives non-finite logits")
-    tok = int(torch.argmax(logits))
+    toks = logits.argmax(-1).tolist()
     times = []
     for _ in range(warmup + repeats):
         with Stopwatch(target.device) as sw:
-            logits, _ = target.forward_tokens(state, [tok], features=False)
+            out, _ = target.verify_rows(state, [DraftTree([t], [-1]) for t in toks], layers=())
+            target.commit_rows(state, [[0]] * streams)
         times.append(sw.ms)
-        tok = int(torch.argmax(logits))
-    return {"method": "ar", "label": "AR", "nodes": 1, "verify_ms": _median(times[warmup:]),
+        toks = [int(torch.argmax(lg[0])) for lg in out]
+    return {"method": "ar", "label": "AR", "nodes": 1, "streams": streams, "verify_ms": _median(times[warmup:]),
             "warmup_s": sum(times[:warmup]) / 1e3}
 
 
@@ -335,47 +345,49 @@ def measure_hf(model: Any, prefix: Sequence[int], n: int, warmup: int, repeats: 
 
 
 def measure_drafter(target: Any, drafter: Any, settings: Any, prefix: Sequence[int], warmup: int,
-                    repeats: int) -> dict[str, Any]:
-    """Median draft, search and verify ms of a drafter's steps after ``prefix``, as the decoding loop runs them.
+                    repeats: int, streams: int = 1) -> dict[str, Any]:
+    """Median draft, search and verify ms of a drafter's steps after ``prefix``, as the decoding loop runs them,
+    for ``streams`` streams (each drafts its own tree; one verify of all the trees).
 
     The first proposal (the drafter's prefill over the whole prefix) is not counted; every later step feeds the
     drafter one new row (the verified root) and commits only the root, as if no draft were accepted, so the context
-    grows by one token per step."""
+    grows by one token per step. Draft and search ms are the streams' sum (the loop drafts them one by one)."""
     from dart_core.engine.drafter import DraftInput
     from dart_core.engine.timing import Stopwatch
 
     layers = drafter.feature_layers
-    dstate = drafter.new_state(settings)
-    state = target.new_state()
-    logits, feats = target.prefill(state, [list(prefix)], layers=layers)
-    x = int(torch.argmax(logits))
-    context = np.zeros(len(prefix) + warmup + repeats + 2, dtype=np.int32)
+    dstates = [drafter.new_state(settings) for _ in range(streams)]
+    state = target.new_state(streams)
+    prompts = stream_prefixes(prefix, streams)
+    logits, feats = target.prefill_rows(state, prompts, layers=layers)
+    xs = logits.argmax(-1).tolist()
     length = len(prefix) + 1
-    context[:length] = [*prefix, x]
-    new_ids = [*prefix[1:], x]
+    contexts = np.zeros((streams, length + warmup + repeats + 1), dtype=np.int32)
+    contexts[:, :length] = [[*p, x] for p, x in zip(prompts, xs, strict=True)]
+    new_ids = [[*p[1:], x] for p, x in zip(prompts, xs, strict=True)]
     draft, search, verify, nodes = [], [], [], []
     t0 = time.perf_counter()
     warm_s = 0.0
     for i in range(warmup + repeats + 1):
         if i == warmup + 1:
             warm_s = time.perf_counter() - t0
-        proposal = drafter.propose(dstate, DraftInput(feats, torch.tensor(new_ids), context[:length]))
-        tree = proposal.tree
+        proposals = [drafter.propose(d, DraftInput(f, torch.tensor(ids), c[:length]))
+                     for d, f, ids, c in zip(dstates, feats, new_ids, contexts, strict=True)]
         with Stopwatch(target.device) as sw:
-            logits, tfeats = target.verify(state, tree, layers)
-            target.commit(state, [0])
-        feats = tfeats[:1] if tfeats is not None else None
-        x = int(torch.argmax(logits[0]))
-        context[length] = x
+            out, tfeats = target.verify_rows(state, [p.tree for p in proposals], layers)
+            target.commit_rows(state, [[0]] * streams)
+        feats = [f[:1] if f is not None else None for f in tfeats]
+        xs = [int(torch.argmax(lg[0])) for lg in out]
+        contexts[:, length] = xs
         length += 1
-        new_ids = [x]
-        if i > warmup:  # step 0 is the drafter's prefill
-            draft.append(proposal.draft_ms)
-            search.append(proposal.search_ms)
+        new_ids = [[x] for x in xs]
+        if i > warmup:  # step 0 is the drafters' prefill
+            draft.append(sum(p.draft_ms for p in proposals))
+            search.append(sum(p.search_ms for p in proposals))
             verify.append(sw.ms)
-            nodes.append(tree.size)
-    return {"nodes": int(statistics.median(nodes)), "draft_ms": _median(draft), "search_ms": _median(search),
-            "verify_ms": _median(verify), "warmup_s": warm_s}
+            nodes.append(max(p.tree.size for p in proposals))
+    return {"nodes": int(statistics.median(nodes)), "streams": streams, "draft_ms": _median(draft),
+            "search_ms": _median(search), "verify_ms": _median(verify), "warmup_s": warm_s}
 
 
 # ------------------------------------------------------------------------------------------------ report

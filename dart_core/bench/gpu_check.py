@@ -3,13 +3,14 @@
 A GPU is at hand only now and then, for minutes, so everything it must show runs here in one go: the per-step split
 at real Qwen3 shapes (``bench gpu``) eagerly and on the fast path (CUDA graphs of the target's and the drafters'
 forwards, against ``torch.compile`` for the plain step), a profile of one fast-path DART step (kernels, launches,
-host syncs), the default bundle raced on the device in bfloat16 and float32 through ``bench e2e`` (the greedy check
+host syncs), the concurrency sweep (B = 1 … 16 streams on the fast path: each racer's step and its break-even τ per
+B), the default bundle raced on the device in bfloat16 and float32 through ``bench e2e`` (the greedy check
 counting rounding ties apart), and the tests that matter on CUDA (``DART_TEST_DEVICE=cuda``). Each step that fails
 is reported and the others still run; the steps stop starting once ``--budget`` seconds are spent. It writes
 ``gpu_check.json`` and the same as a markdown report into ``--out``, and prints progress.
 
-``--quick`` (a rerun after a fix) keeps the fast-path rows, the profile and the bfloat16 race; ``--smoke --device
-cpu`` runs the same code paths at tiny shapes on a CPU in well under a minute (CI).
+``--quick`` (a rerun after a fix) keeps the fast-path rows, the profile, the concurrency sweep and the bfloat16
+race; ``--smoke --device cpu`` runs the same code paths at tiny shapes on a CPU in well under a minute (CI).
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ CUDA_TESTS = ("tests/test_fast_path_drafters.py", "tests/test_fast_path.py", "te
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_device_argument(p, help="cuda (default when there is one) or cpu (with --smoke)")
     size = p.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_true", help="the rerun subset: fast-path rows, profile, bf16 race")
+    size.add_argument("--quick", action="store_true",
+                      help="the rerun subset: fast-path rows, profile, concurrency sweep, bf16 race")
     size.add_argument("--smoke", action="store_true", help="tiny shapes, the toy bundle, two prompts (a CPU's CI)")
     p.add_argument("--out", type=Path, default=Path("gpu-check"), help="where the report goes (json and markdown)")
     p.add_argument("--bundle", type=Path, default=None,
@@ -230,6 +232,51 @@ def profile_dart_step(device: str, shape: str) -> dict[str, Any]:
             "graphs_drafter": drafter.graphs_captured, "top_host_ops": table}
 
 
+SWEEP_STREAMS = (1, 2, 4, 8, 16)  # the concurrency sweep's stream counts (the smoke check: the first three)
+
+
+def concurrency_sweep(device: str, shape: str, smoke: bool) -> dict[str, Any]:
+    """Each racer's step on the fast path for B streams at once (``bench gpu``'s rows, one verify of B trees): per
+    B, the plain step of B rows, DART's and EAGLE-3's draft and verify ms, and the break-even τ (the tokens a
+    stream must accept per step to match plain decoding at that B: where speculation stops paying)."""
+    import numpy as np
+    import torch
+
+    from dart_core.arena import resolve_dtype
+    from dart_core.bench import gpu
+    from dart_core.drafters.dart import DartSettings
+    from dart_core.drafters.eagle3 import Eagle3Settings
+    from dart_core.drafters.interface import settings_for
+    from dart_core.engine.target import TargetModel
+
+    dev = torch.device(device)
+    dtype = resolve_dtype("auto", dev)
+    sh = gpu.SHAPES[shape]
+    model = gpu.build_target(sh, dev, dtype)
+    target = TargetModel(model)
+    target.use_static_cache(512, graphs=True)
+    prefix = np.random.default_rng(0).integers(0, sh.vocab, 256 if not smoke else 32).tolist()
+    racers = {"dart": (gpu.build_drafter("dart", sh, model), settings_for(DartSettings, dev)),
+              "eagle3": (gpu.build_drafter("eagle3", sh, model), settings_for(Eagle3Settings, dev))}
+    racers["dart"][0].store = gpu.ngram_store(prefix, sh.vocab)
+    for drafter, _ in racers.values():
+        drafter.use_static_cache(512, graphs=True)
+    warmup, repeats = (2, 3) if smoke else (3, 10)
+    by_streams: dict[str, list[dict[str, Any]]] = {}
+    for b in SWEEP_STREAMS[:3] if smoke else SWEEP_STREAMS:
+        rows = [gpu.measure_ar(target, prefix, warmup, repeats, streams=b)]
+        for key, (drafter, settings) in racers.items():
+            fig = gpu.measure_drafter(target, drafter, settings, prefix, warmup, repeats, streams=b)
+            rows.append({"method": key, "label": "DART" if key == "dart" else "EAGLE-3", **fig})
+        gpu.finish_rows(rows, None)
+        by_streams[str(b)] = rows
+        print(f"  B={b}: " + ", ".join(f"{r['label']} {r['total_ms']:.2f} ms"
+                                       + (f" (break-even τ {r['break_even_tau']:.2f})" if r["break_even_tau"] else "")
+                                       for r in rows), flush=True)
+    return {"sweep": shape, "by_streams": by_streams, "graphs": target.graphs_captured,
+            "capture_s": round(target.capture_seconds, 2), "capture_failures": target.capture_failures[:5]}
+
+
 def race(device: str, dtype: str, bundle: Path | None, smoke: bool, out: Path) -> dict[str, Any]:
     """The bundle raced on the device through ``bench e2e`` (every loaded racer, the fast path as its default,
     the greedy check counting ties apart): its summary, mismatches and ties. HF ``generate`` is left out: eager, it
@@ -296,6 +343,14 @@ def markdown(record: dict[str, Any]) -> str:
             for m, f in r["summary"].items():
                 lines.append(f"| {m} | {_num(f['tau'])} | {_num(f['speedup_vs_ar'])} | "
                              f"{_num(f['tokens_per_s_wall'], 1)} |")
+        elif "sweep" in r:
+            lines += ["", f"## {s['name']}: Qwen3 {r['sweep']} shapes, B streams on the fast path "
+                          f"({r['graphs']} target graphs, {r['capture_s']:.2f} s capturing)", "",
+                      "| B | racer | nodes | draft ms | verify ms | step ms | break-even τ |",
+                      "|---|---|---|---|---|---|---|"]
+            for b, rows in r["by_streams"].items():
+                lines += [f"| {b} | {x['label']} | {x['nodes']} | {_num(x['draft_ms'])} | {_num(x['verify_ms'])} | "
+                          f"{_num(x['total_ms'])} | {_num(x['break_even_tau'])} |" for x in rows]
         elif "calls" in r:
             lines += ["", f"## {s['name']}: {r['device_kernels']} device kernels, calls {r['calls']}", "", "```",
                       r["top_host_ops"], "```"]
@@ -334,6 +389,7 @@ def run(args: argparse.Namespace) -> int:
         check.step("bench tiny eager", lambda: bench_rows(device, "tiny", None, True))
         check.step("bench tiny graphs", lambda: bench_rows(device, "tiny", "graphs", True))
         check.step("profile DART step tiny", lambda: profile_dart_step(device, "tiny"))
+        check.step("concurrency tiny", lambda: concurrency_sweep(device, "tiny", True))
         check.step("race float32", lambda: race(device, "float32", bundle, True, out / "e2e-float32"))
     else:
         bundle = args.bundle
@@ -341,6 +397,7 @@ def run(args: argparse.Namespace) -> int:
         check.step("bench 8b graphs", lambda: bench_rows(device, "8b", "graphs", False, hf_static=False))
         check.step("bench 1.7b graphs", lambda: bench_rows(device, "1.7b", "graphs", False, hf_static=not args.quick))
         check.step("profile DART step 8b", lambda: profile_dart_step(device, "8b"))
+        check.step("concurrency 8b graphs", lambda: concurrency_sweep(device, "8b", False))
         check.step("race bfloat16", lambda: race(device, "bfloat16", bundle, False, out / "e2e-bfloat16"))
         if not args.quick:
             check.step("race float32", lambda: race(device, "float32", bundle, False, out / "e2e-float32"))
