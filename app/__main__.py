@@ -40,8 +40,8 @@ from dart_core.options import (
     add_device_argument,
     add_dtype_argument,
     add_fast_path_arguments,
+    add_racer_settings_arguments,
     add_threads_argument,
-    add_tree_arguments,
     given_settings,
 )
 from dart_core.race import RaceSettings, models_identity, results_dir, suggest_command
@@ -167,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--download", action=argparse.BooleanOptionalAction, default=False,
                    help="fetch exactly the files the plan needs from the Hugging Face Hub first (resumable; "
                         "small.trie with --use-small-ngram, else full.trie), then serve (or exit, with --check)")
-    add_tree_arguments(p, switches_only=True)  # the racers' switches; the page has a control for every number
+    add_racer_settings_arguments(p, switches_only=True)  # the racers' switches; the page has a control for every number
     return p
 
 
@@ -398,15 +398,16 @@ def serve(args: argparse.Namespace, src: dict[str, Any], loaded: dict[str, str],
     from app.ui import AppConfig, ArenaUI
 
     info, bundle = engine.info, src["bundle"]
-    trees = {k: given_settings(args, k, racer(k).default_settings(info.device)) for k in info.drafters}
+    settings = {k: given_settings(args, k, racer(k).default_settings(info.device)) for k in info.drafters}
     examples = bundle_examples(bundle) if bundle is not None else (CHAT_EXAMPLES if chat else [])
     parts = [f"target {short(src['base'])}{origin(src['base'])}"]
     parts += [f"{label(k)} {short(loaded[k])}" if k in loaded else label(k) for k in info.drafters]
     parts += [f"N-gram {short(src['ngram'])}"] if info.has_store else []
     parts += [f"{info.device} · {info.dtype} · {'chat' if chat else 'completion'} mode"
               + (f" · fast path ({info.fast_path})" if info.fast_path else "")]
-    config = AppConfig(chat=chat, max_new_tokens=args.max_new_tokens, max_length=args.max_length, trees=trees,
-                       examples=examples, categories=bundle_categories(bundle) if bundle is not None else {},
+    config = AppConfig(chat=chat, max_new_tokens=args.max_new_tokens, max_length=args.max_length,
+                       racer_settings=settings, examples=examples,
+                       categories=bundle_categories(bundle) if bundle is not None else {},
                        subtitle=" · ".join(parts), max_new_tokens_limit=args.max_new_tokens_limit,
                        time_limit_s=args.race_time_limit, race_log=args.race_log, max_sessions=args.max_sessions,
                        session_ttl_s=args.session_ttl, standings=standings_panel(args, src, info))
@@ -416,7 +417,7 @@ def serve(args: argparse.Namespace, src: dict[str, Any], loaded: dict[str, str],
     ids = encode(engine.tokenizer, [{"user": examples[0][1] if examples else WARM_UP[chat]}], BASELINE, chat=chat)
     fast = WARM_UP_FAST.get(info.fast_path or "", "")
     with progress_stage("warm-up", f"a short race of every racer, not shown{fast}"):
-        warm_up(engine, ids, RaceSettings(max_length=args.max_length, trees=trees))
+        warm_up(engine, ids, RaceSettings(max_length=args.max_length, racer_settings=settings))
     demo = ui.build()
     host = "0.0.0.0" if args.listen else "127.0.0.1"
     log.info("serving on http://%s:%d%s", host, args.server_port, " (+ a public share link)" if args.share else "")

@@ -199,7 +199,7 @@ class LiveRace:
                 "settings": {"temperature": s.sampling.temperature, "top_p": s.sampling.top_p,
                              "top_k": s.sampling.top_k, "max_new_tokens": s.max_new_tokens, "seed": s.seed,
                              "time_limit_s": s.time_limit_s,
-                             "trees": {m: dataclasses.asdict(t) for m, t in s.trees.items()}}}
+                             "racer_settings": {m: dataclasses.asdict(t) for m, t in s.racer_settings.items()}}}
 
     def write_log(self, path: Path, wall: float) -> None:
         """Append this race to the host's race log (one JSON line; a failure to write is logged, not raised)."""

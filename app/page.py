@@ -80,7 +80,7 @@ def continued_reply(turn: dict[str, Any], method: str) -> dict[str, Any] | None:
 
 
 # The sampling controls, first in the order the page passes controls to a race; each loaded racer's tree
-# controls follow (``ArenaUI.tree_controls``). Their sliders' ranges are the ones checked for API callers (the
+# controls follow (``ArenaUI.settings_controls``). Their sliders' ranges are the ones checked for API callers (the
 # events skip Gradio's own preprocessing, whose messages name no control); "Max new tokens" goes up to the host's
 # limit (``ArenaUI.token_cap``), and more is cut to it with a notice.
 SAMPLING_LABELS = ("Temperature", "Top-p", "Top-k", "Max new tokens")

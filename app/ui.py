@@ -1,5 +1,5 @@
 """The Gradio Blocks page: one prompt, the racers in columns, live plots, a summary row, the last draft tree,
-and the controls (sampling, token budget, each racer's tree settings; Send, Stop, Regenerate, Clear). Columns,
+and the controls (sampling, token budget, each racer's settings; Send, Stop, Regenerate, Clear). Columns,
 controls and colours come from the racer registry (``dart_core.racers.registry``); this module names no method.
 
 The model runs in the engine (``app.engine``: its own process when served by ``python -m app``), so nothing this
@@ -71,7 +71,7 @@ class AppConfig:
     chat: bool  # chat template (multi-turn) or completion mode
     max_new_tokens: int = 256
     max_length: int | None = None
-    trees: dict[str, Any] = field(default_factory=dict)  # racer key -> its settings' defaults (missing: the racer's)
+    racer_settings: dict[str, Any] = field(default_factory=dict)  # racer key -> its settings' defaults
     examples: list[tuple[str, str]] = field(default_factory=list)  # (label, prompt)
     categories: dict[str, str] = field(default_factory=dict)  # an example prompt's text -> its kind (bundle prompts)
     subtitle: str = ""
@@ -102,7 +102,7 @@ class ArenaUI:
         self.methods = list(engine.info.methods)  # the loaded racers, registry order, the baseline last
         self.racers: list[Racer] = [racer(m) for m in self.methods]
         # every loaded racer's settings shown as sliders: (racer, knob), in page order after SAMPLING_LABELS
-        self.tree_controls = [(r, k) for r in self.racers for k in r.knobs() if k.ui]
+        self.settings_controls = [(r, k) for r in self.racers for k in r.knobs() if k.ui]
         self.context = context_limit(engine.info.max_context, config.max_length)
         self.token_cap = min(config.max_new_tokens_limit or 8192, self.context - 1)
         self.max_prompt_chars = prompt_char_bound(self.tokenizer, self.context)  # longer: refused untokenized
@@ -114,7 +114,7 @@ class ArenaUI:
     @property
     def control_labels(self) -> list[str]:
         """Every control's caption, in the order the page passes them to :meth:`run`."""
-        return [*SAMPLING_LABELS, *(f"{r.label} {k.label}" for r, k in self.tree_controls)]
+        return [*SAMPLING_LABELS, *(f"{r.label} {k.label}" for r, k in self.settings_controls)]
 
     @property
     def optional_methods(self) -> list[str]:
@@ -142,8 +142,8 @@ class ArenaUI:
                              f"{', '.join(self.optional_methods)})")
         return [m for m in self.methods if m in value or m == BASELINE]
 
-    def tree_defaults(self, r: Racer) -> Any:
-        return self.config.trees.get(r.key) or r.default_settings(self.engine.info.device)
+    def settings_defaults(self, r: Racer) -> Any:
+        return self.config.racer_settings.get(r.key) or r.default_settings(self.engine.info.device)
 
     # ------------------------------------------------------------------------------------------- rendering
     def token_label(self, token: int) -> str:
@@ -202,12 +202,12 @@ class ArenaUI:
         sampling = SamplingConfig(temperature, top_p, int(top_k))
         seed = 0 if sampling.greedy else secrets.randbelow(2**31)
         given: dict[str, dict[str, Any]] = {}
-        for (r, k), value in zip(self.tree_controls, numbers[4:], strict=True):
+        for (r, k), value in zip(self.settings_controls, numbers[4:], strict=True):
             given.setdefault(r.key, {})[k.name] = int(value) if k.kind is int and value == int(value) else value
-        trees = {r.key: check_settings(replace(self.tree_defaults(r), **given.get(r.key, {})), r.label)
+        settings = {r.key: check_settings(replace(self.settings_defaults(r), **given.get(r.key, {})), r.label)
                  for r in self.racers if r.drafts}
         return RaceSettings(sampling=sampling, max_new_tokens=min(int(max_new_tokens), self.token_cap),
-                            max_length=self.config.max_length, trees=trees, seed=seed,
+                            max_length=self.config.max_length, racer_settings=settings, seed=seed,
                             time_limit_s=self.config.time_limit_s)
 
     def run(self, prompt: str, conv: dict[str, Any], *controls: Any, regenerate: bool = False,
@@ -429,13 +429,13 @@ class ArenaUI:
                     gr.Slider(k_low, k_high, value=0, step=1, label="Top-k", info="0 = off"),
                     gr.Slider(1, self.token_cap, value=min(self.config.max_new_tokens, self.token_cap), step=1,
                               label="Max new tokens", elem_id="max-new-tokens")]
-            trees = []
+            settings = []
             with gr.Row():
-                for r, k in self.tree_controls:
-                    default = getattr(self.tree_defaults(r), k.name)
-                    trees.append(gr.Slider(k.low, k.high, value=default, step=1 if k.kind is int else 0.05,
+                for r, k in self.settings_controls:
+                    default = getattr(self.settings_defaults(r), k.name)
+                    settings.append(gr.Slider(k.low, k.high, value=default, step=1 if k.kind is int else 0.05,
                                            label=f"{r.label} {k.label}", info=k.help, elem_id=f"{r.key}-{k.flag}"))
-        return sampling + trees
+        return sampling + settings
 
     def _results(self) -> tuple[Any, dict[str, Any], Any]:
         """The summary cards, the five live plots (two rows of two, the tree below) and the last race's JSON."""

@@ -10,8 +10,8 @@ from typing import Any
 import torch
 
 from dart_core.arena import Arena, load_arena
+from dart_core.engine.acceptance import SamplingConfig
 from dart_core.engine.loop import Step
-from dart_core.engine.verify import SamplingConfig
 from dart_core.racers.registry import RACERS, UPSTREAM, checkpoint_racers, racer
 
 

@@ -50,7 +50,7 @@ def test_races_in_the_engine_process_equal_races_here(engine: ProcessEngine) -> 
     assert engine.info.methods == ["dart", "eagle3", "ar"] and engine.info.has_store
     assert engine.info.device == "cpu" and engine.info.max_context == 1024
     assert engine.info.threads == threads_leaving_a_core()  # on a CPU: a core left to the server and the page
-    settings = RaceSettings(max_new_tokens=24, trees=TREES)
+    settings = RaceSettings(max_new_tokens=24, racer_settings=TREES)
     remote = engine.race(prompts(engine, 0), settings)
     order = [lane.method for lane, _ in remote.run()]
     assert order[:3] == ["dart", "eagle3", "ar"]  # prefills, then one step each per round
@@ -67,7 +67,7 @@ def test_races_in_the_engine_process_equal_races_here(engine: ProcessEngine) -> 
 
 
 def test_stop_and_cancel_end_the_race_between_steps(engine: ProcessEngine) -> None:
-    settings = RaceSettings(max_new_tokens=600, trees=TREES)
+    settings = RaceSettings(max_new_tokens=600, racer_settings=TREES)
     race = engine.race(prompts(engine, 1), settings)
     for seen, _ in enumerate(race.run(), 1):
         if seen == 6:
@@ -84,7 +84,7 @@ def test_stop_and_cancel_end_the_race_between_steps(engine: ProcessEngine) -> No
     steps = sum(len(lane.steps) for lane in cancelled.lanes.values())
     assert steps <= 5  # at most the step that was under way
 
-    after = engine.race(prompts(engine, 3), RaceSettings(max_new_tokens=16, trees=TREES))
+    after = engine.race(prompts(engine, 3), RaceSettings(max_new_tokens=16, racer_settings=TREES))
     for _ in after.run():
         pass
     assert {lane.status for lane in after.lanes.values()} == {"done"}
@@ -92,14 +92,14 @@ def test_stop_and_cancel_end_the_race_between_steps(engine: ProcessEngine) -> No
 
 
 def test_a_stop_before_the_race_starts_runs_nothing(engine: ProcessEngine) -> None:
-    race = engine.race(prompts(engine, 4), RaceSettings(max_new_tokens=16, trees=TREES))
+    race = engine.race(prompts(engine, 4), RaceSettings(max_new_tokens=16, racer_settings=TREES))
     race.stop()
     assert list(race.run()) == []
     assert all(lane.status == "stopped" and not lane.steps for lane in race.lanes.values())
 
 
 def test_the_time_limit_cuts_a_race_in_the_engine(engine: ProcessEngine) -> None:
-    race = engine.race(prompts(engine, 5), RaceSettings(max_new_tokens=900, trees=TREES, time_limit_s=0.3))
+    race = engine.race(prompts(engine, 5), RaceSettings(max_new_tokens=900, racer_settings=TREES, time_limit_s=0.3))
     started = time.perf_counter()
     for _ in race.run():
         pass
@@ -110,7 +110,7 @@ def test_the_time_limit_cuts_a_race_in_the_engine(engine: ProcessEngine) -> None
 def test_a_killed_engine_without_restarts_left_is_an_error_for_the_race_and_every_later_one() -> None:
     engine = ProcessEngine(LOAD, max_restarts=0)
     try:
-        race = engine.race(prompts(engine, 0), RaceSettings(max_new_tokens=900, trees=TREES))
+        race = engine.race(prompts(engine, 0), RaceSettings(max_new_tokens=900, racer_settings=TREES))
         it = race.run()
         next(it)
         os.kill(engine.pid, signal.SIGKILL)
@@ -118,7 +118,7 @@ def test_a_killed_engine_without_restarts_left_is_an_error_for_the_race_and_ever
             pass
         assert race.failed == ["dart", "eagle3", "ar"]
         assert "model process ended unexpectedly" in race.lanes["ar"].error
-        later = engine.race(prompts(engine, 1), RaceSettings(max_new_tokens=8, trees=TREES))
+        later = engine.race(prompts(engine, 1), RaceSettings(max_new_tokens=8, racer_settings=TREES))
         assert list(later.run()) == [] and later.failed == ["dart", "eagle3", "ar"]
         assert "restart the app" in later.lanes["dart"].error
         assert engine.health() == (False, {"engine": "failed", "restarts": 0, "pid": engine.pid,
@@ -137,7 +137,7 @@ def test_a_killed_engine_is_restarted_and_the_next_race_succeeds() -> None:
         assert engine.health()[0] and engine.health()[1]["engine"] == "ready"
         for round_ in (1, 2):
             first_pid = engine.pid
-            race = engine.race(prompts(engine, 0), RaceSettings(max_new_tokens=900, trees=TREES))
+            race = engine.race(prompts(engine, 0), RaceSettings(max_new_tokens=900, racer_settings=TREES))
             it = race.run()
             next(it)
             os.kill(first_pid, signal.SIGKILL)
@@ -151,7 +151,7 @@ def test_a_killed_engine_is_restarted_and_the_next_race_succeeds() -> None:
             healthy, details = engine.health()  # a new process loads, after a back-off of a second or more
             assert not healthy and details["engine"] == "restarting", details
             assert details["last_exit"] == "exit code -9, killed", details
-            later = engine.race(prompts(engine, 1), RaceSettings(max_new_tokens=8, trees=TREES))
+            later = engine.race(prompts(engine, 1), RaceSettings(max_new_tokens=8, racer_settings=TREES))
             updates = list(later.run(idle_s=0.2))  # waits (None items) while the new process loads
             assert {lane.status for lane in later.lanes.values()} == {"done"}, later.lanes
             assert later.greedy_matches() == {"dart": True, "eagle3": True}
@@ -164,7 +164,7 @@ def test_a_killed_engine_is_restarted_and_the_next_race_succeeds() -> None:
             time.sleep(0.1)
         healthy, details = engine.health()
         assert not healthy and "gave up" in details["error"] and "restart the app" in details["error"]
-        refused = engine.race(prompts(engine, 2), RaceSettings(max_new_tokens=8, trees=TREES))
+        refused = engine.race(prompts(engine, 2), RaceSettings(max_new_tokens=8, racer_settings=TREES))
         assert list(refused.run()) == [] and "gave up" in refused.lanes["ar"].error
     finally:
         engine.close()
@@ -175,13 +175,14 @@ def test_a_stop_reaches_the_engine_while_it_is_busy(engine: ProcessEngine) -> No
     once, which a long prefill checks between its chunks): a stop sent right after the race starts, before any
     step came back, ends it within a step per racer; the next race runs normally."""
     ids = engine.tokenizer("".join(held_out_prompt(i) for i in range(40)), add_special_tokens=False)["input_ids"]
-    race = engine.race(dict.fromkeys(engine.info.methods, ids[:1000]), RaceSettings(max_new_tokens=500, trees=TREES))
+    race = engine.race(dict.fromkeys(engine.info.methods, ids[:1000]),
+                       RaceSettings(max_new_tokens=500, racer_settings=TREES))
     it = race.run(idle_s=0.001)
     first = next(it)  # the race is sent: None (nothing back yet) or the first prefill's step
     race.stop()
     rest = [item for item in it if item is not None]
     assert race.stopped and len(rest) + (first is not None) <= len(engine.info.methods), rest
-    after = engine.race(prompts(engine, 3), RaceSettings(max_new_tokens=8, trees=TREES))
+    after = engine.race(prompts(engine, 3), RaceSettings(max_new_tokens=8, racer_settings=TREES))
     for _ in after.run():
         pass
     assert {lane.status for lane in after.lanes.values()} == {"done"}

@@ -172,7 +172,7 @@ def _ids(arena: Any, text: str) -> list[int]:
 
 
 def test_bundle_race_greedy_outputs_equal_ar_and_text_streams_exactly(arena: Any) -> None:
-    settings = RaceSettings(max_new_tokens=40, trees=CPU_TREES)
+    settings = RaceSettings(max_new_tokens=40, racer_settings=CPU_TREES)
     race = Race(arena, _ids(arena, held_out_prompt(0)), settings=settings)
     streams = {m: render.TextStream(arena.tokenizer) for m in race.methods}
     for lane, step in race.run():
@@ -193,7 +193,7 @@ def test_bundle_race_greedy_outputs_equal_ar_and_text_streams_exactly(arena: Any
 
 def test_bundle_race_stops_at_the_context_limit(arena: Any) -> None:
     ids = _ids(arena, held_out_prompt(0))
-    settings = RaceSettings(max_new_tokens=100, max_length=len(ids) + 6, trees=CPU_TREES)
+    settings = RaceSettings(max_new_tokens=100, max_length=len(ids) + 6, racer_settings=CPU_TREES)
     race = Race(arena, ids, settings=settings)
     list(race.run())
     for lane in race.lanes.values():

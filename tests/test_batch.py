@@ -18,11 +18,11 @@ import torch
 from helpers_app import BUNDLE, held_out_prompt
 from helpers_stats import chi_square_pvalue
 
+from dart_core.engine.acceptance import SamplingConfig, processed_probs
 from dart_core.engine.graphs import no_host_sync
 from dart_core.engine.loop import BatchStep, Step, generate, generate_batch, stream_batch
 from dart_core.engine.target import TargetModel
 from dart_core.engine.tree import DraftTree
-from dart_core.engine.verify import SamplingConfig, processed_probs
 from dart_core.racers.registry import BASELINE, racer
 
 ATOL = 1e-4  # float32 logits of a batched forward (padding, a wider mask) vs the single-stream one
@@ -402,8 +402,8 @@ def test_the_static_cache_batches_as_the_dynamic_cache_does(arena: Any, prompts:
     if mode == "graphs":  # streams that ended moved the rest to smaller buckets' caches, given back after
         assert {4, 2, 1} <= set(buckets), sorted(set(buckets))
         gc.collect()
-        assert all(pool.lent == 0 for pool in fast._slots.values())
-        assert len(fast._slots[4].slots) == 1  # one slot of four rows served every batch
+        assert all(pool.lent == 0 for pool in fast._slots.pools.values())
+        assert len(fast._slots.pools[4].slots) == 1  # one slot of four rows served every batch
 
 
 def test_batching_refuses_bad_arguments(arena: Any, prompts: list[list[int]]) -> None:

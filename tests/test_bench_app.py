@@ -39,7 +39,7 @@ def race_log() -> list[dict[str, Any]]:
         {"dart": method("DART", 30, 12, (4.0, 1.0, 20.0), 20.0, list(range(30)), 9),
          "ar": method("AR", 30, 29, (0.0, 0.0, 12.5), 12.5, list(range(30)), 9)},
     ]
-    settings = {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 30, "seed": 0, "trees": TREES}
+    settings = {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 30, "seed": 0, "racer_settings": TREES}
     return [{"time": 1.0 + i, "prompt": p["prompt"].strip(), "wall_s": 1.0,
              "result": {"methods": r, "greedy_matches_ar": {"dart": True}, "settings": settings}}
             for i, (p, r) in enumerate(zip(PROMPTS, races, strict=True))]
@@ -51,7 +51,7 @@ def e2e_report() -> dict[str, Any]:
         return {"id": pid, "prompt_tokens": n_prompt, "methods": {"dart": {"steps": steps}, "ar": {"steps": steps}}}
 
     return {
-        "config": {"resolved": {"trees": {**TREES, "eagle3": {"total": 60, "depth": 7, "top_k": 10}}}},
+        "config": {"resolved": {"racer_settings": {**TREES, "eagle3": {"total": 60, "depth": 7, "top_k": 10}}}},
         "summary": {  # DART 21 ms/step, 110 tok/s; AR 11 ms/step, 90 tok/s -> DART 1.222x
             "dart": {"tokens": 50, "verify_steps": 20, "tokens_per_s": 110.0, "draft_ms_per_step": 2.0,
                      "search_ms_per_step": 1.0, "verify_ms_per_step": 18.0},
@@ -137,7 +137,7 @@ def test_prompt_mismatch_is_an_error() -> None:
     with pytest.raises(bench_app.PromptMismatch, match="raced 30 new tokens, not 64"):
         bench_app.check_same_work(races, report, PROMPTS, max_new_tokens=64)
     trees = copy.deepcopy(races)
-    trees[0]["result"]["settings"]["trees"] = {"dart": {**TREES["dart"], "nodes": 60}}
+    trees[0]["result"]["settings"]["racer_settings"] = {"dart": {**TREES["dart"], "nodes": 60}}
     with pytest.raises(bench_app.PromptMismatch, match="DART tree settings"):
         bench_app.check_same_work(trees, report, PROMPTS, max_new_tokens=30)
 

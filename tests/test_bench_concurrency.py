@@ -13,7 +13,7 @@ from helpers_app import BUNDLE
 
 from dart_core.bench import concurrency
 from dart_core.bench.__main__ import main
-from dart_core.drafters.interface import knobs, shrink_for_streams
+from dart_core.drafters.settings import knobs, shrink_for_streams
 from dart_core.racers.registry import BASELINE, RACERS
 
 if not (BUNDLE / "target" / "config.json").is_file():

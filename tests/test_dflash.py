@@ -25,10 +25,10 @@ from dart_core.drafters.dflash import (
     DFlashTreeSettings,
     default_target_layer_ids,
 )
+from dart_core.engine.acceptance import SamplingConfig, processed_probs
 from dart_core.engine.loop import generate, stream
 from dart_core.engine.metrics import summarize
 from dart_core.engine.target import TargetModel
-from dart_core.engine.verify import SamplingConfig, processed_probs
 from dart_core.loading.errors import LoadError
 
 V, H, L, NEW = 97, 32, 8, 40
@@ -554,16 +554,16 @@ def test_exact_proposals_is_a_switch_on_every_command_line() -> None:
     import dataclasses
 
     from app.__main__ import build_parser
-    from dart_core.drafters.interface import check_settings
-    from dart_core.options import add_tree_arguments, given_settings, knob_argv, tree_settings
+    from dart_core.drafters.settings import check_settings
+    from dart_core.options import add_racer_settings_arguments, given_settings, knob_argv, racer_settings
     from dart_core.racers.registry import racer
 
     p = argparse.ArgumentParser()
-    add_tree_arguments(p)
-    given = tree_settings(p.parse_args(["--dflash-exact-proposals", "--dflash-tree-top-k", "3"]), "cpu")
+    add_racer_settings_arguments(p)
+    given = racer_settings(p.parse_args(["--dflash-exact-proposals", "--dflash-tree-top-k", "3"]), "cpu")
     assert given["dflash"].exact_proposals is True and given["dflash-tree"].exact_proposals is False
     assert given["dflash-tree"].top_k == 3
-    assert tree_settings(p.parse_args(["--no-dflash-tree-exact-proposals"]), "cpu")["dflash-tree"] == \
+    assert racer_settings(p.parse_args(["--no-dflash-tree-exact-proposals"]), "cpu")["dflash-tree"] == \
         racer("dflash-tree").default_settings("cpu")
     assert "--dflash-exact-proposals" in p.format_help() and "default off" in p.format_help()
     (k,) = [k for k in racer("dflash").knobs() if k.name == "exact_proposals"]

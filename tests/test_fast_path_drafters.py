@@ -174,7 +174,7 @@ def test_graph_target_and_drafter_decode_losslessly(tmp_path: Path, kind: str) -
         assert generate(target, prompt, None, max_new_tokens=NEW)[0] == want
         assert generate(target, prompt, drafter, max_new_tokens=NEW, settings=SETTINGS[kind])[0] == want
     gc.collect()
-    assert {key[0] for key in target_keys} == {(1, 0)} and len(target._slots[1].slots) <= 2
+    assert {key[0] for key in target_keys} == {(1, 0)} and len(target._slots.pools[1].slots) <= 2
     assert len(drafter._slots.slots) == 1
     if DEVICE.type == "cuda":
         assert target.graphs_captured >= 2 and drafter.graphs_captured >= 1 and target.capture_seconds > 0

@@ -17,11 +17,11 @@ from transformers import AutoModelForCausalLM, Qwen3Config
 
 from dart_core.drafters.dart import DartDrafter, DartSettings
 from dart_core.drafters.eagle3 import Eagle3Drafter, Eagle3Settings
+from dart_core.engine.acceptance import SamplingConfig, processed_probs
 from dart_core.engine.loop import generate, stream
 from dart_core.engine.metrics import summarize
 from dart_core.engine.target import TargetModel
 from dart_core.engine.tree import DraftTree
-from dart_core.engine.verify import SamplingConfig, processed_probs
 from dart_core.ngram.store import NgramStore
 
 V, H, NEW = 97, 32, 64
@@ -245,7 +245,7 @@ def test_sampling_keeps_target_distribution(tmp_path: Path) -> None:
 def test_tree_defaults_per_device_and_overrides() -> None:
     import argparse
 
-    from dart_core.options import add_tree_arguments, tree_settings
+    from dart_core.options import add_racer_settings_arguments, racer_settings
     from dart_core.racers.registry import racer
 
     dart, eagle3 = racer("dart"), racer("eagle3")
@@ -255,16 +255,16 @@ def test_tree_defaults_per_device_and_overrides() -> None:
     assert cpu_dart.max_nodes == 12 and cpu_dart.top_k == DartSettings().top_k
     assert (cpu_eagle.total_tokens, cpu_eagle.depth, cpu_eagle.top_k) == (13, 6, 4)
     p = argparse.ArgumentParser()
-    add_tree_arguments(p)
-    got = tree_settings(p.parse_args([]), "cpu")
+    add_racer_settings_arguments(p)
+    got = racer_settings(p.parse_args([]), "cpu")
     assert (got["dart"], got["eagle3"]) == (cpu_dart, cpu_eagle)
-    got = tree_settings(p.parse_args(["--dart-nodes", "33", "--eagle3-depth", "3"]), "cpu")
+    got = racer_settings(p.parse_args(["--dart-nodes", "33", "--eagle3-depth", "3"]), "cpu")
     assert got["dart"].max_nodes == 33 and got["dart"].beam_width == cpu_dart.beam_width
     assert got["eagle3"] == Eagle3Settings(13, 3, 4)
-    got = tree_settings(p.parse_args(["--dart-nodes", "33", "--dart-ngram-weight", "0"]), "cuda")
+    got = racer_settings(p.parse_args(["--dart-nodes", "33", "--dart-ngram-weight", "0"]), "cuda")
     assert got["dart"] == DartSettings(max_nodes=33, ngram_weight=0.0) and got["eagle3"] == Eagle3Settings()
     with pytest.raises(ValueError, match="--eagle3: depth must be between 1 and 32, got 0"):
-        tree_settings(p.parse_args(["--eagle3-depth", "0"]), "cpu")
+        racer_settings(p.parse_args(["--eagle3-depth", "0"]), "cpu")
 
 
 class EndOfTextFirst(OracleDart):

@@ -7,10 +7,10 @@ import pytest
 import torch
 from test_generate import make_target, prompts
 
+from dart_core.engine.acceptance import SamplingConfig
 from dart_core.engine.greedy_check import RECORDED, TIE_ULPS, compare, tie_bound, top_logits_of, ulp
 from dart_core.engine.loop import generate
 from dart_core.engine.target import TargetModel
-from dart_core.engine.verify import SamplingConfig
 
 AR = [5, 7, 9, 11]
 SURE = ((5, 1, 2, 3), (9.0, 1.0, 0.5, 0.0))  # a record where token 5 wins by far

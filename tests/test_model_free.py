@@ -21,11 +21,11 @@ from transformers import AutoModelForCausalLM, Qwen3Config
 
 from dart_core.drafters.ngram_only import NgramOnlyDrafter, NgramOnlySettings, StoreMissingError
 from dart_core.drafters.prompt_lookup import PromptLookupDrafter, PromptLookupSettings, lookup
+from dart_core.engine.acceptance import SamplingConfig, processed_probs
 from dart_core.engine.drafter import DraftInput
 from dart_core.engine.loop import generate
 from dart_core.engine.metrics import summarize
 from dart_core.engine.target import TargetModel
-from dart_core.engine.verify import SamplingConfig, processed_probs
 from dart_core.ngram.store import NgramStore
 from dart_core.racers.registry import model_free_asked, model_free_racers, racer
 
@@ -256,14 +256,14 @@ def test_load_arena_builds_them_with_every_target_and_refuses_a_missing_store(bu
 def test_generate_cli_runs_them_and_refuses_the_store_only_one_without_a_store(
         bundle_ok: None, capsys: pytest.CaptureFixture[str]) -> None:
     from dart_core.generate.__main__ import main
-    from dart_core.options import add_tree_arguments, tree_settings
+    from dart_core.options import add_racer_settings_arguments, racer_settings
 
     p = argparse.ArgumentParser()
-    add_tree_arguments(p)
-    trees = tree_settings(p.parse_args(["--prompt-lookup-tokens", "5", "--ngram-only-nodes", "9"]), "cpu")
+    add_racer_settings_arguments(p)
+    trees = racer_settings(p.parse_args(["--prompt-lookup-tokens", "5", "--ngram-only-nodes", "9"]), "cpu")
     assert trees[LOOKUP] == PromptLookupSettings(num_tokens=5) and trees[STORE_ONLY].max_nodes == 9
     with pytest.raises(ValueError, match="min n-gram"):
-        tree_settings(p.parse_args(["--prompt-lookup-min-ngram", "5"]), "cpu")
+        racer_settings(p.parse_args(["--prompt-lookup-min-ngram", "5"]), "cpu")
     base = ["--base", str(BUNDLE / "target"), "--device", "cpu", "--raw", "--prompt", "x = 1\nx = 1\n",
             "--max-new-tokens", "8", "--no-stream", "--json"]
     assert main([*base, "--ngram", str(BUNDLE / "ngram" / "small.ngram")]) == 0
@@ -302,7 +302,7 @@ def test_page_leaves_them_unticked_and_races_them_when_picked(bundle_ok: None) -
     assert ui.methods == ["dart", LOOKUP, STORE_ONLY, "ar"] and ui.ticked_methods == ["dart", "ar"]
     assert ui.picked(None) == ["dart", "ar"] and ui.picked([STORE_ONLY]) == [STORE_ONLY, "ar"]
     assert "Prompt lookup draft tokens" in ui.control_labels and "N-gram only tree size" in ui.control_labels
-    controls = [0.0, 1.0, 0, 16, *(getattr(ui.tree_defaults(r), k.name) for r, k in ui.tree_controls)]
+    controls = [0.0, 1.0, 0, 16, *(getattr(ui.settings_defaults(r), k.name) for r, k in ui.settings_controls)]
     final = list(ui.run("def f(x):\n    return x\n\ndef f(x):\n", new_conversation(), *controls, session="s",
                         racers=[LOOKUP, STORE_ONLY]))[-1]
     assert list(final.lanes) == [LOOKUP, STORE_ONLY, "ar"]

@@ -17,7 +17,7 @@ import torch
 from helpers_app import BUNDLE, held_out_prompt
 
 from dart_core.drafters.checkpoint import CheckpointFormat
-from dart_core.drafters.interface import check_settings, knob, knobs
+from dart_core.drafters.settings import check_settings, knob, knobs
 from dart_core.engine.drafter import DraftInput, Proposal
 from dart_core.engine.tree import DraftTree
 from dart_core.loading.errors import LoadError
@@ -133,11 +133,11 @@ def test_a_registered_racer_gets_flags_columns_and_controls(arena: Any, lookup: 
     from app.engine import LocalEngine
     from app.page import new_conversation
     from app.ui import AppConfig, ArenaUI
-    from dart_core.options import add_tree_arguments, tree_settings
+    from dart_core.options import add_racer_settings_arguments, racer_settings
 
     p = argparse.ArgumentParser()
-    add_tree_arguments(p)
-    assert tree_settings(p.parse_args(["--lookup-length", "9"]), "cpu")["lookup"] == LookupSettings(9)
+    add_racer_settings_arguments(p)
+    assert racer_settings(p.parse_args(["--lookup-length", "9"]), "cpu")["lookup"] == LookupSettings(9)
     app_args = build_parser().parse_args(["--lookup-model-name-or-path", "x"])
     assert app_args.lookup_model_name_or_path == "x"
     assert [k.name for k in knobs(lookup.settings_type)] == ["length"]
@@ -152,7 +152,7 @@ def test_a_registered_racer_gets_flags_columns_and_controls(arena: Any, lookup: 
     final = list(ui.run(held_out_prompt(3), new_conversation(), 0.0, 1.0, 0, 24, 16, 5, session="s"))[-1]
     assert list(final.lanes) == ["dart", "lookup", "ar"] and "Lookup" in final.lanes["lookup"]
     assert final.result["greedy_matches_ar"] == {"dart": True, "lookup": True}
-    assert final.result["settings"]["trees"]["lookup"] == {"length": 5}
+    assert final.result["settings"]["racer_settings"]["lookup"] == {"length": 5}
 
 
 def test_a_registered_racer_passes_bundle_preflight_and_the_app_check(lookup: Racer, tmp_path: Any,

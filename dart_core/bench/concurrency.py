@@ -38,19 +38,19 @@ from dart_core.bench.e2e import (
     reported,
     resolve_sources,
 )
-from dart_core.drafters.interface import shrink_for_streams
+from dart_core.drafters.settings import shrink_for_streams
+from dart_core.engine.acceptance import SamplingConfig
 from dart_core.engine.cpu import available_ram
 from dart_core.engine.greedy_check import compare
 from dart_core.engine.loop import stream_batch
 from dart_core.engine.timing import sync
-from dart_core.engine.verify import SamplingConfig
 from dart_core.loading.chat import encode_prompt
 from dart_core.options import (
     add_mode_arguments,
     add_model_arguments,
-    add_tree_arguments,
+    add_racer_settings_arguments,
+    racer_settings,
     runtime_options,
-    tree_settings,
 )
 from dart_core.options.limits import loaded_problem, prompts_problem, target_limits
 from dart_core.race import command_line, method_width, models_identity, racer_figures, results_dir, run_record
@@ -89,7 +89,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-html", action="store_true", help="skip the plotly HTML report")
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
     g.add_argument("--debug", action="store_true", help="show the traceback of an error (by default one line)")
-    add_tree_arguments(p)
+    add_racer_settings_arguments(p)
 
 
 def parse_streams(text: str, prompts: int) -> list[int]:
@@ -172,14 +172,14 @@ def _run(args: argparse.Namespace) -> int:
     if longest + args.max_new_tokens > target.max_context:
         raise BenchError(f"{longest} prompt + {args.max_new_tokens} new tokens exceed the target's context "
                          f"({target.max_context}): lower --max-new-tokens")
-    trees = tree_settings(args, target.device)
+    settings = racer_settings(args, target.device)
     need = batch_memory(target, streams, longest + args.max_new_tokens, 64)
     free = free_memory(target.device)
     if free is not None and need > MEMORY_SHARE * free:
         raise BenchError(f"--streams {streams[-1]}: the batch's KV caches and verify logits need about "
                          f"{need / 2**30:.1f} GiB, over {MEMORY_SHARE:.0%} of the {free / 2**30:.1f} GiB free on "
                          f"{target.device}; lower --streams, --max-new-tokens or --limit")
-    runner = _Runner(arena, trees, sampling, args)
+    runner = _Runner(arena, settings, sampling, args)
     for m in order:  # every B once: on the fast path each B's bucket records its CUDA graphs here, not in the race
         for b in streams if target.fast_path == "graphs" else [min(2, streams[-1])]:
             for _ in range(args.warmup):
@@ -208,7 +208,7 @@ def _run(args: argparse.Namespace) -> int:
         bar.set_postfix_str(f"B={b} " + " ".join(f"{m}:{results[m]['speedup_vs_ar']:.2f}" for m in methods
                                                    if results[m]["speedup_vs_ar"] is not None))
     bar.close()
-    report = _report(args, src, arena, methods, trees, prompts, encoded, streams, by_streams, sampling, chat)
+    report = _report(args, src, arena, methods, settings, prompts, encoded, streams, by_streams, sampling, chat)
     print_table(report)
     _write(args, report)
     mismatches = sum(f.get("mismatches", 0) for r in by_streams.values() for f in r.values())
@@ -219,13 +219,13 @@ class _Runner:
     """Runs one racer on one batch of prompts and times it: the batch's wall clock, each stream's first token
     and last token, and its steps."""
 
-    def __init__(self, arena: Any, trees: dict[str, Any], sampling: Any, args: argparse.Namespace) -> None:
-        self.arena, self.trees, self.sampling, self.args = arena, trees, sampling, args
+    def __init__(self, arena: Any, settings: dict[str, Any], sampling: Any, args: argparse.Namespace) -> None:
+        self.arena, self.racer_settings, self.sampling, self.args = arena, settings, sampling, args
         self.bar: Any = None
 
     def settings(self, method: str, streams: int) -> Any:
 
-        s = self.trees.get(method)
+        s = self.racer_settings.get(method)
         return shrink_for_streams(s, streams) if s is not None and self.args.shrink_trees else s
 
     def batch(self, method: str, prompts: list[list[int]], index: list[int], streams: int,
@@ -323,12 +323,12 @@ def _check(reference: dict[int, tuple[list[int], list[Any]]], outs: list[dict[st
     return {"mismatches": mismatches, "ties": ties, **({"mismatched": where[:10]} if where else {})}
 
 
-def _report(args: argparse.Namespace, src: Any, arena: Any, methods: list[str], trees: dict[str, Any],
+def _report(args: argparse.Namespace, src: Any, arena: Any, methods: list[str], racer_settings: dict[str, Any],
             prompts: list[dict[str, Any]], encoded: list[list[int]], streams: list[int], by_streams: dict[str, Any],
             sampling: Any, chat: bool) -> dict[str, Any]:
     models = models_identity(src.base, src.drafters, src.ngram, src.small_ngram)
     command = getattr(args, "command", None) or command_line([], ("python", "-m", "dart_core.bench", "concurrency"))
-    settings = {m: dataclasses.asdict(trees[m]) for m in methods if m in trees}  # as at B=1
+    settings = {m: dataclasses.asdict(racer_settings[m]) for m in methods if m in racer_settings}  # as at B=1
     return {
         "run": run_record(command, models),
         "config": {"base": src.base, "drafters": src.drafters, "ngram": src.ngram, "methods": methods,

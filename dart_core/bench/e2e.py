@@ -38,10 +38,10 @@ from dart_core.bench.e2e_report import category_counts, write_html
 from dart_core.bench.e2e_table import best_racer, category_lines, print_table, seed_spread, spread_lines
 from dart_core.bundle import build_command
 from dart_core.data.datasets import DATASETS, DatasetError, load_dataset
+from dart_core.engine.acceptance import SamplingConfig
 from dart_core.engine.cpu import cpu_description
 from dart_core.engine.greedy_check import TopLogits, compare
 from dart_core.engine.loop import Step
-from dart_core.engine.verify import SamplingConfig
 from dart_core.loading.chat import encode_chat, encode_prompt
 from dart_core.loading.errors import report_error
 from dart_core.loading.hub import HubFileError
@@ -50,10 +50,10 @@ from dart_core.options import (
     ModelsError,
     add_mode_arguments,
     add_model_arguments,
-    add_tree_arguments,
+    add_racer_settings_arguments,
+    racer_settings,
     resolve_models,
     runtime_options,
-    tree_settings,
 )
 from dart_core.options.limits import (
     MAX_NEW_TOKENS_CAP,
@@ -132,7 +132,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-html", action="store_true", help="skip the plotly HTML report")
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
     g.add_argument("--debug", action="store_true", help="show the traceback of an error (by default one line)")
-    add_tree_arguments(p)
+    add_racer_settings_arguments(p)
 
 
 @dataclass
@@ -267,14 +267,14 @@ def _run(args: argparse.Namespace) -> int:
         raise BenchError(problem)
     chat = src.chat and bool(getattr(arena.tokenizer, "chat_template", None))
     n_turns = args.turns if src.dataset is not None else 1
-    trees = {m: t for m, t in tree_settings(args, arena.target.device).items() if racer(m).drafts}
-    print("trees: " + "; ".join(f"{m} {dataclasses.asdict(t)}" for m, t in trees.items() if m in methods))
+    settings = {m: t for m, t in racer_settings(args, arena.target.device).items() if racer(m).drafts}
+    print("settings: " + "; ".join(f"{m} {dataclasses.asdict(t)}" for m, t in settings.items() if m in methods))
     if torch.device(arena.target.device).type == "cpu":
         print(f"cpu: {cpu_description() or 'unknown (no /proc/cpuinfo)'}, {torch.get_num_threads()} thread(s)")
     for name, plan in arena.cpu_linears.items():
         print(f"{name}: {plan.describe()}")
     sampling = SamplingConfig(args.temperature, args.top_p, args.top_k)
-    runs = Conversations(arena, trees, args, sampling, n_turns)
+    runs = Conversations(arena, settings, args, sampling, n_turns)
     encoded = [encode_prompt(arena.tokenizer, p["prompt"], chat=chat, system=args.system) for p in prompts]
     # AR runs first on each prompt so the other methods are checked against it as soon as they finish.
     order = ([BASELINE] if BASELINE in methods else []) + [m for m in methods if m != BASELINE]
@@ -287,7 +287,7 @@ def _run(args: argparse.Namespace) -> int:
     tally = tallies[0]
     for r, other in enumerate(tallies[1:], 1):
         tally.absorb(other, seed=args.seed + r * SEED_STRIDE)
-    report = _report(args, src, arena, prompts, methods, tally, sampling, chat=chat, trees=trees)
+    report = _report(args, src, arena, prompts, methods, tally, sampling, chat=chat, settings=settings)
     if len(tallies) > 1:
         report["by_seed"] = by_seed
         report["spread"] = seed_spread(by_seed, methods)
@@ -334,18 +334,19 @@ def load_racers(args: argparse.Namespace, src: Sources, runtime: dict[str, Any])
 
 class Conversations:
     """One method's generations on one prompt: each turn's steps and wall-clock ms, every method with the same
-    seed, its racer's tree settings and the run's sampling."""
+    seed, its racer's settings and the run's sampling."""
 
-    def __init__(self, arena: Any, trees: dict[str, Any], args: argparse.Namespace, sampling: SamplingConfig,
+    def __init__(self, arena: Any, settings: dict[str, Any], args: argparse.Namespace, sampling: SamplingConfig,
                  n_turns: int) -> None:
-        self.arena, self.trees, self.n_turns, self.system, self.sampling = arena, trees, n_turns, args.system, sampling
+        self.arena, self.racer_settings, self.n_turns, self.system = arena, settings, n_turns, args.system
+        self.sampling = sampling
         self.kwargs = {"sampling": sampling, "max_new_tokens": args.max_new_tokens, "max_length": args.max_length}
 
     def generate(self, method: str, ids: list[int], seed: int) -> tuple[list[Step], float]:
         """One generation's steps and its wall-clock ms, from the input ids to the last token (loop glue included)."""
         start = time.perf_counter()
         generator = torch.Generator(device=self.arena.target.feature_device).manual_seed(seed)
-        steps = list(self.arena.stream(method, ids, generator=generator, settings=self.trees.get(method),
+        steps = list(self.arena.stream(method, ids, generator=generator, settings=self.racer_settings.get(method),
                                        **self.kwargs))
         return steps, (time.perf_counter() - start) * 1e3
 
@@ -477,7 +478,7 @@ def _check(tally: Tally, p: dict[str, Any], k: int, m: str, tag: dict[str, Any],
 
 
 def _report(args: argparse.Namespace, src: Sources, arena: Any, prompts: list[dict[str, Any]], methods: list[str],
-            tally: Tally, sampling: SamplingConfig, *, chat: bool, trees: dict[str, Any]) -> dict[str, Any]:
+            tally: Tally, sampling: SamplingConfig, *, chat: bool, settings: dict[str, Any]) -> dict[str, Any]:
     """``e2e.json``: the config as run, the environment, what each figure means, the summaries, the greedy
     check's findings and every prompt's steps."""
     n_turns = tally.n_turns
@@ -493,7 +494,8 @@ def _report(args: argparse.Namespace, src: Sources, arena: Any, prompts: list[di
                    "resolved": {"base": src.base, **src.drafters, "ngram": src.ngram,
                                 "prompts": str(src.prompts) if src.prompts is not None else None,
                                 "dataset": src.dataset, "turns": n_turns, "chat": chat,
-                                "trees": {m: dataclasses.asdict(t) for m, t in trees.items()}}, "methods": methods,
+                                "racer_settings": {m: dataclasses.asdict(t) for m, t in settings.items()}},
+                   "methods": methods,
                    "n_prompts": len(prompts)},
         "environment": environment(arena),
         "notes": {"tokens_per_s": "engine stopwatches: all emitted tokens over the sum of that method's step times "

@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from dart_core.engine.verify import SamplingConfig
+from dart_core.engine.acceptance import SamplingConfig
 from dart_core.race import ACCEPTANCE_HEADER, acceptance_cells, method_width, per_position_lines
 from dart_core.racers.registry import racer
 

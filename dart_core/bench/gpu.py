@@ -303,8 +303,8 @@ def measure_hf(model: Any, prefix: Sequence[int], n: int, warmup: int, repeats: 
     GPU transformers then compiles its decoding forward: the warm-up calls pay it, ``warmup_s`` says how long)."""
     from transformers.utils import logging as hf_logging
 
+    from dart_core.engine.acceptance import SamplingConfig
     from dart_core.engine.timing import Stopwatch
-    from dart_core.engine.verify import SamplingConfig
     from dart_core.racers.hf_generate import generation_config
 
     device = model.get_input_embeddings().weight.device
@@ -442,7 +442,7 @@ def bench_shape(name: str, shape: Shape, args: argparse.Namespace, device: torch
 
     from dart_core.drafters.dart import DartSettings
     from dart_core.drafters.eagle3 import Eagle3Settings
-    from dart_core.drafters.interface import settings_for
+    from dart_core.drafters.settings import settings_for
     from dart_core.engine.target import TargetModel
 
     steps = 3 + len(args.tree_sizes) + len(args.depths)
@@ -531,7 +531,7 @@ def run(args: argparse.Namespace) -> int:
     dtype_name = str(dtype).removeprefix("torch.")
     from dart_core.drafters.dart import DartSettings
     from dart_core.drafters.eagle3 import Eagle3Settings
-    from dart_core.drafters.interface import check_settings, settings_for
+    from dart_core.drafters.settings import check_settings, settings_for
 
     try:
         for n in args.tree_sizes:

@@ -185,7 +185,7 @@ def profile_dart_step(device: str, shape: str) -> dict[str, Any]:
     from dart_core.arena import resolve_dtype
     from dart_core.bench import gpu
     from dart_core.drafters.dart import DartSettings
-    from dart_core.drafters.interface import settings_for
+    from dart_core.drafters.settings import settings_for
     from dart_core.engine.drafter import DraftInput
     from dart_core.engine.target import TargetModel
 
@@ -246,7 +246,7 @@ def concurrency_sweep(device: str, shape: str, smoke: bool) -> dict[str, Any]:
     from dart_core.bench import gpu
     from dart_core.drafters.dart import DartSettings
     from dart_core.drafters.eagle3 import Eagle3Settings
-    from dart_core.drafters.interface import settings_for
+    from dart_core.drafters.settings import settings_for
     from dart_core.engine.target import TargetModel
 
     dev = torch.device(device)

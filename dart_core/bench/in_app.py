@@ -38,7 +38,7 @@ from dart_core.bench.drive import (
     tree_values,
 )
 from dart_core.bench.e2e import BenchError, Sources
-from dart_core.options import add_tree_arguments, app_threads, knob_argv
+from dart_core.options import add_racer_settings_arguments, app_threads, knob_argv
 from dart_core.race import method_width
 from dart_core.racers.registry import BASELINE, checkpoint_racers, label
 
@@ -69,7 +69,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="output dir for bench-app.json, the race log, the app's log and the e2e run "
                         "(default .bench/app-<timestamp>/)")
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
-    add_tree_arguments(p)
+    add_racer_settings_arguments(p)
 
 
 # ------------------------------------------------------------------------------------------------ figures
@@ -131,7 +131,7 @@ def check_same_work(races: Sequence[dict[str, Any]], report: dict[str, Any], pro
     if not len(races) == len(bench) == len(prompts):
         raise PromptMismatch(f"{len(prompts)} prompts sent, but the app logged {len(races)} races and the bench "
                              f"ran {len(bench)} prompts")
-    trees = report["config"]["resolved"].get("trees", {})
+    settings = report["config"]["resolved"].get("racer_settings", {})
     for p, race, entry in zip(prompts, races, bench, strict=True):
         result = race["result"]
         if race.get("prompt") not in (p["prompt"], p["prompt"].strip()):
@@ -149,9 +149,9 @@ def check_same_work(races: Sequence[dict[str, Any]], report: dict[str, Any], pro
             problems.append(f"prompt {p['id']}: the app raced at temperature {s['temperature']}, not greedy")
         if s.get("max_new_tokens", max_new_tokens) != max_new_tokens:
             problems.append(f"prompt {p['id']}: the app raced {s['max_new_tokens']} new tokens, not {max_new_tokens}")
-        for m, t in (s.get("trees") or {}).items():
-            if m in trees and t != trees[m]:
-                problems.append(f"prompt {p['id']}: {label(m)} tree settings {t} in the app, {trees[m]} in the bench")
+        for m, t in (s.get("racer_settings") or {}).items():
+            if m in settings and t != settings[m]:
+                problems.append(f"prompt {p['id']}: {label(m)} settings {t} in the app, {settings[m]} in the bench")
     if problems:
         raise PromptMismatch("the app and the plain benchmark did not race the same work:\n  " + "\n  ".join(problems))
     warnings = []

@@ -2,7 +2,7 @@
 
 Every racer (plain decoding included, for the speedups) answers the same prompts with ``--max-new-tokens`` new
 tokens (stop tokens ignored unless ``--stop-at-eos``, so every run reaches the length), greedy, with the device's
-default tree settings (``--<racer>-*`` override them). Each step's tokens count in the output-position bucket where
+default settings (``--<racer>-*`` override them). Each step's tokens count in the output-position bucket where
 the step starts (0–128, 128–256, 256–512, 512–1,024, 1,024–2,048): per bucket and racer, τ (tokens per verify
 forward) and tokens/s by the wall clock between steps, with the speedup over plain decoding in the same bucket.
 Also per racer: the drafter's ms per step over the first and the last ``--window`` verify steps (a drafter cache that
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from dart_core.bench.e2e import add_prompt_source
-from dart_core.options import add_mode_arguments, add_model_arguments, add_tree_arguments
+from dart_core.options import add_mode_arguments, add_model_arguments, add_racer_settings_arguments
 
 BUCKET_EDGES = (0, 128, 256, 512, 1024, 2048)
 
@@ -47,7 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "$DART_ARENA_RESULTS or $DART_ARENA_CACHE/bench, in long-<timestamp>/)")
     g.add_argument("--no-html", action="store_true", help="skip the plotly HTML report")
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
-    add_tree_arguments(p)
+    add_racer_settings_arguments(p)
 
 
 def buckets(max_new_tokens: int) -> list[tuple[int, int]]:
@@ -122,7 +122,7 @@ def _run(args: argparse.Namespace) -> int:
     from dart_core.arena import load_arena
     from dart_core.bench.e2e import BenchError
     from dart_core.loading.chat import encode_prompt
-    from dart_core.options import runtime_options, tree_settings
+    from dart_core.options import racer_settings, runtime_options
     from dart_core.options.limits import loaded_problem, prompts_problem, target_limits
     from dart_core.race import command_line, models_identity, results_dir, run_record
     from dart_core.racers.registry import BASELINE, model_free_asked
@@ -148,7 +148,7 @@ def _run(args: argparse.Namespace) -> int:
     if longest + args.max_new_tokens > arena.target.max_context:
         raise BenchError(f"{longest} prompt + {args.max_new_tokens} new tokens exceed the target's context "
                          f"({arena.target.max_context}): lower --max-new-tokens")
-    trees = tree_settings(args, arena.target.device)
+    settings = racer_settings(args, arena.target.device)
     stops = None if args.stop_at_eos else ()
     runs: dict[str, list[list[tuple[Any, float]]]] = {m: [] for m in methods}
     bar = tqdm(total=len(methods) * len(encoded) * args.max_new_tokens, desc="long", unit="tok",
@@ -158,7 +158,7 @@ def _run(args: argparse.Namespace) -> int:
             pairs: list[tuple[Any, float]] = []
             extra = {} if stops is None else {"stop_token_ids": stops}
             last = time.perf_counter()
-            for step in arena.stream(m, ids, settings=trees.get(m), max_new_tokens=args.max_new_tokens, **extra):
+            for step in arena.stream(m, ids, settings=settings.get(m), max_new_tokens=args.max_new_tokens, **extra):
                 now = time.perf_counter()
                 pairs.append((step, (now - last) * 1e3))
                 last = now

@@ -1,26 +1,22 @@
-"""What several drafters share. DART and EAGLE-3: the one-layer module skeleton of their published checkpoints
-(fc, midlayer, norm, lm_head, d2t, the target's embedding), the tail of their loaders, input checks, and the
-per-generation state (:class:`DrafterState`). The racers that build their tree by the N-gram-guided search (DART,
-DFlash-tree, N-gram only): the proposal that search makes from their per-row top-k (:func:`searched_proposal`)."""
+"""What DART and EAGLE-3 share: the one-layer module skeleton of their published checkpoints (fc, midlayer, norm,
+lm_head, d2t, the target's embedding), the tail of their loaders, input checks, and the per-generation state
+(:class:`DrafterState`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
 from dart_core.drafters.checkpoint import check_d2t, check_embedding
 from dart_core.drafters.config import DrafterConfig
-from dart_core.drafters.interface import check_settings
 from dart_core.drafters.layers import KVCache, MidLayer, RMSNorm, Rotary, StaticKV
 from dart_core.drafters.module import GRAPH_ROWS, DrafterModule
-from dart_core.engine.drafter import DraftInput, NoSettings, Proposal
+from dart_core.drafters.settings import check_settings
+from dart_core.engine.drafter import DraftInput, NoSettings
 from dart_core.engine.hf_config import feature_layer_ids
-from dart_core.engine.timing import Stopwatch
-from dart_core.ngram.search import search_tree
 
 
 @dataclass
@@ -41,8 +37,8 @@ class DrafterLayer(DrafterModule):
     """fc(3·H_t → H) + one ``midlayer`` + ``norm`` + ``lm_head`` over the draft vocabulary, with ``d2t`` (draft id
     i is target id i + d2t[i]) and the target's token embedding, shared (same storage) and frozen."""
 
-    kind = "drafter"  # the racer key (``dart_core.racers.registry``)
-    name = "drafter"
+    key = "drafter"  # the racer key (``dart_core.racers.registry``)
+    label = "drafter"  # how messages name it
     settings_type: type = NoSettings
 
     def __init__(self, cfg: DrafterConfig, embed_weight: torch.Tensor, *, with_mask_rep: bool) -> None:
@@ -60,10 +56,6 @@ class DrafterLayer(DrafterModule):
         # then: the target's default layers
         self.feature_layers: tuple[int, ...] | None = None
 
-    @property
-    def key(self) -> str:
-        return self.kind
-
     def bind(self, target_config: Any) -> DrafterLayer:
         """Resolve the target layers this drafter reads (its config's auxiliary layer ids, else the default rule)
         against the target's config; a drafter for a shallower target is refused here."""
@@ -75,8 +67,8 @@ class DrafterLayer(DrafterModule):
         against their bounds (ValueError naming the field)."""
         settings = self.settings_type() if settings is None else settings
         if not isinstance(settings, self.settings_type):
-            raise TypeError(f"{self.name} takes {self.settings_type.__name__}, got {type(settings).__name__}")
-        state = DrafterState(settings=check_settings(settings, self.name))
+            raise TypeError(f"{self.label} takes {self.settings_type.__name__}, got {type(settings).__name__}")
+        state = DrafterState(settings=check_settings(settings, self.label))
         if self._slots is not None and self._scratch_rows(state.settings) <= self._scratch_rows(None):
             state.slot = self._slots.lend(state)
             state.cache = self._slots.slots[state.slot]
@@ -143,7 +135,7 @@ class DrafterLayer(DrafterModule):
         ids = shifted_ids[0] if shifted_ids.dim() == 2 and shifted_ids.shape[0] == 1 else shifted_ids
         width = 3 * self.config.target_hidden_size
         if feats.dim() != 2 or feats.shape[1] != width:
-            raise ValueError(f"{self.name} features must be [n, {width}] (three target layers), "
+            raise ValueError(f"{self.label} features must be [n, {width}] (three target layers), "
                              f"got {tuple(features.shape)}")
         if ids.dim() != 1 or ids.shape[0] != feats.shape[0] or ids.shape[0] == 0:
             raise ValueError(
@@ -153,15 +145,3 @@ class DrafterLayer(DrafterModule):
             raise ValueError(f"shifted_ids hold token ids outside [0, {self.config.vocab_size})")
         return feats.to(device=self.device, dtype=self.dtype), ids.to(self.device)
 
-
-def searched_proposal(tokens: np.ndarray, probs: np.ndarray, step: DraftInput, store: Any, settings: Any, *,
-                      draft_ms: float) -> Proposal:
-    """A drafter's proposal from its per-row top-k (``tokens``, ``probs``: DART's rows, DFlash-tree's block):
-    the N-gram-guided tree under ``settings``' beam width, node budget and N-gram weight (the term off without a
-    store), its search timed apart from the drafting that took ``draft_ms``."""
-    with Stopwatch() as search:
-        tree = search_tree(tokens, probs, step.context, store, beam_width=settings.beam_width,
-                           max_nodes=settings.max_nodes,
-                           ngram_weight=settings.ngram_weight if store is not None else 0.0,
-                           eos_token_id=step.stop_ids)
-    return Proposal(tree=tree, draft_ms=draft_ms, search_ms=search.ms)

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from dart_core.drafters.base import DrafterLayer, DrafterState, searched_proposal
+from dart_core.drafters.base import DrafterLayer, DrafterState
 from dart_core.drafters.checkpoint import (
     CheckpointFormat,
     check_state,
@@ -17,11 +17,12 @@ from dart_core.drafters.checkpoint import (
     resolve_embedding,
 )
 from dart_core.drafters.config import DrafterConfig
-from dart_core.drafters.interface import knob
 from dart_core.drafters.layers import CacheRows, StaticRows, causal_mask, context_visible, within_window
+from dart_core.drafters.settings import knob
 from dart_core.engine.drafter import DraftInput, Proposal
 from dart_core.engine.timing import Stopwatch
 from dart_core.loading.layouts import SAFE_SINGLE
+from dart_core.ngram.search import searched_proposal
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +43,8 @@ class DartDrafter(DrafterLayer):
     """The published DART layer. ``draft_logits`` is the exact forward of the spec; ``propose`` adds top-k,
     the draft→target vocabulary map and the tree search."""
 
-    kind = "dart"
-    name = "DART"
+    key = "dart"
+    label = "DART"
     settings_type = DartSettings
 
     def __init__(self, cfg: DrafterConfig, embed_weight: torch.Tensor) -> None:

@@ -20,14 +20,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from dart_core.drafters.base import searched_proposal
 from dart_core.drafters.checkpoint import (
     CheckpointFormat,
     check_state,
     resolve_embedding,
 )
 from dart_core.drafters.dflash_config import DFlashConfig, default_target_layer_ids, dflash_shapes
-from dart_core.drafters.interface import check_settings, knob
 from dart_core.drafters.layers import (
     MLP,
     CacheRows,
@@ -41,6 +39,7 @@ from dart_core.drafters.layers import (
     within_window,
 )
 from dart_core.drafters.module import GRAPH_ROWS, DrafterModule
+from dart_core.drafters.settings import check_settings, knob
 from dart_core.engine.attention import sdpa_backends
 from dart_core.engine.cpu import cpu_has_native_bf16
 from dart_core.engine.drafter import DraftInput, Proposal
@@ -50,6 +49,7 @@ from dart_core.engine.tree import DraftTree
 from dart_core.loading.errors import LoadError
 from dart_core.loading.hub import HubFileError, load_tensor, resolve_file
 from dart_core.loading.layouts import SAFE_SINGLE
+from dart_core.ngram.search import searched_proposal
 
 __all__ = ["CHECKPOINT", "DFlashConfig", "DFlashDrafter", "DFlashSettings", "DFlashTreeDrafter", "DFlashTreeSettings",
            "default_target_layer_ids", "dflash_shapes"]
@@ -82,7 +82,7 @@ class DFlashSettings:
 
 @dataclass(frozen=True)
 class DFlashTreeSettings:
-    """The tree over DFlash's block rows: DART's knobs and defaults (the same native search consumes them)."""
+    """The tree over DFlash's block rows: DART's settings and defaults (the same native search consumes them)."""
 
     top_k: int = knob(25, 1, 1000, "candidates per block row", flag="top-k")
     beam_width: int = knob(20, 1, 1000, "beam width of the tree search", flag="beam")
@@ -165,7 +165,7 @@ class DFlashDrafter(DrafterModule):
     spec's forward: cache-free without a state, cached with one."""
 
     key = "dflash"
-    name = "DFlash"
+    label = "DFlash"
     settings_type: type = DFlashSettings
 
     def __init__(self, cfg: DFlashConfig, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor) -> None:
@@ -245,8 +245,8 @@ class DFlashDrafter(DrafterModule):
         """A fresh per-generation state (empty context caches) with checked ``settings`` (default: defaults)."""
         settings = self.settings_type() if settings is None else settings
         if not isinstance(settings, self.settings_type):
-            raise TypeError(f"{self.name} takes {self.settings_type.__name__}, got {type(settings).__name__}")
-        state = DFlashState([KVCache() for _ in self.layers], check_settings(settings, self.name))
+            raise TypeError(f"{self.label} takes {self.settings_type.__name__}, got {type(settings).__name__}")
+        state = DFlashState([KVCache() for _ in self.layers], check_settings(settings, self.label))
         if self._slots is not None:
             state.slot = self._slots.lend(state)
             state.caches = self._slots.slots[state.slot]
@@ -315,7 +315,7 @@ class DFlashDrafter(DrafterModule):
         feats = features[0] if features.dim() == 3 and features.shape[0] == 1 else features
         width = len(self.target_layer_ids) * self.config.hidden_size
         if feats.dim() != 2 or feats.shape[1] != width:
-            raise ValueError(f"{self.name} features must be [n, {width}] ({len(self.target_layer_ids)} target "
+            raise ValueError(f"{self.label} features must be [n, {width}] ({len(self.target_layer_ids)} target "
                              f"layers of {self.config.hidden_size}), got {tuple(features.shape)}")
         return feats.to(device=self.device, dtype=self.dtype)
 
@@ -401,7 +401,7 @@ class DFlashTreeDrafter(DFlashDrafter):
     N-gram-guided beam search (N-gram term off, with a one-time notice, without a store), tree verify."""
 
     key = "dflash-tree"
-    name = "DFlash-tree"
+    label = "DFlash-tree"
     settings_type = DFlashTreeSettings
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

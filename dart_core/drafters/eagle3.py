@@ -17,8 +17,8 @@ from dart_core.drafters.checkpoint import (
     resolve_embedding,
 )
 from dart_core.drafters.config import DrafterConfig
-from dart_core.drafters.interface import knob
 from dart_core.drafters.layers import CacheRows, StaticRows, causal_mask, context_visible, within_window
+from dart_core.drafters.settings import knob
 from dart_core.engine.drafter import DraftInput, Proposal
 from dart_core.engine.timing import Stopwatch
 from dart_core.engine.tree import DraftTree
@@ -41,8 +41,8 @@ class Eagle3Settings:
 class Eagle3Drafter(DrafterLayer):
     """The published EAGLE-3 head (AngelSlim / SpecForge format)."""
 
-    kind = "eagle3"
-    name = "EAGLE-3"
+    key = "eagle3"
+    label = "EAGLE-3"
     settings_type = Eagle3Settings
 
     def __init__(self, cfg: DrafterConfig, embed_weight: torch.Tensor) -> None:

@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from dart_core.drafters.base import searched_proposal
-from dart_core.drafters.interface import check_settings, knob
+from dart_core.drafters.settings import check_settings, knob
 from dart_core.engine.drafter import DraftInput, Proposal
 from dart_core.engine.timing import Stopwatch
+from dart_core.ngram.search import searched_proposal
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class NgramOnlyDrafter:
     ``store`` (attached by ``load_arena``, shared by generations). Its per-generation state is its settings."""
 
     key = "ngram-only"
-    name = "N-gram only"
+    label = "N-gram only"
     settings_type = NgramOnlySettings
     feature_layers: tuple[int, ...] = ()
 
@@ -65,10 +65,10 @@ class NgramOnlyDrafter:
         generation is refused (StoreMissingError) instead of silently racing as plain decoding."""
         settings = NgramOnlySettings() if settings is None else settings
         if not isinstance(settings, NgramOnlySettings):
-            raise TypeError(f"{self.name} takes NgramOnlySettings, got {type(settings).__name__}")
+            raise TypeError(f"{self.label} takes NgramOnlySettings, got {type(settings).__name__}")
         if self.store is None:
-            raise StoreMissingError(f"{self.name} drafts from the N-gram store alone, and no store is loaded")
-        return check_settings(settings, self.name)
+            raise StoreMissingError(f"{self.label} drafts from the N-gram store alone, and no store is loaded")
+        return check_settings(settings, self.label)
 
     def levels(self, context: np.ndarray, settings: NgramOnlySettings) -> tuple[np.ndarray, np.ndarray]:
         """Per level, the store's candidates and their probabilities over the k (module docstring): int32 and

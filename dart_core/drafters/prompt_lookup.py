@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from dart_core.drafters.interface import check_settings, knob
+from dart_core.drafters.settings import check_settings, knob
 from dart_core.engine.drafter import DraftInput, Proposal
 from dart_core.engine.timing import Stopwatch
 from dart_core.engine.tree import DraftTree
@@ -57,7 +57,7 @@ class PromptLookupDrafter:
     per-generation state is its settings; a step without a match proposes nothing (one plain target step)."""
 
     key = "prompt-lookup"
-    name = "Prompt lookup"
+    label = "Prompt lookup"
     settings_type = PromptLookupSettings
     feature_layers: tuple[int, ...] = ()
 
@@ -69,8 +69,8 @@ class PromptLookupDrafter:
     def new_state(self, settings: PromptLookupSettings | None = None) -> PromptLookupSettings:
         settings = PromptLookupSettings() if settings is None else settings
         if not isinstance(settings, PromptLookupSettings):
-            raise TypeError(f"{self.name} takes PromptLookupSettings, got {type(settings).__name__}")
-        return check_settings(settings, self.name)
+            raise TypeError(f"{self.label} takes PromptLookupSettings, got {type(settings).__name__}")
+        return check_settings(settings, self.label)
 
     def propose(self, state: PromptLookupSettings, step: DraftInput) -> Proposal | None:
         """The chain root → the looked-up tokens, or None when nothing matches."""

@@ -2,7 +2,7 @@
 layers, keeps a per-generation state, and proposes a draft tree from the step's new target features (or nothing:
 plain decoding, :class:`PlainDecoding`). The loop's own contract, so it lives in the engine next to the loop; the
 drafters above implement it (``dart_core/drafters/``), and their settings' fields are described in
-``dart_core/drafters/interface.py``.
+``dart_core/drafters/settings.py``.
 """
 
 from __future__ import annotations

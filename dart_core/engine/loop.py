@@ -6,7 +6,7 @@ a draft verifies the bare root.
 Each stream (its own prompt, drafter state, sampling generator and stop) drafts on its own; the streams' trees
 (or chains, or bare roots) are verified together in ONE target forward over a
 :class:`~dart_core.engine.state.TargetState` of one row per stream, then each stream accepts and commits its own
-path (``verify.py``), so each stream's greedy text is its own plain decoding's, token for token, and its sampled
+path (``acceptance.py``), so each stream's greedy text is its own plain decoding's, token for token, and its sampled
 text keeps the target's distribution. A stream that ends leaves the batch. :func:`stream` is the one-stream view:
 a :class:`Step` per target forward, with the new tokens, how many came from accepted drafts, the tree size and the
 measured draft / search / verify milliseconds (synchronized on CUDA).
@@ -21,13 +21,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from dart_core.engine.acceptance import SamplingConfig, accept, processed_probs
 from dart_core.engine.drafter import Drafter, DraftInput, PlainDecoding
 from dart_core.engine.greedy_check import top_logits_of
 from dart_core.engine.prompt import check_prompt, context_limit
 from dart_core.engine.target import Interrupted, TargetModel
 from dart_core.engine.timing import Stopwatch
 from dart_core.engine.tree import DraftTree
-from dart_core.engine.verify import SamplingConfig, accept, processed_probs
 
 __all__ = ["BatchStep", "Interrupted", "Step", "checked_request", "choose_token", "generate", "generate_batch",
            "stop_reason", "stream", "stream_batch"]

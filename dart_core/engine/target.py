@@ -35,9 +35,10 @@ from transformers.cache_utils import DynamicLayer, StaticLayer
 
 from dart_core.engine.attention import sdpa_backends
 from dart_core.engine.cpu_linear import CpuLinearPlan
-from dart_core.engine.graphs import GraphedCall, SlotPool, bucket
+from dart_core.engine.graphs import GraphedCall
 from dart_core.engine.hf_config import feature_layer_ids, text_config
 from dart_core.engine.state import TargetState, prompt_blocks, rows_mask, tree_blocks
+from dart_core.engine.stream_slots import StreamSlots
 from dart_core.engine.tree import DraftTree
 from dart_core.loading.hub import cache_root
 
@@ -48,7 +49,6 @@ FAST_PATH_ROWS = 4096  # the fast path's static KV cache when no size is given: 
 # of compiling), or eagerly (the static cache alone)
 FAST_PATH_MODES = ("graphs", "compile", "eager")
 GRAPH_ROWS = 64  # the largest verify captured as a graph (buckets 1, 2, 4, … 64 rows); larger trees run eagerly
-GRAPH_STREAMS = 16  # the most streams captured (buckets 1, 2, 4, … 16 cache rows); more run on an uncaptured cache
 
 
 def cache_keyword(model: Any) -> str:
@@ -117,7 +117,7 @@ class TargetModel:
         self._compiled: Any = None  # its compiled forward for decode / verify (prefill runs eagerly)
         self._graphs: GraphedCall | None = None  # or its captured forwards, one per slot and row bucket
         self._compactions: GraphedCall | None = None  # and its captured commits, one per slot and path length
-        self._slots: dict[int, SlotPool[StaticCache]] = {}  # the graph path's static caches by streams bucket
+        self._slots: StreamSlots | None = None  # the graph path's static caches, lent to states by streams bucket
         self.cpu_linears: CpuLinearPlan | None = None  # on a CPU: the linear layers' kernel by rows (load_target)
 
     # ------------------------------------------------------------- fast path
@@ -146,7 +146,7 @@ class TargetModel:
         self._compiled = None
         self._graphs = GraphedCall(self._static_forward, self.device) if graphs else None
         self._compactions = GraphedCall(self._static_compact, self.device) if graphs else None
-        self._slots = {}
+        self._slots = StreamSlots(lambda: StaticCache(config=self.config, max_cache_len=self.static_capacity))
         if compile:
             import torch._dynamo
 
@@ -186,24 +186,10 @@ class TargetModel:
         """Why each forward or commit that could not be captured runs uncaptured (none, as a rule)."""
         return [why for g in self._graph_calls for why in g.failed.values()]
 
-    def _slot_cache(self, slot: tuple[int, int]) -> StaticCache:
-        """The static cache of ``slot`` = (streams bucket, index in that bucket's pool)."""
-        return self._slots[slot[0]].slots[slot[1]]
-
-    def _lend_slot(self, state: TargetState, rows: int, streams: int) -> None:
-        """Give ``state`` a static cache of the pool of ``rows`` cache rows: its ``streams`` and idle rows."""
-        pool = self._slots.get(rows)
-        if pool is None:
-            pool = self._slots[rows] = SlotPool(lambda: StaticCache(config=self.config,
-                                                                    max_cache_len=self.static_capacity))
-        state.slot = (rows, pool.lend(state))
-        state.cache = pool.slots[state.slot[1]]
-        state.idle = rows - streams
-
     def _static_compact(self, key: tuple[tuple[int, int], int], rows: torch.Tensor) -> None:
         """The graph path's commit on one stream's slot ``key[0]``: every layer's K/V rows ``rows[0]`` copied to
         ``rows[1]``."""
-        for layer in self._slot_cache(key[0]).layers:
+        for layer in self._slots.cache(key[0]).layers:
             if layer.is_initialized:
                 layer.keys.index_copy_(2, rows[1], layer.keys.index_select(2, rows[0]))
                 layer.values.index_copy_(2, rows[1], layer.values.index_select(2, rows[0]))
@@ -214,7 +200,7 @@ class TargetModel:
         and the layers' features, each on the model's device (copied out after the replay)."""
         slot, layers, _ = key
         out = self.model(input_ids=ids, position_ids=positions, attention_mask=mask,
-                         **{self._cache_arg: self._slot_cache(slot)}, use_cache=True,
+                         **{self._cache_arg: self._slots.cache(slot)}, use_cache=True,
                          output_hidden_states=bool(layers), return_dict=True)
         feats = torch.cat([out.hidden_states[i] for i in layers], dim=-1) if layers else None
         return out.logits.float(), feats
@@ -276,12 +262,11 @@ class TargetModel:
         if rows < 1:
             raise ValueError(f"new_state: a state needs at least one stream, got rows={rows}")
         lengths = [0] * rows
-        padded = bucket(rows, GRAPH_STREAMS)
-        if self._graphs is not None and padded is not None:
+        if self._graphs is not None:
             state = TargetState(cache=None, lengths=lengths)  # a slot's cache, lent just below
-            self._lend_slot(state, padded, rows)
-            self._set_static_length(state, 0)
-            return state
+            if self._slots.lend(state, rows):
+                self._set_static_length(state, 0)
+                return state
         if self.static_capacity is not None:
             return TargetState(StaticCache(config=self.config, max_cache_len=self.static_capacity), lengths)
         return TargetState(DynamicCache(config=self.config), lengths)
@@ -569,7 +554,7 @@ class TargetModel:
             return
         idx = torch.tensor(rows, dtype=torch.long, device=self.device)
         if state.slot is not None:
-            self._keep_slot_rows(state, idx)
+            self._slots.keep(state, idx)
         else:
             for layer in state.cache.layers:
                 if layer.is_initialized:
@@ -580,28 +565,6 @@ class TargetModel:
         state.lengths = [state.lengths[b] for b in rows]
         state.width = max(state.lengths)
         self._cut_cache(state, state.width)
-
-    def _keep_slot_rows(self, state: TargetState, idx: torch.Tensor) -> None:
-        """The graph path's :meth:`keep_rows`: the kept rows move to the front of the slot's cache, in place (its
-        graphs are bound to that memory), the rest turn idle; when the kept streams fit a smaller bucket, they move
-        to a slot of that bucket instead and the old slot goes back to its pool."""
-        kept = len(idx)
-        smaller = bucket(kept, GRAPH_STREAMS)
-        old, old_cache, width = state.slot, state.cache, state.width
-        if smaller < old[0]:
-            self._lend_slot(state, smaller, kept)
-        else:
-            state.idle = old[0] - kept
-        for src, dst in zip(old_cache.layers, state.cache.layers, strict=True):
-            if src.is_initialized:
-                if not dst.is_initialized:  # a slot never used yet: its buffers at this bucket's rows
-                    heads = src.keys.shape[1]
-                    dst.lazy_initialization(src.keys.new_empty((smaller, heads, 1, src.keys.shape[-1])),
-                                            src.values.new_empty((smaller, heads, 1, src.values.shape[-1])))
-                dst.keys[:kept, :, :width].copy_(src.keys[:, :, :width].index_select(0, idx))
-                dst.values[:kept, :, :width].copy_(src.values[:, :, :width].index_select(0, idx))
-        if state.slot != old:
-            self._slots[old[0]].give_back(old[1])
 
     @property
     def kv_bytes_per_token(self) -> int:

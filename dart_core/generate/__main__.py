@@ -14,8 +14,8 @@ from pathlib import Path
 import torch
 
 from dart_core.arena import load_arena
+from dart_core.engine.acceptance import SamplingConfig
 from dart_core.engine.metrics import ACCEPTANCE_FIELDS
-from dart_core.engine.verify import SamplingConfig
 from dart_core.loading.chat import encode_prompt
 from dart_core.loading.errors import report_error
 from dart_core.loading.hub import HubFileError
@@ -23,10 +23,10 @@ from dart_core.ngram.store import NgramFormatError
 from dart_core.options import (
     add_mode_arguments,
     add_model_arguments,
-    add_tree_arguments,
+    add_racer_settings_arguments,
+    racer_settings,
     resolve_models,
     runtime_options,
-    tree_settings,
 )
 from dart_core.options.limits import MAX_NEW_TOKENS_CAP, check_flags, loaded_problem
 from dart_core.race import (
@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--json", action="store_true", help="print the summary as JSON")
     g.add_argument("--no-progress", action="store_true", help="no loading bar")
     g.add_argument("--debug", action="store_true", help="show the traceback of an error (by default one line)")
-    add_tree_arguments(p)
+    add_racer_settings_arguments(p)
     return p
 
 
@@ -110,10 +110,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"prompt (the bundle's first held-out one): {text}", flush=True)
     ids = encode_prompt(arena.tokenizer, text, chat=models.chat, system=args.system)
     sampling = SamplingConfig(args.temperature, args.top_p, args.top_k)
-    trees = tree_settings(args, arena.target.device)
+    settings = racer_settings(args, arena.target.device)
     board = Scoreboard(methods, dict.fromkeys(methods, ids),
                        RaceSettings(sampling=sampling, max_new_tokens=args.max_new_tokens,
-                                    max_length=args.max_length, trees=trees, seed=args.seed))
+                                    max_length=args.max_length, racer_settings=settings, seed=args.seed))
     board.dtype = arena.target.dtype
     for method in methods:  # one racer after another, each streamed as it runs
         lane = board.lanes[method]
@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.no_stream:
             print(f"\n=== {method} ===", flush=True)
         for step in arena.stream(method, ids, sampling=sampling, max_new_tokens=args.max_new_tokens,
-                                 max_length=args.max_length, generator=generator, settings=trees[method]):
+                                 max_length=args.max_length, generator=generator, settings=settings[method]):
             lane.add(step)
             if not args.no_stream:
                 now = arena.tokenizer.decode(lane.tokens, skip_special_tokens=True)

@@ -5,6 +5,8 @@ beam of candidate sequences scored by the drafter's log-probabilities plus the N
 of each token after its context, and keeps the best ``max_nodes`` sequences as a
 :class:`~dart_core.engine.tree.DraftTree`.
 Inputs are validated here (clear ``ValueError``s); the search itself runs natively without the GIL.
+:func:`searched_proposal` is the proposal it makes for a racer that drafts per-row top-k (DART, DFlash-tree, N-gram
+only), timed apart from the drafting.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ from typing import Any
 import numpy as np
 
 from dart_core import _native
+from dart_core.engine.drafter import DraftInput, Proposal
+from dart_core.engine.timing import Stopwatch
 from dart_core.engine.tree import DraftTree
 from dart_core.ngram.store import NgramStore, as_token_array
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
-__all__ = ["default_level_weights", "default_logit_weights", "search_tree"]
+__all__ = ["default_level_weights", "default_logit_weights", "search_tree", "searched_proposal"]
 
 
 def default_level_weights(levels: int) -> np.ndarray:
@@ -143,3 +147,16 @@ def search_tree(
         toks, probs, ctx, native_store, beam_width, max_nodes, lw, logw, ngw, eos
     )
     return DraftTree(tokens, parents, scores)
+
+
+def searched_proposal(tokens: np.ndarray, probs: np.ndarray, step: DraftInput, store: Any, settings: Any, *,
+                      draft_ms: float) -> Proposal:
+    """A drafter's proposal from its per-row top-k (``tokens``, ``probs``: DART's rows, DFlash-tree's block):
+    the N-gram-guided tree under ``settings``' beam width, node budget and N-gram weight (the term off without a
+    store), its search timed apart from the drafting that took ``draft_ms``."""
+    with Stopwatch() as search:
+        tree = search_tree(tokens, probs, step.context, store, beam_width=settings.beam_width,
+                           max_nodes=settings.max_nodes,
+                           ngram_weight=settings.ngram_weight if store is not None else 0.0,
+                           eos_token_id=step.stop_ids)
+    return Proposal(tree=tree, draft_ms=draft_ms, search_ms=search.ms)

@@ -207,10 +207,10 @@ def methods_problem(methods: str | None) -> str | None:
 
 
 def sampling_problem(args: argparse.Namespace) -> str | None:
-    """A sampling flag out of its range (the bounds of :class:`~dart_core.engine.verify.SamplingConfig`)."""
+    """A sampling flag out of its range (the bounds of :class:`~dart_core.engine.acceptance.SamplingConfig`)."""
     if not any(hasattr(args, dest) for dest, _ in SAMPLING):
         return None
-    from dart_core.engine.verify import SamplingConfig
+    from dart_core.engine.acceptance import SamplingConfig
 
     for dest, flag in SAMPLING:
         value = getattr(args, dest, None)
@@ -227,10 +227,10 @@ def settings_problem(args: argparse.Namespace) -> str | None:
     """A ``--<racer>-<flag>`` setting out of its bounds (the same check the run applies after loading)."""
     if not any("__" in dest for dest in vars(args)):
         return None
-    from dart_core.options.trees import tree_settings
+    from dart_core.options.racer_settings import racer_settings
 
     try:
-        tree_settings(args, "cpu")  # the bounds of a setting do not depend on the device
+        racer_settings(args, "cpu")  # the bounds of a setting do not depend on the device
     except ValueError as e:
         return str(e)
     return None

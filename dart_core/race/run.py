@@ -77,7 +77,8 @@ class Race(Scoreboard):
                 gen = torch.Generator(device=device).manual_seed(s.seed)
                 self._gens[m] = self.arena.stream(
                     m, self.prompts[m], sampling=s.sampling, max_new_tokens=s.max_new_tokens,
-                    max_length=s.max_length, generator=gen, settings=s.trees.get(m), interrupt=self.interrupted)
+                    max_length=s.max_length, generator=gen, settings=s.racer_settings.get(m),
+                    interrupt=self.interrupted)
                 self.lanes[m].status = "running"
             while not self._stop.is_set():
                 active = [lane for lane in self.lanes.values() if lane.status == "running"]

@@ -11,10 +11,10 @@ from typing import Any
 
 import torch
 
+from dart_core.engine.acceptance import SamplingConfig
 from dart_core.engine.greedy_check import Verdict, compare
 from dart_core.engine.loop import Step
 from dart_core.engine.metrics import RunStats, summarize
-from dart_core.engine.verify import SamplingConfig
 from dart_core.race.figures import add_speedups, racer_figures
 from dart_core.racers.registry import BASELINE, label
 
@@ -32,7 +32,7 @@ class RaceSettings:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     max_new_tokens: int = 256
     max_length: int | None = None
-    trees: Mapping[str, Any] = field(default_factory=dict)  # racer key -> its settings (missing: its defaults)
+    racer_settings: Mapping[str, Any] = field(default_factory=dict)  # racer key -> its settings (missing: defaults)
     seed: int = 0
     time_limit_s: float | None = None  # the host's wall-time budget per race (None: none)
 

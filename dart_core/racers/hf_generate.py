@@ -24,13 +24,13 @@ from typing import Any
 
 import torch
 
+from dart_core.engine.acceptance import SamplingConfig
 from dart_core.engine.cpu_linear import torch_work_on_another_thread
 from dart_core.engine.graphs import SlotPool
 from dart_core.engine.greedy_check import top_logits_of
 from dart_core.engine.loop import Step, checked_request, stop_reason
 from dart_core.engine.target import TargetModel
 from dart_core.engine.timing import sync
-from dart_core.engine.verify import SamplingConfig
 
 KEY = "hf"
 

@@ -20,9 +20,9 @@ from dart_core.drafters.checkpoint import CheckpointFormat
 from dart_core.drafters.dart import DartDrafter, DartSettings
 from dart_core.drafters.dflash import DFlashDrafter, DFlashSettings, DFlashTreeDrafter, DFlashTreeSettings
 from dart_core.drafters.eagle3 import Eagle3Drafter, Eagle3Settings
-from dart_core.drafters.interface import knobs, settings_for
 from dart_core.drafters.ngram_only import NgramOnlyDrafter, NgramOnlySettings
 from dart_core.drafters.prompt_lookup import PromptLookupDrafter, PromptLookupSettings
+from dart_core.drafters.settings import knobs, settings_for
 from dart_core.engine.drafter import Drafter, NoSettings, PlainDecoding
 from dart_core.racers.hf_generate import KEY as HF_KEY
 from dart_core.racers.hf_generate import stream_hf_generate

@@ -242,7 +242,7 @@ def init_from_target(model: DrafterLayer, target: TargetModel, draft_ids: torch.
         weight = getattr(final_norm, "weight", None)
         if weight is not None and weight.shape == model.norm.weight.shape:
             w = weight.float()
-            if getattr(model, "kind", None) == "dart":
+            if getattr(model, "key", None) == "dart":
                 # DART applies ``norm`` twice (published weights): norm(norm(h)) with weight v gives
                 # v²·ĥ / rms(v·ĥ); v = sqrt(|w|)·sqrt(mean|w|) makes that ≈ w·ĥ, the target's own final norm
                 w = w.abs().sqrt() * w.abs().mean().sqrt()

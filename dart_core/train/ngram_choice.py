@@ -13,8 +13,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from dart_core.engine.acceptance import SamplingConfig
 from dart_core.engine.metrics import summarize
-from dart_core.engine.verify import SamplingConfig
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
-"""How a drafter's settings describe themselves: small frozen dataclasses whose fields carry their own bounds and
-help (:func:`knob`), so the CLI flags, the app's controls and their error messages derive from them
-(:func:`knobs`, :func:`settings_for`, :func:`check_settings`). The protocol the decoding loop talks to is the
-engine's: :class:`dart_core.engine.drafter.Drafter`.
+"""How a racer's settings describe themselves: small frozen dataclasses whose fields carry their own bounds and
+help (each field a :class:`Knob`, declared by :func:`knob`), so the CLI flags, the app's controls and their error
+messages derive from them (:func:`knobs`, :func:`settings_for`, :func:`check_settings`). The protocol the
+decoding loop talks to is the engine's: :class:`dart_core.engine.drafter.Drafter`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Tests for dart_core.engine.verify: greedy rule vs the spec's literal path formulation, warpers vs transformers,
+"""Tests for dart_core.engine.acceptance: greedy rule vs the spec's literal path formulation, warpers vs transformers,
 and empirical losslessness of the sampling rule (chi-square on a tiny Markov target, with a negative control)."""
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from dart_core.engine.tree import DraftTree
-from dart_core.engine.verify import (
+from dart_core.engine.acceptance import (
     Acceptance,
     SamplingConfig,
     accept,
@@ -20,6 +19,7 @@ from dart_core.engine.verify import (
     accept_sampling,
     processed_probs,
 )
+from dart_core.engine.tree import DraftTree
 
 GREEDY = SamplingConfig()
 

@@ -1,6 +1,6 @@
-"""Every racer's settings (its tree or chain knobs, from the registry) as ``--<racer>-<flag>`` options: declared
-here for ``generate``, the benchmarks and, for the switches, the app; unset, a racer keeps its defaults for the
-device."""
+"""Every racer's settings (the fields that size its tree or chain, from the registry) as ``--<racer>-<flag>``
+options: declared here for ``generate``, the benchmarks and, for the switches, the app; unset, a racer keeps its
+defaults for the device."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from typing import Any
 
 import torch
 
-from dart_core.drafters.interface import check_settings
+from dart_core.drafters.settings import check_settings
 from dart_core.racers.registry import RACERS, drafting_racers, racer
 
 
-def add_tree_arguments(p: argparse.ArgumentParser, *, switches_only: bool = False) -> None:
+def add_racer_settings_arguments(p: argparse.ArgumentParser, *, switches_only: bool = False) -> None:
     """One group per drafting racer; ``switches_only``: only its on/off settings (the app, whose page has a
     control for every number)."""
     for r in drafting_racers():
@@ -50,6 +50,6 @@ def given_settings(args: argparse.Namespace, key: str, settings: Any) -> Any:
     return check_settings(replace(settings, **given) if given else settings, f"--{r.key}:")
 
 
-def tree_settings(args: argparse.Namespace, device: str | torch.device) -> dict[str, Any]:
+def racer_settings(args: argparse.Namespace, device: str | torch.device) -> dict[str, Any]:
     """Per racer key: its settings for ``device`` with the options the user set applied (:func:`given_settings`)."""
     return {r.key: given_settings(args, r.key, r.default_settings(device)) for r in RACERS}
