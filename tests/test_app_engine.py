@@ -24,9 +24,10 @@ from dart_core.racers.registry import model_free_racers, racer
 if not (BUNDLE / "target" / "config.json").is_file():
     pytest.skip("the embedded bundle assets/tiny is missing", allow_module_level=True)
 
-# the model-free racers off: these tests are about the engine process, and every race here runs each loaded racer
+# the model-free racers off: these tests are about the engine process, and every race here runs each loaded racer;
+# float32, where every racer's greedy text is plain decoding's token for token (bf16's near-ties may flip)
 LOAD = dict(base=str(BUNDLE / "target"), dart=str(BUNDLE / "dart"), eagle3=str(BUNDLE / "eagle3"),
-            ngram=str(BUNDLE / "ngram" / "small.ngram"), device="cpu", progress=False,
+            ngram=str(BUNDLE / "ngram" / "small.ngram"), device="cpu", dtype="float32", progress=False,
             **{r.dest: False for r in model_free_racers()})
 TREES = {m: racer(m).default_settings("cpu") for m in ("dart", "eagle3")}
 

@@ -136,10 +136,10 @@ def test_prompt_mismatch_is_an_error() -> None:
         bench_app.check_same_work(races, report, PROMPTS[:1], max_new_tokens=30)
     with pytest.raises(bench_app.PromptMismatch, match="raced 30 new tokens, not 64"):
         bench_app.check_same_work(races, report, PROMPTS, max_new_tokens=64)
-    trees = copy.deepcopy(races)
-    trees[0]["result"]["settings"]["racer_settings"] = {"dart": {**TREES["dart"], "nodes": 60}}
-    with pytest.raises(bench_app.PromptMismatch, match="DART tree settings"):
-        bench_app.check_same_work(trees, report, PROMPTS, max_new_tokens=30)
+    resized = copy.deepcopy(races)
+    resized[0]["result"]["settings"]["racer_settings"] = {"dart": {**TREES["dart"], "nodes": 60}}
+    with pytest.raises(bench_app.PromptMismatch, match=r"prompt 0: DART settings \{.*'nodes': 60.*\} in the app"):
+        bench_app.check_same_work(resized, report, PROMPTS, max_new_tokens=30)
 
 
 def test_other_outputs_are_a_warning_and_stopped_races_an_error() -> None:

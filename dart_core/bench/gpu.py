@@ -7,10 +7,11 @@ drafters are random one-layer drafters in the published formats (draft vocabular
 
 Rows, each the median over ``--repeats`` steps after ``--warmup`` steps, on one loaded target per shape:
 
-* AR: ``TargetModel.forward_tokens`` of one token, no hidden states (the engine's plain decoding step);
+* AR: the engine's plain decoding step as the loop runs it (``TargetModel.verify_rows`` of a one-node tree per stream,
+  no hidden states, and ``commit_rows``);
 * HF generate: ``model.generate`` of N tokens minus that of 1 token, over N-1 (the decode step, prefill excluded);
 * DART n=…: ``DartDrafter.propose`` (draft + N-gram tree search, over a small random N-gram store) and
-  ``TargetModel.verify`` + commit of the root of the proposed tree;
+  ``TargetModel.verify_rows`` + commit of the root of the proposed tree;
 * EAGLE-3 depth=…: ``Eagle3Drafter.propose`` (one drafter forward per level) and the same verify.
 
 Break-even τ = (draft + search + verify ms) / AR ms: the tokens per step a drafter must average to match plain

@@ -175,6 +175,23 @@ def compile_startup(device: str, shape: str) -> dict[str, Any]:
     return out
 
 
+def graph_target(device: str, shape: str, rows: int) -> tuple[Any, Any, Any, Any]:
+    """A random target at ``shape`` on the graph path with a static cache of ``rows``: (device, shape, model,
+    TargetModel)."""
+    import torch
+
+    from dart_core.arena import resolve_dtype
+    from dart_core.bench import gpu
+    from dart_core.engine.target import TargetModel
+
+    dev = torch.device(device)
+    sh = gpu.SHAPES[shape]
+    model = gpu.build_target(sh, dev, resolve_dtype("auto", dev))
+    target = TargetModel(model)
+    target.use_static_cache(rows, graphs=True)
+    return dev, sh, model, target
+
+
 def profile_dart_step(device: str, shape: str) -> dict[str, Any]:
     """One fast-path DART step (draft, search, verify, commit) under ``torch.profiler``: CUDA kernels, launches
     (graph replays apart), host syncs, and the host operations that take the most time."""
@@ -182,19 +199,12 @@ def profile_dart_step(device: str, shape: str) -> dict[str, Any]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from dart_core.arena import resolve_dtype
     from dart_core.bench import gpu
     from dart_core.drafters.dart import DartSettings
     from dart_core.drafters.settings import settings_for
     from dart_core.engine.drafter import DraftInput
-    from dart_core.engine.target import TargetModel
 
-    dev = torch.device(device)
-    dtype = resolve_dtype("auto", dev)
-    sh = gpu.SHAPES[shape]
-    model = gpu.build_target(sh, dev, dtype)
-    target = TargetModel(model)
-    target.use_static_cache(1024, graphs=True)
+    dev, sh, model, target = graph_target(device, shape, 1024)
     drafter = gpu.build_drafter("dart", sh, model)
     drafter.use_static_cache(1024, graphs=True)
     prefix = np.random.default_rng(0).integers(0, sh.vocab, 256).tolist()
@@ -240,21 +250,13 @@ def concurrency_sweep(device: str, shape: str, smoke: bool) -> dict[str, Any]:
     B, the plain step of B rows, DART's and EAGLE-3's draft and verify ms, and the break-even τ (the tokens a
     stream must accept per step to match plain decoding at that B: where speculation stops paying)."""
     import numpy as np
-    import torch
 
-    from dart_core.arena import resolve_dtype
     from dart_core.bench import gpu
     from dart_core.drafters.dart import DartSettings
     from dart_core.drafters.eagle3 import Eagle3Settings
     from dart_core.drafters.settings import settings_for
-    from dart_core.engine.target import TargetModel
 
-    dev = torch.device(device)
-    dtype = resolve_dtype("auto", dev)
-    sh = gpu.SHAPES[shape]
-    model = gpu.build_target(sh, dev, dtype)
-    target = TargetModel(model)
-    target.use_static_cache(512, graphs=True)
+    dev, sh, model, target = graph_target(device, shape, 512)
     prefix = np.random.default_rng(0).integers(0, sh.vocab, 256 if not smoke else 32).tolist()
     racers = {"dart": (gpu.build_drafter("dart", sh, model), settings_for(DartSettings, dev)),
               "eagle3": (gpu.build_drafter("eagle3", sh, model), settings_for(Eagle3Settings, dev))}

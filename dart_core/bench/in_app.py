@@ -376,19 +376,3 @@ def _run(args: argparse.Namespace) -> int:
         print(f"WARNING: {w}")
     print(f"wrote {out / 'bench-app.json'}")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Standalone entry (also ``python -m dart_core.bench app``)."""
-    p = argparse.ArgumentParser(prog="python -m dart_core.bench app", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(p)
-    args = p.parse_args(argv)
-    from dart_core.options.limits import check_flags
-
-    refused = check_flags(p, args)  # before the app starts
-    return refused if refused is not None else run(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

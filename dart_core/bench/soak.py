@@ -214,18 +214,3 @@ def _run(args: argparse.Namespace) -> int:
     (out / "soak.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
     print(f"{args.races} races in {wall:.0f} s; wrote {out / 'soak.json'}")
     return 0 if ok is not False else 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Standalone entry (also ``python -m dart_core.bench soak``)."""
-    p = argparse.ArgumentParser(prog="python -m dart_core.bench soak", description=__doc__)
-    add_arguments(p)
-    args = p.parse_args(argv)
-    from dart_core.options.limits import check_flags
-
-    refused = check_flags(p, args)  # before the app starts
-    return refused if refused is not None else run(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,5 +1,5 @@
 """The options every front end shares, declared once: where the models run (:mod:`.runtime`), which models load
-(:mod:`.models`), each racer's settings (:mod:`.racer_settings`), and the check of their values before any model loads
+(:mod:`.models`), each racer's settings (:mod:`.racer_flags`), and the check of their values before any model loads
 (:mod:`.limits`). The names load on first use, so a command line that
 needs only the runtime flags (training, which sets OpenMP's environment before torch loads) imports no torch."""
 
@@ -15,7 +15,7 @@ _WHERE = {
                      "add_dtype_argument", "add_fast_path_arguments", "add_runtime_arguments", "add_threads_argument",
                      "app_threads", "check_threads", "runtime_options"), "dart_core.options.runtime"),
     **dict.fromkeys(("add_racer_settings_arguments", "given_settings", "knob_argv", "racer_settings"),
-                    "dart_core.options.racer_settings"),
+                    "dart_core.options.racer_flags"),
     **dict.fromkeys(("MAX_NEW_TOKENS_CAP", "TargetLimits", "check_flags", "flag_problem", "loaded_problem",
                      "prompts_problem", "refuse", "target_limits", "thread_count", "usable_cores"),
                     "dart_core.options.limits"),

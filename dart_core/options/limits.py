@@ -227,7 +227,7 @@ def settings_problem(args: argparse.Namespace) -> str | None:
     """A ``--<racer>-<flag>`` setting out of its bounds (the same check the run applies after loading)."""
     if not any("__" in dest for dest in vars(args)):
         return None
-    from dart_core.options.racer_settings import racer_settings
+    from dart_core.options.racer_flags import racer_settings
 
     try:
         racer_settings(args, "cpu")  # the bounds of a setting do not depend on the device
