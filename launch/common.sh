@@ -2,7 +2,7 @@
 # DART_SHARE=1 adds --share (a public *.gradio.live link; off by default); DART_SKIP_SETUP=1 skips the set-up step
 # (a venv you keep yourself). A script's defaults (LAUNCH_DEFAULTS) come first and its extra arguments last, so an
 # explicit flag always wins (e.g. --server-port 8000, --device auto, --no-compare-eagle3, --no-listen, --no-share).
-# --help prints the defaults the script passes, then python -m app's help; --check prints the launch plan and
+# --help prints the defaults the script passes, then python -m dart_arena's help; --check prints the launch plan and
 # exits without loading (dart_core/preflight/); --download fetches exactly what the plan needs, then serves.
 LAUNCH_DEFAULTS=()
 
@@ -17,22 +17,22 @@ run_app() {
   for arg in "$@"; do
     if [ "$arg" = -h ] || [ "$arg" = --help ]; then
       print_defaults "$script" "${LAUNCH_DEFAULTS[@]}" "${share[@]}"
-      exec "${VENV:-.venv}/bin/python" -m app --help
+      exec "${VENV:-.venv}/bin/python" -m dart_arena --help
     fi
   done
-  exec "${VENV:-.venv}/bin/python" -m app "${LAUNCH_DEFAULTS[@]}" "${share[@]}" "$@"
+  exec "${VENV:-.venv}/bin/python" -m dart_arena "${LAUNCH_DEFAULTS[@]}" "${share[@]}" "$@"
 }
 
-# The command a launch script runs, one flag per line (what --help shows before python -m app's own help).
+# The command a launch script runs, one flag per line (what --help shows before python -m dart_arena's own help).
 print_defaults() {
   local script=$1
   shift
-  echo "$script runs python -m app with these defaults; arguments you add come after them, so they win:"
+  echo "$script runs python -m dart_arena with these defaults; arguments you add come after them, so they win:"
   echo
   if [ $# -eq 0 ]; then
-    echo "  python -m app                      (no defaults: the app's own)"
+    echo "  python -m dart_arena               (no defaults: the app's own)"
   else
-    local line="  python -m app"
+    local line="  python -m dart_arena"
     local arg
     for arg in "$@"; do
       if [[ $arg == --* ]]; then
@@ -49,7 +49,7 @@ print_defaults() {
   echo "--check prints that plan and exits, --download fetches exactly what it needs first. DART_SHARE=1 adds"
   echo "--share; DART_SKIP_SETUP=1 skips 'bash scripts/dev.sh setup'."
   echo
-  echo "python -m app --help:"
+  echo "python -m dart_arena --help:"
   echo
 }
 

@@ -2,7 +2,7 @@
 # One entry point for developers and CI: sets up .venv (idempotent), builds the native core, runs things.
 #   bash scripts/dev.sh setup   create/refresh .venv and (re)build the package when sources or the module list changed
 #   bash scripts/dev.sh demo    the project's main job: the comparison app on the default bundle (assets/smollm2, a
-#                               chat model); args go to python -m app (--bundle assets/tiny: the stdlib toy)
+#                               chat model); args go to python -m dart_arena (--bundle assets/tiny: the stdlib toy)
 #   bash scripts/dev.sh test    lint + the whole test suite, on DART_TEST_WORKERS pytest-xdist workers (2); args go
 #                               to pytest (-n 0: one process)
 # Needs only Python >= 3.10 and a C++20 compiler; cmake/ninja come from PyPI when the system has none.
@@ -37,7 +37,7 @@ setup() {
   local want
   # the module list too: the editable install maps each module to its file, so a module added, moved or removed
   # needs a reinstall (the files' contents do not)
-  want=$( (cat pyproject.toml native/CMakeLists.txt native/src/* native/python/*; find dart_core app -name '*.py' \
+  want=$( (cat pyproject.toml native/CMakeLists.txt native/src/* native/python/*; find dart_core dart_arena -name '*.py' \
     | LC_ALL=C sort) | "$PY" -c "import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())")
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$PY" -c "import dart_core._native" 2>/dev/null; then
     fetch_data
@@ -78,7 +78,7 @@ PYEOF
 
 case "${1:-}" in
   setup) setup ;;
-  demo) setup; shift; "$PY" -m app "$@" ;;
+  demo) setup; shift; "$PY" -m dart_arena "$@" ;;
   test)
     setup
     "$PY" -m ruff check .

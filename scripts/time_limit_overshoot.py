@@ -1,6 +1,6 @@
 """How far a race runs past ``--race-time-limit``, and how long a Stop takes, with a long prompt (issue 24).
 
-Starts ``python -m app`` on a bundle with the limit, sends a prompt of about ``--tokens`` tokens through the API
+Starts ``python -m dart_arena`` on a bundle with the limit, sends a prompt of about ``--tokens`` tokens through the API
 (``/race``, every loaded racer, greedy), and times each race from the request to its last update: the overshoot
 is that time minus the limit (it includes the server's own work: tokenizing, the page's last update). Then the
 same prompt, cancelled ``--stop-after`` seconds in (as Stop or a closed tab does): when the race ended.
@@ -55,7 +55,7 @@ def main() -> int:
     prompt, n = long_prompt(args.bundle, args.tokens)
     port = free_port()
     log = Path(tempfile.mkstemp(prefix="overshoot-", suffix=".log")[1])
-    cmd = [sys.executable, "-m", "app", "--bundle", str(args.bundle), "--server-port", str(port),
+    cmd = [sys.executable, "-m", "dart_arena", "--bundle", str(args.bundle), "--server-port", str(port),
            "--race-time-limit", str(args.limit), "--max-new-tokens", "256"]
     with app_process(cmd, port, log, ready="/healthz") as (url, _):
         def client() -> gradio_client.Client:  # a new session each time: a chat bundle's turns add up otherwise

@@ -17,7 +17,7 @@ from helpers_preflight import fresh_log_handler, hub, no_loading, published  # n
 
 @pytest.fixture(scope="session")
 def app_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator["object"]:
-    """One ``python -m app --bundle assets/tiny`` (the toy: fast; started once, from a scratch cwd, always
+    """One ``python -m dart_arena --bundle assets/tiny`` (the toy: fast; started once, from a scratch cwd, always
     stopped)."""
     from helpers_app import running_app
 

@@ -1,6 +1,6 @@
-"""Start ``python -m app`` on the stdlib toy bundle (``--bundle assets/tiny``: fast on a CPU; the app's default is
-the SmolLM2 chat bundle) on a free localhost port for the end-to-end tests, wait until it serves, and always stop
-it. The server's log goes to a file so a failure can show it."""
+"""Start ``python -m dart_arena`` on the stdlib toy bundle (``--bundle assets/tiny``: fast on a CPU; the app's default
+is the SmolLM2 chat bundle) on a free localhost port for the end-to-end tests, wait until it serves, and always stop it.
+The server's log goes to a file so a failure can show it."""
 
 from __future__ import annotations
 
@@ -64,8 +64,9 @@ def running_app(log_dir: Path, *extra: str) -> Iterator[Server]:
     # One thread: the bundle's model is tiny, and on a shared 2-core CI box oversubscribed OpenMP threads can
     # slow every forward down a hundredfold. The tests check behaviour, not speed.
     env.setdefault("OMP_NUM_THREADS", "1")
-    cmd = [sys.executable, "-m", "app", "--bundle", str(BUNDLE), "--server-port", str(port), "--dtype", "float32",
-           "--max-new-tokens", str(MAX_NEW_TOKENS), *(f"--no-compare-{r.key}" for r in model_free_racers()), *extra]
+    cmd = [sys.executable, "-m", "dart_arena", "--bundle", str(BUNDLE), "--server-port", str(port),
+           "--dtype", "float32", "--max-new-tokens", str(MAX_NEW_TOKENS),
+           *(f"--no-compare-{r.key}" for r in model_free_racers()), *extra]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=log_dir, stdout=log, stderr=subprocess.STDOUT, env=env)
     server = Server(f"http://127.0.0.1:{port}", log_path, proc)

@@ -78,7 +78,7 @@ def no_loading(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     import torch
     import transformers
 
-    import app.engine
+    import dart_arena.model_client
     import dart_core.arena
 
     calls: list[str] = []
@@ -89,7 +89,7 @@ def no_loading(monkeypatch: pytest.MonkeyPatch) -> list[str]:
             raise AssertionError(f"{name} was called: the check must come before any weight loads")
         return fail
 
-    monkeypatch.setattr(app.engine, "ProcessEngine", refuse("ProcessEngine"))
+    monkeypatch.setattr(dart_arena.model_client, "ProcessEngine", refuse("ProcessEngine"))
     monkeypatch.setattr(dart_core.arena, "load_arena", refuse("load_arena"))
     monkeypatch.setattr(dart_core.arena, "load_target", refuse("load_target"))
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse("from_pretrained"))
@@ -100,7 +100,7 @@ def no_loading(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str, float]:
-    from app.__main__ import main
+    from dart_arena.__main__ import main
 
     t0 = time.perf_counter()
     code = main(argv)

@@ -1,18 +1,27 @@
-"""``python -m app``'s flags without loading a model: which target, drafters and N-gram store ``resolve`` picks
+"""``python -m dart_arena``'s flags without loading a model: which target, drafters and N-gram store ``resolve`` picks
 from the bundle (``--bundle``, ``$DART_ARENA_BUNDLE``, the default SmolLM2 chat bundle), the error for a missing
-one, and the example prompts shown on the page."""
+one, the example prompts shown on the page, and the flags the Hugging Face Spaces entry point (the root's
+``app.py``, run as ``python app.py``) hands to the package."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import runpy
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from helpers_app import BUNDLE
+from helpers_app import BUNDLE, free_port
 from helpers_bundle import chat_bundle
 
-from app.__main__ import CHAT_EXAMPLES, build_parser, bundle_examples, resolve, short
+import dart_arena.__main__
+from dart_arena.__main__ import CHAT_EXAMPLES, build_parser, bundle_examples, resolve, short
 from dart_core.bundle import open_bundle
+
+REPO = Path(__file__).resolve().parent.parent
+SPACES_LIMITS = ["--max-new-tokens-limit", "2048", "--race-time-limit", "180", "--max-queue", "32"]
 
 
 def args(*argv: str) -> argparse.Namespace:
@@ -89,7 +98,7 @@ def test_missing_bundle_exits_with_path_and_build_command(monkeypatch: pytest.Mo
 
 
 def test_main_reports_a_missing_bundle_without_a_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from app.__main__ import main
+    from dart_arena.__main__ import main
 
     assert main(["--bundle", str(tmp_path / "nope")]) == 2  # the launch path's exit code for every error
     err = capsys.readouterr().err
@@ -118,8 +127,51 @@ def test_examples_of_the_toy_keep_their_source_labels() -> None:
 
 
 def test_the_page_header_says_the_default_target_is_dequantized_from_q4_1() -> None:
-    from app.__main__ import origin
+    from dart_arena.__main__ import origin
 
     text = origin("smollm2")
     assert "dequantized from the Q4_1 GGUF" in text and "differ slightly from the original bf16 weights" in text
     assert origin(str(BUNDLE / "target")) == "" and origin(None) == ""
+
+
+@pytest.mark.parametrize(("app_args", "port", "expected"), [
+    (None, None, [*SPACES_LIMITS, "--listen", "--server-port", "7860"]),
+    ("--bundle assets/tiny --max-queue 4 --template-name 'raw'", "7861",
+     [*SPACES_LIMITS, "--bundle", "assets/tiny", "--max-queue", "4", "--template-name", "raw", "--listen",
+      "--server-port", "7861"]),
+])
+def test_the_spaces_entry_point_hands_the_package_a_public_hosts_flags(
+        monkeypatch: pytest.MonkeyPatch, app_args: str | None, port: str | None, expected: list[str]) -> None:
+    """``app.py`` run as a Space runs it (as ``__main__``): it calls ``dart_arena.__main__.main`` with the public
+    limits first, then ``$DART_APP_ARGS`` (so they can change them), then ``--listen --server-port $PORT``."""
+    calls: list[list[str] | None] = []
+
+    def main(argv: list[str] | None = None) -> int:
+        calls.append(argv)
+        return 3
+
+    monkeypatch.setattr(dart_arena.__main__, "main", main)
+    for name, value in (("DART_APP_ARGS", app_args), ("PORT", port)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    monkeypatch.setenv("GRADIO_ANALYTICS_ENABLED", "False")  # app.py sets it when unset: restored after the test
+    with pytest.raises(SystemExit) as ended:
+        runpy.run_path(str(REPO / "app.py"), run_name="__main__")
+    assert ended.value.code == 3  # main's return value is the exit status
+    assert calls == [expected]
+    parsed = build_parser().parse_args(expected)  # flags the package's parser takes; the Space's own win
+    assert parsed.listen and parsed.max_new_tokens_limit == 2048 and parsed.race_time_limit == 180
+    assert parsed.max_queue == (4 if app_args else 32) and parsed.server_port == int(port or 7860)
+
+
+def test_python_app_py_checks_the_launch_as_a_space_would(tmp_path: Path) -> None:
+    """``python app.py`` from the repository root, as a Space runs it, with ``--check`` (no model is loaded): the
+    root file and the ``dart_arena`` package both load, and the plan names the Space's port."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DART_ARENA_BUNDLE")}
+    env.update(DART_APP_ARGS=f"--bundle {BUNDLE} --check", PORT=str(port), DART_ARENA_CACHE=str(tmp_path / "cache"))
+    res = subprocess.run([sys.executable, "app.py"], cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"0.0.0.0:{port}" in res.stdout + res.stderr and "Traceback" not in res.stderr

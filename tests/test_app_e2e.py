@@ -1,4 +1,4 @@
-"""The app end to end: ``python -m app --bundle assets/tiny`` (the toy: fast), on a free localhost port, driven
+"""The app end to end: ``python -m dart_arena --bundle assets/tiny`` (the toy: fast), on a free localhost port, driven
 with ``gradio_client`` (and raw HTTP for a browser that goes away). Greedy DART and EAGLE-3 must print exactly AR's
 text."""
 

@@ -1,7 +1,7 @@
-"""The model's own process (``app/engine.py``) on the toy bundle assets/tiny: races run there give the same tokens
-as in this process, stop and cancel end them between two steps, a killed engine ends its race with an error and is
-restarted (within a budget of restarts, then every race reports it), and a load failure is a message, not a
-hang."""
+"""The model's own process (``dart_arena/model_process.py``, driven by ``dart_arena/model_client.py``) on the toy bundle
+assets/tiny: races run there give the same tokens as in this process, stop and cancel end them between two steps, a
+killed engine ends its race with an error and is restarted (within a budget of restarts, then every race reports it),
+and a load failure is a message, not a hang."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from helpers_app import BUNDLE, held_out_prompt
 
-from app.engine import EngineError, LocalEngine, ProcessEngine
+from dart_arena.model_client import EngineError, LocalEngine, ProcessEngine
 from dart_core.engine.timing import threads_leaving_a_core
 from dart_core.race import RaceSettings
 from dart_core.racers.registry import model_free_racers, racer

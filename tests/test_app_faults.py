@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from helpers_app import BUNDLE, held_out_prompt
 
-from app.engine import LocalEngine
-from app.page import new_conversation
-from app.ui import AppConfig, ArenaUI
+from dart_arena.model_client import LocalEngine
+from dart_arena.page import new_conversation
+from dart_arena.ui import AppConfig, ArenaUI
 from dart_core.bench.drive import read_race_log
 
 if not (BUNDLE / "target" / "config.json").is_file():
@@ -114,7 +114,7 @@ def ui_page_updates(ui: ArenaUI, update: Any) -> dict[str, Any]:
     """The outputs an update sets, by field name (what ``Page.updates`` turns into Gradio's dict)."""
     from dataclasses import fields
 
-    from app.page import KEEP
+    from dart_arena.page import KEEP
 
     return {f.name: getattr(update, f.name) for f in fields(update)
             if getattr(update, f.name) is not KEEP and getattr(update, f.name) != {}}

@@ -1,4 +1,4 @@
-"""The page's API under generated input: ``python -m app --bundle assets/tiny`` (the toy, a few tokens per race)
+"""The page's API under generated input: ``python -m dart_arena --bundle assets/tiny`` (the toy, a few tokens per race)
 gets hundreds of ``/race`` and ``/regenerate`` requests whose inputs come from a seeded generator (wrong types,
 null, NaN and infinities, huge, tiny, negative and fractional numbers, lone surrogates, control characters, very
 long prompts; now and then a request whose data is too short, too long or not a list), sent as raw JSON to the

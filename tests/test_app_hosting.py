@@ -1,4 +1,4 @@
-"""Issue 24 against a running ``python -m app --bundle assets/tiny``, as a hostile visitor or a host sees it:
+"""Issue 24 against a running ``python -m dart_arena --bundle assets/tiny``, as a hostile visitor or a host sees it:
 Stop, Clear and Regenerate with nothing to act on answer quietly; an unknown event and an upload are refused with
 a message; a 20 MB prompt is refused at once and the race after it is served straight away; ``/healthz`` reports
 the model process (503 from the moment it is killed until a new one serves), which is restarted when it is killed

@@ -14,7 +14,7 @@ import pytest
 import torch
 from helpers_app import BUNDLE, held_out_prompt
 
-from app import plots, render
+from dart_arena import plots, render
 from dart_core.engine.greedy_check import Verdict
 from dart_core.engine.loop import Step
 from dart_core.engine.metrics import summarize

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from helpers_app import BUNDLE, free_port, held_out_prompt
 
-import app.ui
-from app.engine import LocalEngine
-from app.live import LiveRace
-from app.serve import launch
-from app.ui import AppConfig, ArenaUI
+import dart_arena.ui
+from dart_arena.live import LiveRace
+from dart_arena.model_client import LocalEngine
+from dart_arena.ui import AppConfig, ArenaUI
+from dart_arena.web_server import start_web_server
 from dart_core.racers.registry import model_free_racers
 
 gradio_client = pytest.importorskip("gradio_client")
@@ -42,7 +42,7 @@ def served() -> Iterator[tuple[ArenaUI, Any, str]]:
     ui = ArenaUI(LocalEngine(arena), AppConfig(chat=False, max_new_tokens=4, max_sessions=CAP, session_ttl_s=TTL_S))
     demo = ui.build()
     port = free_port()
-    launch(demo, port=port, prevent_thread_lock=True, quiet=True, max_sessions=CAP)
+    start_web_server(demo, port=port, prevent_thread_lock=True, quiet=True, max_sessions=CAP)
     try:
         yield ui, demo, f"http://127.0.0.1:{port}"
     finally:
@@ -56,7 +56,7 @@ def client(url: str) -> Any:
 def test_sessions_are_capped_and_no_race_outlives_its_keep_time(served: tuple[ArenaUI, Any, str],
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     ui, demo, url = served
-    monkeypatch.setattr(app.ui, "ENDED_KEEP_S", 0.0)  # forget an ended race at the next event
+    monkeypatch.setattr(dart_arena.ui, "ENDED_KEEP_S", 0.0)  # forget an ended race at the next event
     visitors = []
     for i in range(3 * CAP):  # each a new visitor (session)
         c = client(url)
@@ -105,8 +105,8 @@ def test_a_handler_that_raises_still_answers_with_a_message(served: tuple[ArenaU
 
 
 def test_the_cli_defaults_are_the_pages() -> None:
-    """``--max-sessions`` / ``--session-ttl`` default to app.ui's values (the parser must not import Gradio)."""
-    from app.__main__ import build_parser
+    """``--max-sessions`` / ``--session-ttl`` default to dart_arena.ui's values (the parser must not import Gradio)."""
+    from dart_arena.__main__ import build_parser
 
     args = build_parser().parse_args([])
-    assert (args.max_sessions, args.session_ttl) == (app.ui.MAX_SESSIONS, app.ui.SESSION_TTL_S)
+    assert (args.max_sessions, args.session_ttl) == (dart_arena.ui.MAX_SESSIONS, dart_arena.ui.SESSION_TTL_S)

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from helpers_app import BUNDLE, Server, held_out_prompt, running_app
 
-from app.engine import LocalEngine
-from app.page import encode_all, new_conversation
-from app.ui import AppConfig, ArenaUI
+from dart_arena.model_client import LocalEngine
+from dart_arena.page import encode_all, new_conversation
+from dart_arena.ui import AppConfig, ArenaUI
 from dart_core import BASELINE
 from dart_core.racers.registry import model_free_racers
 

@@ -1,4 +1,4 @@
-"""The page's event logic without a server (``app/ui.py``): input errors, multi-turn chat through a chat
+"""The page's event logic without a server (``dart_arena/ui.py``): input errors, multi-turn chat through a chat
 template, Stop from another thread and a cancelled (closed) event, on the toy bundle assets/tiny."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from helpers_app import BUNDLE, held_out_prompt
 
-from app.engine import LocalEngine
-from app.live import LiveRace
-from app.page import KEEP, PLOTS, encode, new_conversation
-from app.ui import AppConfig, ArenaUI
+from dart_arena.live import LiveRace
+from dart_arena.model_client import LocalEngine
+from dart_arena.page import KEEP, PLOTS, encode, new_conversation
+from dart_arena.ui import AppConfig, ArenaUI
 from dart_core.racers.registry import model_free_racers
 
 if not (BUNDLE / "target" / "config.json").is_file():
@@ -103,7 +103,7 @@ def test_a_sampled_race_says_what_it_checks_instead_of_token_equality(arena: Any
 def test_a_race_on_an_example_prompt_names_its_kind(arena: Any) -> None:
     """The bundle's held-out prompts carry a kind (``category``): a race on one says it in its final status; any
     other prompt does not."""
-    from app.__main__ import bundle_categories
+    from dart_arena.__main__ import bundle_categories
     from dart_core import open_bundle
 
     categories = bundle_categories(open_bundle(BUNDLE)) or {held_out_prompt(0): "code"}  # the toy's have none
@@ -309,7 +309,7 @@ def test_ended_races_are_forgotten_and_sessions_capped(arena: Any, monkeypatch: 
     """Per visitor the server keeps a race only while it runs and ENDED_KEEP_S after (for a late Stop), and at
     most ``max_sessions`` of them: races from many sessions leave no LiveRace (with its steps and draft trees)
     behind."""
-    import app.ui
+    import dart_arena.ui
 
     ui = ArenaUI(LocalEngine(arena), AppConfig(chat=False, update_every=0.0, max_sessions=3))
     for i in range(5):
@@ -319,7 +319,7 @@ def test_ended_races_are_forgotten_and_sessions_capped(arena: Any, monkeypatch: 
     answer = ui.stop("s3")  # a finished race: nothing to stop, said in the status (an empty update was an HTTP 500)
     assert "Nothing to stop" in answer.status and "Done" in answer.status
     assert answer.conv is KEEP and answer.result is KEEP and not answer.lanes  # nothing else changes
-    monkeypatch.setattr(app.ui, "ENDED_KEEP_S", 0.0)
+    monkeypatch.setattr(dart_arena.ui, "ENDED_KEEP_S", 0.0)
     list(ui.run(held_out_prompt(5), new_conversation(), *controls(4), session="s5"))
     assert list(ui.active) == ["s5"]  # the others ended over ENDED_KEEP_S ago
     gc.collect()
@@ -373,7 +373,7 @@ def test_visitor_picks_the_racers(arena: Any) -> None:
 def test_hf_generate_races_as_a_column_of_its_own() -> None:
     """``--compare-hf``: transformers' own generate() gets a column; it streams token by token, prints AR's
     greedy output, and the page's check says so; the flag reaches the model loader."""
-    from app.__main__ import build_parser, resolve
+    from dart_arena.__main__ import build_parser, resolve
     from dart_core.arena import load_arena
 
     args = build_parser().parse_args(["--bundle", str(BUNDLE), "--compare-hf"])

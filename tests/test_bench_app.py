@@ -162,7 +162,7 @@ def test_bad_race_log_line(tmp_path: Path) -> None:
 
 def test_app_command_is_accepted_by_the_app(tmp_path: Path) -> None:
     """The flags the bench starts the app with parse in the app's own CLI (the model parts the e2e run uses)."""
-    from app.__main__ import build_parser
+    from dart_arena.__main__ import build_parser
 
     parser = argparse.ArgumentParser()
     bench_app.add_arguments(parser)

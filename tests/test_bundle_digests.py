@@ -70,7 +70,7 @@ def test_flipped_bits_in_a_drafters_tensor_data_are_refused_naming_the_file(tmp_
     with pytest.raises(BundleError) as e:
         open_bundle(root)
     assert str(weights) in str(e.value) and "damaged or was changed" in str(e.value)
-    res = subprocess.run([sys.executable, "-m", "app", "--bundle", str(root), "--check"], cwd=tmp_path,
+    res = subprocess.run([sys.executable, "-m", "dart_arena", "--bundle", str(root), "--check"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=300,
                          env={**os.environ, "DART_ARENA_CACHE": str(cache)})
     assert res.returncode == 2 and str(weights) in res.stderr and "Traceback" not in res.stderr, res.stderr
@@ -104,7 +104,7 @@ def test_check_says_not_read_for_what_it_did_not_read(tmp_path: Path, cache: Pat
               nan / "model.safetensors")
     junk = tmp_path / "junk.ngram"
     junk.write_bytes(b"DARTNGRM" + random.Random(1).randbytes(4096))
-    res = subprocess.run([sys.executable, "-m", "app", "--bundle", str(BUNDLE), "--dart-model-name-or-path",
+    res = subprocess.run([sys.executable, "-m", "dart_arena", "--bundle", str(BUNDLE), "--dart-model-name-or-path",
                           str(nan), "--ngram-model-name-or-path", str(junk), "--check"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=300,
                          env={**os.environ, "DART_ARENA_CACHE": str(cache)})

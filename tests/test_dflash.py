@@ -553,7 +553,7 @@ def test_exact_proposals_is_a_switch_on_every_command_line() -> None:
     import argparse
     import dataclasses
 
-    from app.__main__ import build_parser
+    from dart_arena.__main__ import build_parser
     from dart_core.drafters.settings import check_settings
     from dart_core.options import add_racer_settings_arguments, given_settings, knob_argv, racer_settings
     from dart_core.racers.registry import racer
@@ -584,7 +584,7 @@ def test_the_app_benchmark_passes_the_switch_to_both_runs(tmp_path: Path) -> Non
     e2e run as its own; the page's sliders are set only for numeric settings."""
     import argparse
 
-    from app.__main__ import build_parser
+    from dart_arena.__main__ import build_parser
     from dart_core.bench import e2e, in_app
 
     p = argparse.ArgumentParser()

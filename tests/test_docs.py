@@ -3,7 +3,7 @@ READMEs and the notes in ``docs/``.
 
 A citation is a path ending in the Markdown suffix, in backticks, a link target or plain text; it must resolve
 relative to the repository root or to the citing file's folder. URLs are not checked. A cited anchor must name a
-heading of its file, and the developers' layout listing must name every module of ``dart_core/`` and ``app/``.
+heading of its file, and the developers' layout listing must name every module of ``dart_core/`` and ``dart_arena/``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-SCANNED_DIRS = ("dart_core", "app", "native", "scripts", "launch", "tests", "docs")
+SCANNED_DIRS = ("dart_core", "dart_arena", "native", "scripts", "launch", "tests", "docs")
 SCANNED_TOP = ("README.md", "app.py")
 SUFFIXES = {".py", ".md", ".cpp", ".hpp", ".h", ".sh"}
 SKIPPED_PARTS = {"__pycache__", "artifacts"}
@@ -87,13 +87,13 @@ def test_every_cited_markdown_file_exists():
 # ------------------------------------------------------------------------------------------ the docs stay true
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "native" / "README.md"]
 # a file (with a suffix) or a folder (a trailing slash) under one of the code folders; globs and templates skipped
-CODE_PATH = re.compile(r"(?<![\w./-])((?:dart_core|app|scripts|launch|tests)/[\w./*{}<>,-]*(?:\.\w+|/))")
-PYTHON_M = re.compile(r"python -m ((?:dart_core|app)[\w.]*)")
+CODE_PATH = re.compile(r"(?<![\w./-])((?:dart_core|dart_arena|scripts|launch|tests)/[\w./*{}<>,-]*(?:\.\w+|/))")
+PYTHON_M = re.compile(r"python -m ((?:dart_core|dart_arena)[\w.]*)")
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 
 
 def test_every_cited_code_path_exists() -> None:
-    """``dart_core/engine/loop.py``, ``app/ui.py``, ``dart_core/preflight/``: what the docs name is there."""
+    """``dart_core/engine/loop.py``, ``dart_arena/ui.py``, ``dart_core/preflight/``: what the docs name is there."""
     missing = []
     for doc in DOCS:
         for lineno, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
@@ -153,9 +153,12 @@ def test_the_readme_python_examples_import() -> None:
 # ------------------------------------------------------------------- citations in code: paths and module names
 CODE_FILES = sorted({*(p for p in scanned_files() if p.suffix in {".py", ".sh", ".cpp", ".hpp", ".h"}),
                      ROOT / "pyproject.toml", ROOT / ".ci" / "run"} - {Path(__file__).resolve()})
-ANY_PATH = re.compile(r"(?<![\w./-])((?:dart_core|app|scripts|launch|tests|native|assets)/[\w./*{}<>,-]*(?:\.\w+|/))")
-# ``dart_core.loading.atomic:atomic_output``, ``dart_core.engine.loop.stream``, ``app.engine.ProcessEngine.health``
-DOTTED = re.compile(r"(?<![\w./-])((?:dart_core|app)(?:\.[A-Za-z_]\w*)+)(?::([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*))?")
+ANY_PATH = re.compile(
+    r"(?<![\w./-])((?:dart_core|dart_arena|scripts|launch|tests|native|assets)/[\w./*{}<>,-]*(?:\.\w+|/))")
+# ``dart_core.loading.atomic:atomic_output``, ``dart_core.engine.loop.stream``,
+# ``dart_arena.model_client.ProcessEngine.health``
+LOGGER = re.compile(r"getLogger\(\s*[\"']([\w.]+)[\"']")
+DOTTED = re.compile(r"(?<![\w./-])((?:dart_core|dart_arena)(?:\.[A-Za-z_]\w*)+)(?::([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*))?")
 NATIVE = "_native"
 FILE_SUFFIXES = {"md", "py", "json", "jsonl", "sh", "toml", "html", "css", "txt", "log", "whl", "gguf", "safetensors",
                  "ngram", "trie", "png", "cpp", "hpp"}
@@ -178,7 +181,7 @@ def cited_lines(path: Path) -> list[tuple[int, str]]:
 
 
 def module_file(dotted: str) -> Path | None:
-    """The source file of the module ``dotted`` names (``app`` is the package, not the Spaces file ``app.py``)."""
+    """The source file of the module ``dotted`` names (``dart_arena`` is the package, ``app.py`` the Spaces file)."""
     base = ROOT.joinpath(*dotted.split("."))
     if (base / "__init__.py").is_file():
         return base / "__init__.py"
@@ -246,12 +249,17 @@ def dotted_problem(ref: str, attrs: str | None) -> str | None:
 
 
 def test_every_module_name_cited_in_code_and_docs_exists() -> None:
-    """``dart_core.loading.atomic:atomic_output``, ``app.engine.ProcessEngine.health``: each module and name a doc,
-    docstring or comment cites is defined where it says (a rename leaves no citation behind)."""
+    """``dart_core.loading.atomic:atomic_output``, ``dart_arena.model_client.ProcessEngine.health``: each module and
+    name a doc, docstring or comment cites is defined where it says (a rename leaves no citation behind). A
+    logger's name (``getLogger("dart_arena.app")``: the app's log lines, under the ``dart_arena`` logger) names no
+    module."""
     missing = []
     for path in [*DOCS, *CODE_FILES]:
+        loggers = set(LOGGER.findall(path.read_text(encoding="utf-8", errors="replace")))
         for lineno, line in cited_lines(path):
             for ref, attrs in DOTTED.findall(URL.sub(" ", line)):
+                if ref in loggers:
+                    continue
                 problem = dotted_problem(ref.rstrip("."), attrs or None)
                 if problem is not None:
                     missing.append(f"{path.relative_to(ROOT)}:{lineno}: {ref}{':' + attrs if attrs else ''} "
@@ -286,13 +294,16 @@ def test_a_citation_of_nothing_is_caught() -> None:
     """The checks can fail: a made-up module, name, method and path are each reported; real ones are not."""
     assert dotted_problem("dart_core.loading.atomic", "atomic_output") is None
     assert dotted_problem("dart_core.engine.loop.stream", None) is None
-    assert dotted_problem("app.engine.ProcessEngine.health", None) is None
+    assert dotted_problem("dart_arena.model_client.ProcessEngine.health", None) is None
     assert dotted_problem("dart_core.load_arena", None) is None  # exported lazily by the package
     assert dotted_problem("dart_core.ngram.store", "_atomic_output") == "dart_core.ngram.store has no _atomic_output"
     assert dotted_problem("dart_core.packaged", None) == "dart_core has no packaged"
     assert dotted_problem("dart_core.options", "no_such_option") == "dart_core.options has no no_such_option"
     assert dotted_problem("dart_core.options.app_threads", None) is None  # a lazy export
-    assert "ProcessEngine has no heal" in (dotted_problem("app.engine.ProcessEngine.heal", None) or "")
+    assert "ProcessEngine has no heal" in (dotted_problem("dart_arena.model_client.ProcessEngine.heal", None) or "")
+    # a logger's name is no module (skipped where the file names it in a getLogger call, nowhere else)
+    assert LOGGER.findall('log = logging.getLogger("dart_arena.app")') == ["dart_arena.app"]
+    assert dotted_problem("dart_arena.app", None) == "dart_arena has no app"
     assert ANY_PATH.findall("see dart_core/packaged.py") == ["dart_core/packaged.py"]
     assert not (ROOT / "dart_core/packaged.py").exists() and not attribute_of_a_file("dart_core/packaged.py")
     assert attribute_of_a_file("tests/helpers_app.running_app") and not attribute_of_a_file("tests/helpers_app.nope")
@@ -350,13 +361,13 @@ def test_every_cited_anchor_is_a_heading() -> None:
 
 DEVELOPERS = ROOT / "docs/developers.md"
 # one item of the layout listing: "  - `dart_core/engine/`: `tree.py` (...), ..." and its indented continuation lines
-LAYOUT_ENTRY = re.compile(r"^  - `((?:dart_core|app)/(?:\w+/)*)`(.*(?:\n    .*)*)", re.M)
+LAYOUT_ENTRY = re.compile(r"^  - `((?:dart_core|dart_arena)/(?:\w+/)*)`(.*(?:\n    .*)*)", re.M)
 
 
 def python_modules() -> dict[str, list[str]]:
     """Folder (``dart_core/engine/``) → the file names of its Python modules, ``__init__.py`` left out."""
     out: dict[str, list[str]] = {}
-    for base in ("dart_core", "app"):
+    for base in ("dart_core", "dart_arena"):
         for path in sorted((ROOT / base).rglob("*.py")):
             if path.name != "__init__.py" and "__pycache__" not in path.parts:
                 out.setdefault(path.parent.relative_to(ROOT).as_posix() + "/", []).append(path.name)
@@ -373,7 +384,7 @@ def unlisted_modules(doc: str, modules: dict[str, list[str]]) -> list[str]:
 
 
 def test_the_developers_layout_lists_every_module() -> None:
-    """docs/developers.md's layout names every module of ``dart_core/`` and ``app/``, each in its folder's item:
+    """docs/developers.md's layout names every module of ``dart_core/`` and ``dart_arena/``, each in its folder's item:
     a module added without its line there fails here."""
     missing = unlisted_modules(DEVELOPERS.read_text(encoding="utf-8"), python_modules())
     assert not missing, "modules missing from docs/developers.md's layout:\n" + "\n".join(missing)
@@ -390,7 +401,8 @@ def test_the_anchor_and_layout_checks_can_fail() -> None:
     assert anchor_problems(note, line) == [
         "docs/benchmarks.md:3: docs/benchmarks.md#measurements-behind-design-choice",
         "docs/benchmarks.md:3: docs/benchmarks.md#nowhere"]
-    assert anchor_problems(ROOT / "app" / "x.py", [(1, "docs/benchmarks.md#soak-memory-over-many-visitors")]) == []
+    soak = "docs/benchmarks.md#soak-memory-over-many-visitors"
+    assert anchor_problems(ROOT / "dart_arena" / "x.py", [(1, soak)]) == []
 
     doc, modules = DEVELOPERS.read_text(encoding="utf-8"), python_modules()
     assert "state.py" in modules["dart_core/engine/"] and "dart.py" in modules["dart_core/train/"]
@@ -399,4 +411,4 @@ def test_the_anchor_and_layout_checks_can_fail() -> None:
     renamed = doc.replace("`state.py`", "`the-state`")
     assert unlisted_modules(renamed, modules) == ["dart_core/engine/state.py"]
     assert unlisted_modules(doc, {"dart_core/train/": ["registry.py"]}) == ["dart_core/train/registry.py"]
-    assert unlisted_modules(doc, {"app/widgets/": ["plots.py"]}) == ["app/widgets/plots.py"]
+    assert unlisted_modules(doc, {"dart_arena/widgets/": ["plots.py"]}) == ["dart_arena/widgets/plots.py"]

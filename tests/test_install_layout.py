@@ -1,7 +1,9 @@
 """A package laid out as a plain ``pip install .`` leaves it: a copy of ``dart_core`` outside the repository, with
 or without its compiled core, run in a fresh interpreter that skips the editable install's import hooks
 (``python -S``, site-packages on ``PYTHONPATH``). Without the core the import error says where ``dart_core`` came
-from and how to fix it; without ``assets/`` next to it the default bundle's error says where to get one."""
+from and how to fix it; without ``assets/`` next to it the default bundle's error says where to get one. What the
+wheel installs: the packages ``dart_core`` and ``dart_arena``, and no generic top-level ``app`` (the root's
+``app.py`` is the Spaces entry point, never installed)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import shutil
 import site
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,8 @@ from dart_core import bundle as bundle_mod
 from dart_core.bundle import BundleError, open_bundle
 
 PACKAGE = Path(dart_core.__file__).resolve().parent
+ROOT = Path(__file__).resolve().parent.parent
+INSTALLED = ["dart_core", "dart_arena"]  # the wheel's top-level names, in pyproject.toml's order
 
 
 def _copy_package(dest: Path, *, with_native: bool) -> Path:
@@ -50,7 +55,7 @@ def test_package_without_native_core_says_what_is_wrong(tmp_path: Path) -> None:
 
 
 def test_a_source_tree_shadowing_an_install_is_named(tmp_path: Path) -> None:
-    # The repository layout (native/CMakeLists.txt next to the package) run from its root, as `python -m app` is.
+    # The repository layout (native/CMakeLists.txt next to the package) run from its root, as `python -m dart_arena` is.
     _copy_package(tmp_path / "repo", with_native=False)
     (tmp_path / "repo" / "native").mkdir()
     (tmp_path / "repo" / "native" / "CMakeLists.txt").write_text("")
@@ -92,3 +97,41 @@ def test_missing_default_assets_message(tmp_path: Path, monkeypatch: pytest.Monk
     # A missing bundle anywhere else keeps the build-it message.
     with pytest.raises(BundleError, match=re.escape(f"{tmp_path / 'nope'} does not exist. Build it with")):
         open_bundle(tmp_path / "nope")
+
+
+
+def test_the_wheel_holds_only_the_projects_own_packages() -> None:
+    """``wheel.packages`` (scikit-build-core: the folders copied into the wheel, each a top-level name in
+    site-packages) lists the two packages, each a package folder, and nothing named ``app``; no script or entry
+    point adds a command."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert config["tool"]["scikit-build"]["wheel"]["packages"] == INSTALLED
+    assert all((ROOT / name / "__init__.py").is_file() for name in INSTALLED)
+    assert "scripts" not in config["project"] and "entry-points" not in config["project"]
+
+
+def test_the_built_wheel_installs_no_top_level_app(tmp_path: Path) -> None:
+    """The wheel itself (``pip wheel``, reusing the native core's build folder that the set-up filled): its top-level
+    names are ``dart_core``, ``dart_arena`` (with the page's ``style.css``) and its metadata, and the root's
+    ``app.py`` is not among them; unpacked as site-packages, ``dart_arena`` imports and no module ``app`` is found.
+    (The editable install of ``scripts/dev.sh setup`` puts the repository root on ``sys.path``, where ``app.py``
+    lies: scikit-build-core's redirect mode adds each package's parent folder, so only the wheel can tell.)"""
+    pytest.importorskip("scikit_build_core")  # --no-build-isolation: the set-up's build tools
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps",
+                            "--no-index", "-w", str(tmp_path / "dist"), str(ROOT)],
+                           capture_output=True, text=True, timeout=900)
+    assert built.returncode == 0, built.stdout + built.stderr
+    (wheel,) = (tmp_path / "dist").glob("*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        z.extractall(tmp_path / "site")
+    tops = {n.split("/")[0] for n in names}
+    assert {t for t in tops if not t.endswith(".dist-info")} == set(INSTALLED)
+    assert "dart_arena/style.css" in names and "dart_arena/__main__.py" in names
+    assert not any(n == "app.py" or n.startswith("app/") for n in names)
+    code = ("import importlib.util as u, dart_arena\n"
+            "print(u.find_spec('app'), dart_arena.__file__)\n")
+    out = _run(code, tmp_path / "site", tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["None", str(tmp_path / "site" / "dart_arena" / "__init__.py")]

@@ -1,7 +1,7 @@
-"""The house shows its layers (docs/architecture.md): over every module of ``dart_core`` and ``app``, from the
+"""The house shows its layers (docs/architecture.md): over every module of ``dart_core`` and ``dart_arena``, from the
 source alone, every import statement (module level, inside functions, under ``TYPE_CHECKING`` or ``__main__``) is
 an arrow; there is no import loop, no module imports a layer above its own, the front ends (``generate``,
-``bench``, ``train``) never import each other, ``dart_core`` never imports ``app`` or ``gradio``, the app reaches
+``bench``, ``train``) never import each other, ``dart_core`` never imports ``dart_arena`` or ``gradio``, the app reaches
 ``dart_core`` only through its public names and the shared front-end packages, every shared flag is declared in
 one place, no file is longer than 600 lines, no racer is named outside its drafter module, the registry, the
 training recipes and the benchmarks, and no module reaches another module's private (underscored) names (issue 68)."""
@@ -38,7 +38,7 @@ ALLOWED_TO_NAME_RACERS = ("drafters", "racers", "train", "bench")
 NATIVE = "dart_core._native"
 
 
-def modules(root: Path = ROOT, bases: tuple[str, ...] = ("dart_core", "app")) -> dict[str, Path]:
+def modules(root: Path = ROOT, bases: tuple[str, ...] = ("dart_core", "dart_arena")) -> dict[str, Path]:
     out = {}
     for base in bases:
         for p in (root / base).rglob("*.py"):
@@ -158,7 +158,7 @@ def test_the_front_ends_never_import_each_other() -> None:
 
 
 def test_the_app_uses_only_the_public_api() -> None:
-    internal = [f"{m} -> {t}" for m in MODULES if m == "app" or m.startswith("app.") for t in GRAPH[m]
+    internal = [f"{m} -> {t}" for m in MODULES if m == "dart_arena" or m.startswith("dart_arena.") for t in GRAPH[m]
                 if t.startswith("dart_core") and not any(t == a or t.startswith(a + ".") for a in APP_MAY_IMPORT[1:])
                 and t != "dart_core"]
     assert internal == []
@@ -180,8 +180,9 @@ def test_a_shared_flag_is_declared_in_one_place(flag: str) -> None:
 
 
 def test_the_engine_never_imports_the_app_or_gradio() -> None:
+    # (bench in_app drives the app over HTTP)
     bad = [f"{m} -> {t}" for m in MODULES if m.startswith("dart_core") for t in GRAPH[m]
-           if t == "app" or t.startswith("app.") or t == "ext:gradio"]  # (bench in_app drives the app over HTTP)
+           if t == "dart_arena" or t.startswith("dart_arena.") or t == "ext:gradio"]
     assert bad == []
 
 

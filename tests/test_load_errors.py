@@ -224,7 +224,7 @@ def check_error_line_last(stderr: str, named: Path) -> str:
 # reports damage it sees there itself; tensor values only the load sees, so these cases reach the model process.
 def test_app_exits_2_with_one_line_naming_the_file(tmp_path: Path) -> None:
     root, named = damaged_bundle(tmp_path, "NaN target embedding")
-    out = run([sys.executable, "-m", "app", "--bundle", str(root)], tmp_path)
+    out = run([sys.executable, "-m", "dart_arena", "--bundle", str(root)], tmp_path)
     assert out.returncode == 2, out.stderr
     line = check_error_line_last(out.stderr, named)
     assert "model.embed_tokens.weight holds non-finite values" in line
@@ -234,7 +234,7 @@ def test_app_exits_2_with_one_line_naming_the_file(tmp_path: Path) -> None:
 
 def test_app_debug_shows_the_traceback_before_the_line(tmp_path: Path) -> None:
     root, named = damaged_bundle(tmp_path, "inf EAGLE-3 head")
-    out = run([sys.executable, "-m", "app", "--bundle", str(root), "--debug"], tmp_path)
+    out = run([sys.executable, "-m", "dart_arena", "--bundle", str(root), "--debug"], tmp_path)
     assert out.returncode == 2, out.stderr
     check_error_line_last(out.stderr, named)
     assert "Traceback (most recent call last)" in out.stderr

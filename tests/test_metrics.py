@@ -274,9 +274,9 @@ def test_bench_e2e_pools_the_prompts_in_its_table_json_and_report(rigged: Any, t
 
 
 def test_the_page_cards_plot_and_api_result_show_the_hand_computed_metrics(rigged: Any) -> None:
-    from app.engine import LocalEngine
-    from app.page import new_conversation
-    from app.ui import AppConfig, ArenaUI
+    from dart_arena.model_client import LocalEngine
+    from dart_arena.page import new_conversation
+    from dart_arena.ui import AppConfig, ArenaUI
     from dart_core.arena import load_arena
 
     off = {r.key: False for r in model_free_racers()}  # only the rigged racer and AR: the cards are computed by hand

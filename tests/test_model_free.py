@@ -275,7 +275,7 @@ def test_generate_cli_runs_them_and_refuses_the_store_only_one_without_a_store(
 
 
 def test_launch_check_and_app_flags(bundle_ok: None) -> None:
-    from app.__main__ import build_parser, resolve
+    from dart_arena.__main__ import build_parser, resolve
     from dart_core.preflight.launch import plan_launch
 
     plan = plan_launch(base=str(BUNDLE / "target"), drafters={}, device="cpu", model_free={STORE_ONLY: True})
@@ -291,9 +291,9 @@ def test_launch_check_and_app_flags(bundle_ok: None) -> None:
 
 
 def test_page_leaves_them_unticked_and_races_them_when_picked(bundle_ok: None) -> None:
-    from app.engine import LocalEngine
-    from app.page import new_conversation
-    from app.ui import AppConfig, ArenaUI
+    from dart_arena.model_client import LocalEngine
+    from dart_arena.page import new_conversation
+    from dart_arena.ui import AppConfig, ArenaUI
     from dart_core.arena import load_arena
 
     arena = load_arena(BUNDLE / "target", dart=BUNDLE / "dart", ngram=BUNDLE / "ngram" / "small.ngram",
@@ -310,7 +310,7 @@ def test_page_leaves_them_unticked_and_races_them_when_picked(bundle_ok: None) -
 
 
 def test_checkpoint_free_racers_have_no_model_flag_but_their_settings() -> None:
-    from app.__main__ import build_parser
+    from dart_arena.__main__ import build_parser
     from dart_core.bench.e2e import add_arguments
 
     flags = {a for action in build_parser()._actions for a in action.option_strings}

@@ -1,7 +1,7 @@
-"""The launch check (dart_core/preflight/, app/launch_check.py, ``python -m app --check``, launch/common.sh):
-every piece a command names is found and checked from listings and metadata alone, all problems come at once with
-the command that fixes each, exit code 2, and nothing is loaded first — the target's loader is never reached.
-``--download``, the flags and the launch scripts: tests/test_preflight_download.py."""
+"""The launch check (dart_core/preflight/, dart_arena/launch_check.py, ``python -m dart_arena --check``,
+launch/common.sh): every piece a command names is found and checked from listings and metadata alone, all problems come
+at once with the command that fixes each, exit code 2, and nothing is loaded first — the target's loader is never
+reached. ``--download``, the flags and the launch scripts: tests/test_preflight_download.py."""
 
 from __future__ import annotations
 

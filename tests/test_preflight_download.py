@@ -19,8 +19,8 @@ import pytest
 from helpers_hub import QWEN3_8B, published_cache, snapshot
 from helpers_preflight import REPO, SCRIPT, free_port, launch_args, problems, run_main, use_cache
 
-from app import launch_check
-from app.__main__ import build_parser
+from dart_arena import launch_check
+from dart_arena.__main__ import build_parser
 from dart_core.preflight import launch, sources
 
 # main() sets up the app's log handler on the stderr of its time: each test gets its own (capsys's)
@@ -163,7 +163,7 @@ def test_explicit_flags_after_the_launch_defaults_win(tmp_path: Path) -> None:
     out = subprocess.run(["bash", str(SCRIPT), "--no-listen", "--no-share", "--no-use-small-ngram", "--server-port",
                           "8000", "--device", "auto"], env=env, capture_output=True, text=True, check=True).stdout
     argv = out.splitlines()
-    assert argv[:2] == ["-m", "app"] and "--share" in argv  # DART_SHARE's --share comes before the user's flags
+    assert argv[:2] == ["-m", "dart_arena"] and "--share" in argv  # DART_SHARE's --share comes before the user's flags
     args = build_parser().parse_args(argv[2:])
     assert (args.listen, args.share, args.use_small_ngram, args.server_port, args.device) == (False, False, False,
                                                                                              8000, "auto")
@@ -174,13 +174,13 @@ def test_launch_help_prints_the_defaults_first() -> None:
     env = {**os.environ, "VENV": sys.prefix, "DART_SKIP_SETUP": "1"}
     out = subprocess.run(["bash", str(SCRIPT), "--help"], cwd=REPO, env=env, capture_output=True, text=True,
                          check=True).stdout
-    defaults, _, usage = out.partition("python -m app --help:")
-    assert "launch/qwen3_8b_app.sh runs python -m app with these defaults" in defaults
+    defaults, _, usage = out.partition("python -m dart_arena --help:")
+    assert "launch/qwen3_8b_app.sh runs python -m dart_arena with these defaults" in defaults
     for line in ("--base-model-name-or-path Qwen/Qwen3-8B", "--dart-model-name-or-path fvliang/qwen8b-dart",
                  "--ngram-model-name-or-path fvliang/dart-qwen3-ngram", "--use-small-ngram",
                  "--eagle3-model-name-or-path AngelSlim/Qwen3-8B_eagle3", "--device cuda", "--server-port 30000"):
         assert line in defaults, line
-    assert "usage: python -m app" in usage and "--check" in usage and "--no-listen" in usage
+    assert "usage: python -m dart_arena" in usage and "--check" in usage and "--no-listen" in usage
 
 
 def test_launch_script_check_against_the_published_cache(published: Path) -> None:
@@ -226,18 +226,18 @@ def test_a_flaw_of_the_check_never_blocks_a_launch(hub: Path, monkeypatch: pytes
     """--check reports it (exit 2, one line); a plain start warns and goes on to load."""
     import logging
 
-    import app.engine
+    import dart_arena.model_client
 
     def broken(**kwargs: Any) -> Any:
         raise RuntimeError("a bug in the check")
 
     def engine(*args: Any, **kwargs: Any) -> Any:
-        raise app.engine.EngineError("the engine was reached")
+        raise dart_arena.model_client.EngineError("the engine was reached")
 
     warnings: list[str] = []
     monkeypatch.setattr(logging.getLogger("dart_arena.app"), "warning", lambda msg, *a: warnings.append(msg % a))
     monkeypatch.setattr(launch_check, "plan_launch", broken)
-    monkeypatch.setattr(app.engine, "ProcessEngine", engine)
+    monkeypatch.setattr(dart_arena.model_client, "ProcessEngine", engine)
     code, _, err, _ = run_main(launch_args("--check"), capsys)
     assert code == 2 and "error: the launch check itself failed (RuntimeError: a bug in the check)" in err
     assert "Traceback" not in err

@@ -128,11 +128,11 @@ def test_a_registered_racer_loads_and_races_losslessly(arena: Any) -> None:
 
 
 def test_a_registered_racer_gets_flags_columns_and_controls(arena: Any, lookup: Racer) -> None:
-    from app import render
-    from app.__main__ import build_parser
-    from app.engine import LocalEngine
-    from app.page import new_conversation
-    from app.ui import AppConfig, ArenaUI
+    from dart_arena import render
+    from dart_arena.__main__ import build_parser
+    from dart_arena.model_client import LocalEngine
+    from dart_arena.page import new_conversation
+    from dart_arena.ui import AppConfig, ArenaUI
     from dart_core.options import add_racer_settings_arguments, racer_settings
 
     p = argparse.ArgumentParser()
@@ -141,7 +141,7 @@ def test_a_registered_racer_gets_flags_columns_and_controls(arena: Any, lookup: 
     app_args = build_parser().parse_args(["--lookup-model-name-or-path", "x"])
     assert app_args.lookup_model_name_or_path == "x"
     assert [k.name for k in knobs(lookup.settings_type)] == ["length"]
-    from app.serve import page_css
+    from dart_arena.web_server import page_css
 
     assert ".tok-lookup" in page_css() and ".card-lookup" in page_css() and ".lane-box-dart" in page_css()
     assert "rgba(16, 185, 129, 0.24)" in render.racer_css()  # the registered colour #10b981
@@ -162,7 +162,7 @@ def test_a_registered_racer_passes_bundle_preflight_and_the_app_check(lookup: Ra
     registration above was edited for it."""
     import json
 
-    from app.__main__ import main
+    from dart_arena.__main__ import main
     from dart_core.bundle import open_bundle
     from dart_core.preflight.launch import plan_launch
 

@@ -1,9 +1,9 @@
-"""The "Measured on this host" panel (``dart_core.race.standings``, ``app/standings.py``): a real ``bench e2e`` run
-on the toy bundle (assets/tiny), written where the benchmark writes by default, is found for the models the app
-loads and shown with its figures, prompts, dtype, device, date and command; a run for another target is not, a
-racer measured with another checkpoint keeps its row out; unreadable files and no run give the one-line hint with
-the command, never an error. Model identities: a bundle's parts by their recorded digests (wherever the bundle
-lies), other local checkpoints by their files' sizes and times."""
+"""The "Measured on this host" panel (``dart_core.race.standings``, ``dart_arena/standings_panel.py``): a real ``bench
+e2e`` run on the toy bundle (assets/tiny), written where the benchmark writes by default, is found for the models the
+app loads and shown with its figures, prompts, dtype, device, date and command; a run for another target is not, a racer
+measured with another checkpoint keeps its row out; unreadable files and no run give the one-line hint with the command,
+never an error. Model identities: a bundle's parts by their recorded digests (wherever the bundle lies), other local
+checkpoints by their files' sizes and times."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from app.__main__ import build_parser, resolve, standings_panel
-from app.standings import shown_path, standings_html
+from dart_arena.__main__ import build_parser, build_standings_panel, resolve
+from dart_arena.standings_panel import shown_path, standings_html
 from dart_core.bench.__main__ import main as bench_main
 from dart_core.bundle import open_bundle
 from dart_core.loading.identity import model_identity
@@ -48,9 +48,9 @@ def report(results: Path) -> dict[str, Any]:
 
 
 def app_panel(results: Path, *flags: str, info: Any = INFO) -> Any:
-    """The panel as ``python -m app --bundle assets/tiny ...`` makes it."""
+    """The panel as ``python -m dart_arena --bundle assets/tiny ...`` makes it."""
     args = build_parser().parse_args(["--bundle", str(BUNDLE), "--bench-results", str(results), *flags])
-    return standings_panel(args, resolve(args), info)
+    return build_standings_panel(args, resolve(args), info)
 
 
 def test_a_real_run_is_found_and_shown_for_the_loaded_models(results: Path) -> None:
@@ -167,8 +167,8 @@ def test_the_suggested_command_measures_the_loaded_models(monkeypatch: pytest.Mo
 
 def test_the_page_fills_the_panel_at_each_load(results: Path) -> None:
     """The page has the panel, closed below the live race, filled by a private load event with the run's table."""
-    from app.engine import LocalEngine
-    from app.ui import AppConfig, ArenaUI
+    from dart_arena.model_client import LocalEngine
+    from dart_arena.ui import AppConfig, ArenaUI
     from dart_core.arena import load_arena
 
     arena = load_arena(BUNDLE / "target", dart=BUNDLE / "dart", eagle3=BUNDLE / "eagle3",

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from dart_core.train.common import TrainConfig
-from dart_core.train.loop import Checkpointer, EarlyStop, JsonlLog, make_optimizer, train_loop
+from dart_core.train.training_loop import Checkpointer, EarlyStop, JsonlLog, make_optimizer, train_loop
 
 
 class Source:

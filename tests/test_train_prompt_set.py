@@ -196,7 +196,7 @@ def _shipped_prompts() -> list[str]:
     """Every prompt set the project ships: the bundles' held-out prompts and the app's example chats."""
     out = [json.loads(line)["prompt"] for f in sorted(REPO.glob("assets/*/prompts.jsonl"))
            for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
-    tree = ast.parse((REPO / "app" / "__main__.py").read_text(encoding="utf-8"))
+    tree = ast.parse((REPO / "dart_arena" / "__main__.py").read_text(encoding="utf-8"))
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "CHAT_EXAMPLES" for t in node.targets):
             out += [prompt for _, prompt in ast.literal_eval(node.value)]

@@ -1,5 +1,5 @@
 """Driving a running app as its visitors do, for the benchmarks that measure the app (``in_app``, ``soak``):
-start ``python -m app`` on a free port and wait until it serves, open its page in headless Chromium (Playwright
+start ``python -m dart_arena`` on a free port and wait until it serves, open its page in headless Chromium (Playwright
 on the system's browser: /usr/bin/chromium or $DART_CHROMIUM; nothing is downloaded) or call it through
 ``gradio_client``, and wait for each race's line in the app's race log."""
 
@@ -152,7 +152,7 @@ def _await_line(log: RaceLog, n: int, timeout: float, ended: Callable[[], bool],
             seen_end = time.monotonic()
         if seen_end is not None and time.monotonic() - seen_end > LOG_GRACE_S:
             raise BenchError(f"the race of {text[:40]!r} ended but the app wrote no line to {log.path} within "
-                             f"{LOG_GRACE_S} s: does `python -m app` support --race-log?")
+                             f"{LOG_GRACE_S} s: does `python -m dart_arena` support --race-log?")
         if time.monotonic() > deadline:
             raise BenchError(f"the race of {text[:40]!r} did not end within {timeout:g} s (--timeout)")
         wait(0.25)

@@ -1,6 +1,6 @@
 """App vs benchmark: are the app's speed figures honest, i.e. does drawing the page slow the race?
 
-Starts ``python -m app`` on the same models with ``--race-log`` (one JSON line per ended race), opens the page in
+Starts ``python -m dart_arena`` on the same models with ``--race-log`` (one JSON line per ended race), opens the page in
 headless Chromium (Playwright on the system browser: /usr/bin/chromium or $DART_CHROMIUM; nothing is downloaded)
 and races each prompt of the e2e benchmark's prompt set as a visitor would: type it, Send, wait for the end, Clear.
 The page stays open and visible throughout, so the browser renders every live update and plot. One warm-up prompt
@@ -43,7 +43,7 @@ from dart_core.race import method_width
 from dart_core.racers.registry import BASELINE, checkpoint_racers, label
 
 TARGET = 0.10  # the in-app figures must be within 10 % of the plain benchmark's
-APP_COMMAND = (sys.executable, "-m", "app")
+APP_COMMAND = (sys.executable, "-m", "dart_arena")
 BENCH_COMMAND = (sys.executable, "-m", "dart_core.bench", "e2e")
 MS_PER_STEP = ("draft_ms_per_step", "search_ms_per_step", "verify_ms_per_step")
 
@@ -258,7 +258,7 @@ def tree_flags(args: argparse.Namespace) -> list[str]:
 
 
 def app_command(args: argparse.Namespace, src: Sources, port: int, race_log: Path) -> list[str]:
-    """``python -m app`` on the models the e2e benchmark resolves from the same flags."""
+    """``python -m dart_arena`` on the models the e2e benchmark resolves from the same flags."""
     cmd = [*APP_COMMAND, "--server-port", str(port), "--max-new-tokens", str(args.max_new_tokens),
            "--race-log", str(race_log)]
     cmd += ["--bundle", str(src.bundle)] if args.base is None else ["--base-model-name-or-path", src.base]

@@ -1,6 +1,6 @@
 """Soak: does the app's memory stay flat over many visitors?
 
-Starts ``python -m app`` (its helpers from ``python -m dart_core.bench app``) and runs ``--races`` short greedy
+Starts ``python -m dart_arena`` (its helpers from ``python -m dart_core.bench app``) and runs ``--races`` short greedy
 races through its ``/race`` endpoint, each from a fresh session (a new ``gradio_client`` Client, closed after its
 race), as that many visitors would. Every ``--every`` races (and after race 0, 50 and the last) it reads the
 resident memory (VmRSS in /proc/<pid>/status) of the web server and of its engine process (the server's child
@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=16, help="new tokens per race (default 16)")
     p.add_argument("--every", type=int, default=25, help="read the memory every N races (default 25)")
     p.add_argument("--app-args", default="", metavar="ARGS",
-                   help="more flags for python -m app, one string (e.g. \"--max-sessions 64\")")
+                   help="more flags for python -m dart_arena, one string (e.g. \"--max-sessions 64\")")
     p.add_argument("--port", type=int, default=0, help="the app's port (default: a free one)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds one race may take (default 300)")
     p.add_argument("--out", type=Path, default=None,
@@ -178,7 +178,7 @@ def _run(args: argparse.Namespace) -> int:
     out = args.out or Path(".bench") / f"soak-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     port = args.port or free_port()
-    cmd = [sys.executable, "-m", "app", "--server-port", str(port), "--max-new-tokens", str(args.max_new_tokens)]
+    cmd = [sys.executable, "-m", "dart_arena", "--server-port", str(port), "--max-new-tokens", str(args.max_new_tokens)]
     cmd += ["--bundle", str(args.bundle)] if args.bundle is not None else []
     cmd += shlex.split(args.app_args)
     print(f"starting the app: {' '.join(cmd)}")

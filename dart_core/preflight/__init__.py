@@ -5,9 +5,9 @@ only after the target had loaded (minutes for a large model), one problem per at
 Here every piece is found from file listings and small metadata files alone — ``config.json``, shard indexes and
 the 8-byte length + JSON header of each safetensors file, never tensor data — either in a local directory, in the
 local Hugging Face cache (``HF_HUB_OFFLINE``, or the Hub unreachable) or through the Hub's file listing; the device,
-the memory the plan needs and the server port are checked too, and ALL problems are reported at once, each with
-the command that fixes it. No Gradio here, no model code, and no command line: the check must answer in well
-under the time the import of a model takes, and the app turns its own flags into a plan (``app/launch_check.py``).
+the memory the plan needs and the server port are checked too, and ALL problems are reported at once, each with the
+command that fixes it. No Gradio here, no model code, and no command line: the check must answer in well under the time
+the import of a model takes, and the app turns its own flags into a plan (``dart_arena/launch_check.py``).
 
 The modules: ``plan`` (the plan and its problems, as data), ``sources`` (a reference's files and headers, read
 without weights), ``checks`` (the target, each drafter in its racer's declared checkpoint format, the N-gram

@@ -65,7 +65,7 @@ class Race(Scoreboard):
     # ----------------------------------------------------------------------------------------------- running
     def run(self, idle_s: float | None = None) -> Iterator[tuple[Lane, Step]]:
         """Round-robin over the unfinished methods, one step each, until all finish, :meth:`stop` or the time
-        limit. (``idle_s``: as in ``app.engine.RemoteRace.run``; the steps run here, so this never idles.)
+        limit. (``idle_s``: as in ``dart_arena.model_client.RemoteRace.run``; the steps run here, so this never idles.)
 
         Closing this iterator (a cancelled request) closes every method's step generator."""
         s = self.settings

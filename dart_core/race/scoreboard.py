@@ -79,7 +79,7 @@ class Lane:
 
 class Scoreboard:
     """A race's lanes and results, whoever runs its steps: :class:`Race` on a model in this process, or the app's
-    engine process (``app.engine``) whose steps arrive here. ``limit`` names the host's limit that cut it
+    model process (``dart_arena.model_process``) whose steps arrive here. ``limit`` names the host's limit that cut it
     ("time"), if any."""
 
     def __init__(self, methods: Sequence[str], prompts: Mapping[str, Sequence[int]],

@@ -22,7 +22,7 @@ from dart_core.drafters.base import DrafterLayer
 from dart_core.drafters.checkpoint import load_weights_file, non_finite, read_json_object
 from dart_core.engine.target import TargetModel
 from dart_core.loading.errors import LoadError
-from dart_core.train.loop import train_and_save
+from dart_core.train.training_loop import train_and_save
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from dart_core.train.common import (
     start_weights,
     stored_sources,
 )
-from dart_core.train.loop import train_and_save
+from dart_core.train.training_loop import train_and_save
 
 
 def unused_token_id(sequences: Sequence[Sequence[int]], vocab_size: int) -> int:

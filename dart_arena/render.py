@@ -1,5 +1,5 @@
 """HTML for the race: each method's text with the tokens that came from accepted drafts highlighted, the
-per-method header and the summary cards. Plain strings (no Gradio), escaped, styled by ``app/style.css``.
+per-method header and the summary cards. Plain strings (no Gradio), escaped, styled by ``dart_arena/style.css``.
 
 Text is decoded incrementally: a token that ends inside a multi-byte character (byte-level BPE) is held back
 until the character completes, so nothing shows as "�" and every piece keeps its origin (draft or target).
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.page import turn_finished
+from dart_arena.page import turn_finished
 from dart_core import BASELINE, RACERS, label
 from dart_core.race import Verdict
 
@@ -163,7 +163,7 @@ def lane_html(method: str, turns: Sequence[dict[str, Any]], *, chat: bool, figur
 
 def continued_note(turn: dict[str, Any], method: str) -> str:
     """Under a chat reply the later turns do not build on: the turn was cut short and this racer's text is not the
-    baseline's, which every racer continues from (``app.page.continued_reply``); the column still shows what the
+    baseline's, which every racer continues from (``dart_arena.page.continued_reply``); the column still shows what the
     racer wrote, and the note says why its next answer may not follow from it."""
     replies = turn.get("replies") or {}
     own, base = replies.get(method), replies.get(BASELINE)

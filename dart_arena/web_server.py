@@ -1,5 +1,7 @@
-"""Serving the page: Gradio's queue (one race at a time on the shared target), the sessions it keeps, the theme
-(system fonts: the page works offline) and the CSS (``style.css`` plus each racer's colours from the registry)."""
+"""The page's web server: Gradio's queue (one race at a time on the shared target), the sessions it keeps, the
+:class:`~dart_arena.guard.Guard` in front of it, the theme (system fonts: the page works offline) and the CSS
+(``style.css`` plus each racer's colours from the registry). Named for what it starts, apart from the model's side
+(:mod:`dart_arena.model_client`, :mod:`dart_arena.model_process`)."""
 
 from __future__ import annotations
 
@@ -8,13 +10,13 @@ from typing import Any
 
 import gradio as gr
 
-from app import render
-from app.ui import MAX_SESSIONS, ArenaUI
+from dart_arena import render
+from dart_arena.ui import MAX_SESSIONS, ArenaUI
 
 CSS_PATH = Path(__file__).with_name("style.css")
 
 
-def launch(demo: gr.Blocks, *, listen: bool = False, port: int | None = None, share: bool = False,
+def start_web_server(demo: gr.Blocks, *, listen: bool = False, port: int | None = None, share: bool = False,
            max_queue: int | None = 64, max_sessions: int = MAX_SESSIONS, ui: ArenaUI | None = None,
            **kwargs: Any) -> None:
     """Queue (one generation at a time on the shared model) and serve: 127.0.0.1 unless ``listen``. Gradio keeps
@@ -24,7 +26,7 @@ def launch(demo: gr.Blocks, *, listen: bool = False, port: int | None = None, sh
     what still reaches Gradio is its own checking of a request (an API caller sending too few values, say), whose
     message the caller gets instead of an error without one.
 
-    In front of Gradio, :class:`~app.guard.Guard` (with ``ui``, the page's engine and limits): ``GET /healthz``
+    In front of Gradio, :class:`~dart_arena.guard.Guard` (with ``ui``, the page's engine and limits): ``GET /healthz``
     (200 only while the model process is ready and alive; 503 while it is down or restarting, and once the app gave
     up: a host reads the status code), request bodies bounded by what the longest prompt needs, no uploads
     (Gradio's own limit, ``max_file_size``, is 0 too), and events that do not exist refused with a message.
@@ -32,7 +34,7 @@ def launch(demo: gr.Blocks, *, listen: bool = False, port: int | None = None, sh
     known there): the start's last line is ours, the URL."""
     from starlette.middleware import Middleware
 
-    from app.guard import Guard
+    from dart_arena.guard import Guard
 
     health = ui.engine.health if ui is not None else (lambda: (True, {"engine": "ready"}))
     chars = ui.max_prompt_chars if ui is not None else 1 << 20

@@ -2,7 +2,7 @@
 loaded models (``dart_core.race.standings``), beside the live race, whose single prompt swings its ratios from
 prompt to prompt (measured: docs/benchmarks.md#measurements-behind-design-choices). No run found (or none
 readable) gives one line with the command that measures them. Plain HTML strings, no Gradio; styled by
-``app/style.css``.
+``dart_arena/style.css``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """DART Arena's comparison app: the registered racers (DART, EAGLE-3, DFlash, …, plain decoding) side by side on
 one shared target.
 
-``python -m app`` (see ``app/__main__.py``); the race logic is in ``dart_core.race`` (no Gradio), the figures in
-``app.plots``, the HTML in ``app.render``, the page in ``app.ui``, the model's own process in ``app.engine``.
+``python -m dart_arena`` (see ``dart_arena/__main__.py``); the race logic is in ``dart_core.race`` (no Gradio), the
+figures in ``dart_arena.plots``, the HTML in ``dart_arena.render``, the page in ``dart_arena.ui``, the model's own
+process in ``dart_arena.model_process``, the server's side of it in ``dart_arena.model_client``.
 """
 
 import logging

@@ -1,13 +1,14 @@
-"""Where the model runs: in a process of its own (:class:`ProcessEngine`, what ``python -m app`` serves with), so
-no work of the web server — building figures, HTML and JSON for the page, Gradio's event loop — can stall a step
-and be billed to it. In one Python process the server and the model share the GIL: a few milliseconds of page
-work per update made every step slower and compressed each speedup toward 1×.
+"""The server's side of the model: where the page's races run, with one interface for both places a model can be.
 
-The engine process loads the arena, runs one race at a time and streams compact records — each
-:class:`~dart_core.engine.loop.Step` and the lanes' states — back through a pipe; the server keeps the
-:class:`~dart_core.race.Scoreboard` (a :class:`RemoteRace`), renders it as it likes, and asks the engine to stop a race
-between two steps. :class:`LocalEngine` runs races in this process instead (the tests, and racers registered at
-run time, which a fresh process would not know). No Gradio here.
+:class:`ProcessEngine` (what ``python -m dart_arena`` serves with) keeps the model in a process of its own
+(:mod:`dart_arena.model_process`), so no work of the web server — building figures, HTML and JSON for the page,
+Gradio's event loop — can stall a step and be billed to it. In one Python process the server and the model share
+the GIL: a few milliseconds of page work per update made every step slower and compressed each speedup toward 1×.
+It sends races and stops over a pipe (the messages: :mod:`dart_arena.model_messages`), restarts a process that
+dies, and answers the host's health check; each race is a :class:`RemoteRace`, the
+:class:`~dart_core.race.Scoreboard` the server keeps and renders as it likes while the steps arrive.
+:class:`LocalEngine` runs races in this process instead (the tests, and racers registered at run time, which a
+fresh process would not know). No Gradio here.
 """
 
 from __future__ import annotations
@@ -20,42 +21,21 @@ import queue
 import signal
 import threading
 import time
-import traceback
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from itertools import count
 from typing import Any
 
 import torch
 
+from dart_arena.model_messages import engine_info
+from dart_arena.model_process import run_model_process
 from dart_core import Step
-from dart_core.options import app_threads
 from dart_core.race import Lane, Race, RaceSettings, Scoreboard
 
 log = logging.getLogger("dart_arena.app")
-
-# The messages between server and engine process (tuples, first item the kind):
-#   server -> engine: ("race", id, methods, prompts, settings) | ("stop", id) | ("quit",)
-#   engine -> server: ("ready", EngineInfo, tokenizer) | ("error", message, traceback, known)
-#                     (message: one line, see dart_core.loading.errors.describe; known: a LoadError or another of the
-#                     project's errors, whose message suffices)
-#                     ("step", id, method, Step, states) | ("end", id, states, limit)
-# ``states`` is {method: (status, error)} for every lane of the race.
-@dataclass(frozen=True)
-class EngineInfo:
-    """What the server needs to know of the loaded arena (it never holds the model itself)."""
-
-    methods: list[str]  # loaded racers, registry order, the baseline last
-    drafters: list[str]  # the drafting ones among them
-    device: str
-    dtype: str
-    max_context: int
-    has_store: bool
-    threads: int  # PyTorch's CPU threads
-    linear_kernels: dict[str, str] = field(default_factory=dict)  # on a CPU: model → its linear kernels, one line
-    fast_path: str | None = None  # graphs / compile / eager, or None: the eager dynamic-cache path
 
 
 class EngineError(RuntimeError):
@@ -67,16 +47,6 @@ class EngineError(RuntimeError):
         super().__init__(message)
         self.details = details
         self.known = known
-
-
-def engine_info(arena: Any) -> EngineInfo:
-    plans = getattr(arena, "cpu_linears", {})
-    return EngineInfo(methods=list(arena.methods), drafters=list(arena.drafters), device=str(arena.target.device),
-                      dtype=str(arena.target.dtype).removeprefix("torch."),
-                      max_context=int(arena.target.max_context), has_store=arena.store is not None,
-                      threads=torch.get_num_threads(),
-                      linear_kernels={name: plan.describe() for name, plan in plans.items()},
-                      fast_path=getattr(arena.target, "fast_path", None))
 
 
 def exit_text(code: int | None) -> str:
@@ -272,7 +242,8 @@ class ProcessEngine:
         """Start an engine process and wait until it has loaded the models (an :class:`EngineError` if not)."""
         ctx = multiprocessing.get_context("spawn")
         conn, child = ctx.Pipe()
-        proc = ctx.Process(target=serve, args=(child, self._load, self._threads), name="dart-arena-engine",
+        proc = ctx.Process(target=run_model_process, args=(child, self._load, self._threads),
+                           name="dart-arena-engine",
                            daemon=True)
         proc.start()
         child.close()
@@ -441,100 +412,3 @@ def warm_up(engine: LocalEngine | ProcessEngine, input_ids: Sequence[int], setti
     s = replace(settings, max_new_tokens=min(tokens, settings.max_new_tokens), time_limit_s=None)
     for _ in engine.race(dict.fromkeys(engine.info.methods, input_ids), s).run():
         pass
-
-
-# ----------------------------------------------------------------------------------------------- the engine side
-def _states(race: Race) -> dict[str, tuple[str, str | None]]:
-    return {m: (lane.status, lane.error) for m, lane in race.lanes.items()}
-
-
-def serve(conn: Any, load: dict[str, Any], threads: int | None = None) -> None:
-    """The engine process: load the arena, then run the races the server sends, one at a time, streaming each
-    step back. A thread of its own reads the server's messages meanwhile, so a stop takes effect at once: after
-    the step under way, or between two chunks of a long prompt's prefill (``Race.interrupted``)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the server decides, we follow
-    from app import setup_logging
-    from dart_core import close_progress_bars, default_device, load_arena
-    from dart_core import describe_error as describe
-
-    setup_logging()
-    try:
-        device = load.get("device") or default_device()
-        kind = "cuda" if device == "auto" else torch.device(device).type
-        arena = load_arena(**load, threads=app_threads(threads, kind))  # set first: the CPU kernels are timed at it
-    except BaseException as e:  # the server reports it; nothing of ours may be left half-loaded
-        # bars closed first: the server prints its error line after this message, never onto a bar's line
-        close_progress_bars()
-        message, known = describe(e)
-        conn.send(("error", message, traceback.format_exc(), known))
-        conn.close()
-        return
-    conn.send(("ready", engine_info(arena), arena.tokenizer))
-    orders = _Orders(conn)
-    while True:
-        msg = orders.next()
-        if msg[0] == "quit":
-            return
-        if msg[0] != "race":
-            continue  # a stop for a race that already ended
-        _, race_id, methods, prompts, settings = msg
-        try:
-            race = Race(arena, prompts, methods=methods, settings=settings)
-        except Exception as e:  # the server checked the methods; anything else is a bug to show, not a crash
-            conn.send(("end", race_id, {m: ("error", f"{type(e).__name__}: {e}") for m in methods}, None))
-            continue
-        if not orders.start(race_id, race):  # stopped while it queued (a request cancelled in the queue)
-            conn.send(("end", race_id, {m: ("stopped", None) for m in methods}, None))
-            continue
-        try:
-            for lane, step in race.run():
-                conn.send(("step", race_id, lane.method, step, _states(race)))
-            conn.send(("end", race_id, _states(race), race.limit))
-        except (EOFError, OSError, BrokenPipeError):
-            return
-        finally:
-            orders.start(None, None)
-
-
-class _Orders:
-    """The engine's inbox: a thread reads the server's messages as they come, stops the running race at once on
-    its stop (or on quit), and queues the rest for :meth:`next`."""
-
-    def __init__(self, conn: Any) -> None:
-        self._conn = conn
-        self._queue: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._running: tuple[int, Race] | None = None
-        self._stopped: set[int] = set()  # races stopped before they started
-        threading.Thread(target=self._read, name="dart-arena-orders", daemon=True).start()
-
-    def _read(self) -> None:
-        while True:
-            try:
-                msg = self._conn.recv()
-            except (EOFError, OSError):
-                msg = ("quit",)  # the server is gone
-            with self._lock:
-                running = self._running
-                if msg[0] == "stop":
-                    self._stopped.add(msg[1])
-                if running is not None and (msg[0] == "quit" or msg[:2] == ("stop", running[0])):
-                    running[1].stop()
-            self._queue.put(msg)
-            if msg[0] == "quit":
-                return
-
-    def next(self) -> tuple[Any, ...]:
-        return self._queue.get()
-
-    def start(self, race_id: int | None, race: Race | None) -> bool:
-        """Mark ``race`` as the running one (None: none); False if a stop for it came already."""
-        with self._lock:
-            self._running = (race_id, race) if race_id is not None and race is not None else None
-            if race_id is not None:  # ids only grow: stops for earlier races are of no use any more
-                self._stopped = {i for i in self._stopped if i >= race_id}
-            if race_id is not None and race_id in self._stopped:
-                self._stopped.discard(race_id)
-                self._running = None
-                return False
-            return True

@@ -1,6 +1,6 @@
 """One race as the page shows it (:class:`LiveRace`): the race the engine runs, each racer's decoded text and the
-conversation turn it answers, turned into the page's updates while it streams, and its final banner, result and
-race-log line. Apart from the page's layout and events (``app/ui.py``), which start it and keep it per session."""
+conversation turn it answers, turned into the page's updates while it streams, and its final banner, result and race-log
+line. Apart from the page's layout and events (``dart_arena/ui.py``), which start it and keep it per session."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from app import render
-from app.page import (
+from dart_arena import render
+from dart_arena.page import (
     KEEP,
     PLOTS,
     PageUpdate,

