@@ -533,6 +533,13 @@ class TargetModel:
             moves = torch.tensor([[state.width + i for i in paths[0]], [state.width + j for j in range(m)]],
                                  device=self.device)
             self._compactions((state.slot, m), rows=moves)
+        elif rows and state.cache_rows == 1:  # one stream: its path gathered into one slice per layer
+            start, m = state.lengths[0], len(paths[0])
+            idx = torch.tensor([state.width + i for i in paths[0]], device=self.device)
+            for layer in state.cache.layers:
+                if layer.is_initialized:
+                    layer.keys[:, :, start : start + m] = layer.keys.index_select(2, idx)
+                    layer.values[:, :, start : start + m] = layer.values.index_select(2, idx)
         elif rows:
             bi, si, di = (torch.tensor(v, device=self.device) for v in (rows, src, dst))
             for layer in state.cache.layers:
