@@ -3,7 +3,8 @@
 Speculative decoding wins when τ (tokens per verify) outgrows the verify's price in AR steps. On a GPU a verify of
 60 nodes costs about one AR step; on a CPU each node costs compute, so this table says which tree sizes can pay off
 and what τ each needs: break-even τ = verify ms / AR ms (drafting and search come on top), and the τ needed for a
-given speedup is that times the speedup.
+given speedup is that times the speedup. ``--split N`` then says where the time of a plain step and of a verify of
+N nodes goes, by kind of module (:mod:`dart_core.bench.step_split`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sizes", default="1,2,4,8,12,16,24,32,60", help="tree sizes (nodes incl. the root) to time")
     p.add_argument("--repeats", type=int, default=12, help="timed forwards per size, after 2 warm-ups (12)")
     p.add_argument("--speedup", type=float, default=1.5, help="report the τ needed for this speedup (1.5)")
+    p.add_argument("--split", type=int, default=None, metavar="N",
+                   help="also split a plain step and a verify of N nodes by kind of module (linear layers, attention, "
+                        "norms, rotary, activation, residual adds, the model's own work, the engine's outside it)")
     p.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
 
 
@@ -85,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
     if not sizes or sizes[0] < 1:
         print("error: --sizes must list positive node counts")
         return 2
+    if args.split is not None and not 1 <= args.split <= 256:
+        print(f"error: --split takes a node count from 1 to 256, got {args.split}")
+        return 2
     try:
         if check_threads(args.threads) is not None:
             torch.set_num_threads(args.threads)  # before loading: the CPU kernels are timed at it
@@ -112,6 +119,13 @@ def run(args: argparse.Namespace) -> int:
     print("|---|---|---|---|")
     for n, ms in fig["verify_ms"].items():
         print(f"| {n} | {ms:.1f} | {ms / ar:.2f} | {args.speedup * ms / ar:.2f} |")
+    if args.split is not None:
+        from dart_core.bench.step_split import format_split, measure_split
+
+        fig["split"] = measure_split(target, prefix, args.split, args.repeats)
+        print(f"\nwhere a step goes (exclusive ms per step by kind of module, median of {args.repeats}; the clocked "
+              "step pays the module hooks, the bare one does not):")
+        print(format_split(fig["split"]))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"target": str(ref), "device": str(target.device), "prefix": args.prefix,
