@@ -100,7 +100,7 @@ def test_the_sweep_runs_on_the_fast_path(tmp_path: Path) -> None:
 
 def test_the_fast_path_plans_every_bucket_s_static_caches() -> None:
     class Target:
-        static_capacity, kv_bytes_per_token, vocab_size = 100, 10, 1
+        static_capacity, kv_bytes_per_token, vocab_size, fast_path = 100, 10, 1, "graphs"
 
     # B = 3 and 8: buckets of 4 and 8 rows, and 2 and 1 for streams that end: 15 caches of 100 rows
     assert concurrency.batch_memory(Target(), [3, 8], 50, 4) == 15 * 100 * 10 + 8 * 4 * 4 * 2

@@ -41,8 +41,10 @@ from dart_core.bench.e2e import (
 from dart_core.drafters.settings import shrink_for_streams
 from dart_core.engine.acceptance import SamplingConfig
 from dart_core.engine.cpu import available_ram
+from dart_core.engine.graphs import bucket
 from dart_core.engine.greedy_check import compare
 from dart_core.engine.loop import stream_batch
+from dart_core.engine.stream_slots import GRAPH_STREAMS
 from dart_core.engine.timing import sync
 from dart_core.loading.chat import encode_prompt
 from dart_core.options import (
@@ -117,9 +119,12 @@ def batch_memory(target: Any, streams: list[int], rows: int, tree_rows: int) -> 
     logits = largest * tree_rows * target.vocab_size * 4 * 2
     if target.static_capacity is None:
         return largest * (rows + tree_rows) * target.kv_bytes_per_token + logits
-    buckets = {1 << (b - 1).bit_length() for b in streams}
-    buckets |= {1 << i for i in range(max(buckets).bit_length())}  # streams that end move to smaller buckets
-    return sum(buckets) * target.static_capacity * target.kv_bytes_per_token + logits
+    if target.fast_path != "graphs":  # each batch's own static cache, freed after it
+        return largest * target.static_capacity * target.kv_bytes_per_token + logits
+    buckets = {bucket(b, GRAPH_STREAMS) for b in streams} - {None}  # pooled, kept across the sweep
+    buckets |= {1 << i for i in range(max(buckets, default=1).bit_length())}  # streams that end move to smaller ones
+    uncaptured = max((b for b in streams if bucket(b, GRAPH_STREAMS) is None), default=0)  # freed after its batch
+    return (sum(buckets) + uncaptured) * target.static_capacity * target.kv_bytes_per_token + logits
 
 
 def free_memory(device: Any) -> int | None:

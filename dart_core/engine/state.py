@@ -95,10 +95,10 @@ def rows_mask(lengths: Sequence[int], width: int, size: int, keys: int, dtype: t
     return mask
 
 
-def tree_blocks(trees: Sequence[DraftTree], size: int) -> np.ndarray:
+def tree_blocks(trees: Sequence[DraftTree], size: int, rows: int | None = None) -> np.ndarray:
     """``[rows, size, size]``: node i of row b's tree sees its ancestors (itself included); padding nodes (past a
-    tree's last node) see none of the new columns."""
-    blocks = np.zeros((len(trees), size, size), dtype=bool)
+    tree's last node) and the rows past the trees (default: one row per tree) see none of the new columns."""
+    blocks = np.zeros((len(trees) if rows is None else rows, size, size), dtype=bool)
     for b, tree in enumerate(trees):
         blocks[b, : tree.size, : tree.size] = tree.ancestor_mask()
     return blocks

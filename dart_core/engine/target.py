@@ -486,11 +486,8 @@ class TargetModel:
             pos[b, : tree.size] = tree.position_ids(length)
         mask: torch.Tensor | None = None  # one stream's chain: the model's own causal attention suffices
         if len(lengths) > 1 or size > trees[0].size or not trees[0].is_chain:
-            blocks = tree_blocks(trees, size)
-            if state.idle:
-                blocks = np.concatenate([blocks, np.zeros((state.idle, size, size), dtype=bool)])
             mask = rows_mask(lengths, state.width, size, self._keys(state.width + size), self.dtype, self.device,
-                             blocks)
+                             tree_blocks(trees, size, len(lengths)))
         dev = self.device
         logits, feats = self._run(state, torch.from_numpy(ids).to(dev), torch.from_numpy(pos).to(dev), mask,
                                   [trees[0].size - 1] if keep_last else None, layers)
