@@ -11,7 +11,9 @@ and tokens/s each, and the greedy check of every stream against plain decoding's
 within the dtype's rounding counted apart). A racer's **crossover** is the smallest B at which it no longer beats
 batched plain decoding. ``--shrink-trees`` divides each racer's size fields by B (its tree's or chain's nodes, and
 the depth where each level is a drafter forward; vLLM's draft length per batch size), to see whether smaller trees
-under load move the crossover. Writes ``concurrency.json`` (``by_streams``: {B: {racer: figures}}, ``crossover``:
+under load move the crossover. On the fast path (a CUDA GPU by default, ``--fast-path`` elsewhere) the batches run
+on the target's static caches, B streams on a cache of the next power of two rows, each B's CUDA graphs recorded in
+the warm-up. Writes ``concurrency.json`` (``by_streams``: {B: {racer: figures}}, ``crossover``:
 {racer: B or null}) and ``concurrency.html`` (speedup and tokens/s against B, one line per racer, the 1.0 line
 marked).
 """
