@@ -15,7 +15,7 @@ import torch
 from dart_core.engine.cpu import auto_dtype_name
 from dart_core.engine.cpu_linear import MODES as CPU_LINEAR_MODES
 from dart_core.engine.cpu_linear import CpuLinearPlan, use_cpu_linears
-from dart_core.engine.drafter import Drafter
+from dart_core.engine.drafter import Drafter, remembers
 from dart_core.engine.loop import BatchStep, Step, stream, stream_batch
 from dart_core.engine.target import FAST_PATH_MODES, FAST_PATH_ROWS, TargetModel
 from dart_core.loading.errors import UserError, loading
@@ -31,6 +31,7 @@ from dart_core.racers.registry import (
     RACERS,
     Racer,
     checkpoint_racers,
+    label,
     model_free_racers,
     racer,
     runner_racers,
@@ -212,21 +213,45 @@ class Arena:
             if racer(key).uses_store:
                 drafter.store = store  # type: ignore[attr-defined]
 
-    def stream(self, method: str, input_ids: Any, **kwargs: Any) -> Iterator[Step]:
-        """:func:`~dart_core.engine.loop.stream` with ``method``'s drafter; ``settings`` are that racer's."""
-        kwargs.setdefault("stop_token_ids", self.stop_ids)
+    def remembers(self, method: str) -> bool:
+        """Whether ``method``'s drafter keeps a memory across generations
+        (:func:`~dart_core.engine.drafter.remembers`)."""
+        return remembers(self.drafter(method))
+
+    def new_memory(self, method: str) -> Any:
+        """An empty memory for a racer that remembers, for its owner (a visitor, a benchmark run) to hand to
+        :meth:`stream`; a ValueError for a racer that does not."""
         drafter = self.drafter(method)
+        if not remembers(drafter):
+            raise ValueError(f"{label(method)} keeps no memory across generations")
+        return drafter.new_memory()  # type: ignore[attr-defined]
+
+    def remembering(self, method: str, memory: Any = None) -> Drafter:
+        """``method``'s drafter, drafting from and feeding ``memory`` when one is given (None: the drafter as
+        loaded; one that remembers then uses the memory it keeps for the process)."""
+        drafter = self.drafter(method)
+        if memory is None:
+            return drafter
+        if not remembers(drafter):
+            raise ValueError(f"{label(method)} keeps no memory across generations; it takes no memory")
+        return drafter.remembering(memory)  # type: ignore[attr-defined]
+
+    def stream(self, method: str, input_ids: Any, memory: Any = None, **kwargs: Any) -> Iterator[Step]:
+        """:func:`~dart_core.engine.loop.stream` with ``method``'s drafter; ``settings`` are that racer's;
+        ``memory``: what a racer that remembers draws on and feeds (:meth:`new_memory`)."""
+        kwargs.setdefault("stop_token_ids", self.stop_ids)
+        drafter = self.remembering(method, memory)
         run = racer(method).runner if method in self.runners else None
         return (run or stream)(self.target, input_ids, drafter, **kwargs)
 
-    def stream_batch(self, method: str, prompts: Any, **kwargs: Any) -> Iterator[BatchStep]:
+    def stream_batch(self, method: str, prompts: Any, memory: Any = None, **kwargs: Any) -> Iterator[BatchStep]:
         """:func:`~dart_core.engine.loop.stream_batch`: ``prompts`` decoded together with ``method``'s
         drafter, one :class:`BatchStep` per target forward (a racer with its own loop, HF ``generate``, batches
-        through ``dart_core.racers.hf_generate.generate_hf_batch`` instead)."""
+        through ``dart_core.racers.hf_generate.generate_hf_batch`` instead); ``memory`` as in :meth:`stream`."""
         if method in self.runners:
             raise ValueError(f"{method!r} runs its own decoding loop; batch it with its own function")
         kwargs.setdefault("stop_token_ids", self.stop_ids)
-        return stream_batch(self.target, prompts, self.drafter(method), **kwargs)
+        return stream_batch(self.target, prompts, self.remembering(method, memory), **kwargs)
 
 
 def load_arena(

@@ -20,7 +20,7 @@ MAX_LINES = 600
 LAYERS = [
     {"dart_core", "dart_core.loading", "dart_core.data"},
     {"dart_core.engine"},
-    {"dart_core.ngram"},
+    {"dart_core.ngram", "dart_core.suffix"},
     {"dart_core.drafters"},
     {"dart_core.racers"},
     {"dart_core.arena", "dart_core.bundle", "dart_core.compat", "dart_core.preflight"},

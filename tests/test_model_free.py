@@ -30,7 +30,7 @@ from dart_core.ngram.store import NgramStore
 from dart_core.racers.registry import model_free_asked, model_free_racers, racer
 
 V, NEW = 97, 48
-LOOKUP, STORE_ONLY = "prompt-lookup", "ngram-only"
+LOOKUP, STORE_ONLY, SUFFIX = "prompt-lookup", "ngram-only", "suffix"
 
 
 def step(context: list[int]) -> DraftInput:
@@ -221,12 +221,12 @@ def test_sampling_keeps_the_target_distribution() -> None:
 
 # ------------------------------------------------------------------------------------------ loading, CLIs, page
 def test_registry_marks_them_model_free_and_unticked() -> None:
-    assert [r.key for r in model_free_racers()] == [LOOKUP, STORE_ONLY]
+    assert [r.key for r in model_free_racers()] == [LOOKUP, STORE_ONLY, SUFFIX]
     for r in model_free_racers():
         assert r.drafts and r.load is None and r.checkpoint is None and not r.ticked
     assert racer(STORE_ONLY).needs_store and not racer(LOOKUP).needs_store
-    assert model_free_asked(None) == {LOOKUP: None, STORE_ONLY: None}
-    assert model_free_asked(["dart", LOOKUP, "ar"]) == {LOOKUP: True, STORE_ONLY: False}
+    assert model_free_asked(None) == {LOOKUP: None, STORE_ONLY: None, SUFFIX: None}
+    assert model_free_asked(["dart", LOOKUP, "ar"]) == {LOOKUP: True, STORE_ONLY: False, SUFFIX: False}
 
 
 @pytest.fixture(scope="module")

@@ -106,7 +106,7 @@ def arena(lookup: Racer) -> Any:
     from dart_core.arena import load_arena
 
     return load_arena(BUNDLE / "target", dart=BUNDLE / "dart", lookup="builtin", device="cpu", progress=False,
-                      prompt_lookup=False)
+                      prompt_lookup=False, suffix=False)
 
 
 def test_a_registered_racer_loads_and_races_losslessly(arena: Any) -> None:

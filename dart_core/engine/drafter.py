@@ -31,12 +31,14 @@ class DraftInput:
     """What the loop hands a drafter each step. ``features`` are the target's hidden states (the drafter's
     ``feature_layers``, concatenated) of the rows new since its last call, ``token_ids`` the token that FOLLOWS
     each of those rows (the last one is the tree's root), ``context`` every token of prompt and output so far
-    (root last), ``stop_ids`` the ids that end the generation."""
+    (root last), ``stop_ids`` the ids that end the generation, ``prompt_length`` how many of ``context``'s first
+    tokens are the prompt (None: not told; every one but the root on the first call)."""
 
     features: torch.Tensor | None  # [n, F]; None when the drafter reads no layers
     token_ids: torch.Tensor  # [n]
     context: np.ndarray  # int32 [m]
     stop_ids: frozenset[int] = frozenset()
+    prompt_length: int | None = None
 
 
 @runtime_checkable
@@ -56,6 +58,23 @@ class Drafter(Protocol):
     def propose(self, state: Any, step: DraftInput) -> Proposal | None:
         """The tree to verify next, or None: the target then decodes one token on its own."""
         ...
+
+
+def remembers(drafter: Drafter) -> bool:
+    """Whether ``drafter`` keeps a memory across generations: suffix decoding's earlier answers, a searching
+    drafter's N-gram memory when it is on. Such a drafter also has ``new_memory()`` (an empty memory, with
+    ``held_answers``: the finished answers it holds), ``remembering(memory)`` (the same drafter drafting from and
+    feeding that memory; whoever runs the races owns the memories) and ``finish(state, context, prompt_length)``
+    (:func:`finish_generation`)."""
+    return bool(getattr(drafter, "remembers", False))
+
+
+def finish_generation(drafter: Drafter, state: Any, context: np.ndarray, prompt_length: int) -> None:
+    """Tell a drafter that remembers (:func:`remembers`) that a generation has ended with ``context`` (prompt and
+    the whole answer), so the answer's last tokens, which it never drafted after, are remembered too; other
+    drafters are not called."""
+    if remembers(drafter):
+        drafter.finish(state, context, prompt_length)  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from dart_core.engine.acceptance import SamplingConfig, accept, processed_probs
-from dart_core.engine.drafter import Drafter, DraftInput, PlainDecoding
+from dart_core.engine.drafter import Drafter, DraftInput, PlainDecoding, finish_generation
 from dart_core.engine.greedy_check import top_logits_of
 from dart_core.engine.prompt import check_prompt, context_limit
 from dart_core.engine.target import Interrupted, TargetModel
@@ -124,6 +124,13 @@ class _Stream:
     emitted: int = 0
     feats: torch.Tensor | None = None
     new_ids: list[int] = field(default_factory=list)
+    ended: bool = False
+
+    def end(self, drafter: Drafter) -> None:
+        """The stream is over (done, or its generation closed early): a drafter that remembers is told, once."""
+        if not self.ended:
+            self.ended = True
+            finish_generation(drafter, self.dstate, self.context[: self.length], len(self.prompt))
 
     def emit(self, tokens: list[int], stops: frozenset[int], max_new_tokens: int) -> tuple[list[int], str | None]:
         """The one emit rule: nothing past a stop token or past the room left; the tokens kept and why the stream
@@ -164,63 +171,71 @@ def _decode(
         prompt, limit = checked_request(target, p, max_new_tokens, max_length)
         streams.append(_Stream(prompt=prompt, limit=limit, dstate=drafter.new_state(settings), generator=gen,
                                context=np.zeros(limit + 1, dtype=np.int32)))
-    state = target.new_state(len(streams))
-    with Stopwatch(target.device) as sw:
-        logits, feats = target.prefill_rows(state, [s.prompt for s in streams], layers, interrupt=interrupt)
-        first = [choose_token(logits[b], sampling, s.generator) for b, s in enumerate(streams)]
-    out: dict[int, Step] = {}
-    live: list[int] = []
-    for b, (s, x) in enumerate(zip(streams, first, strict=True)):
-        s.context[: len(s.prompt)] = s.prompt
-        s.length = len(s.prompt)
-        tokens, reason = s.emit([x], stops, max_new_tokens)
-        s.feats, s.new_ids = feats[b], [*s.prompt[1:], x]  # the token following each row the drafter has not seen
-        out[b] = Step(method=method, tokens=tokens, accepted=0, tree_size=0, draft_ms=0.0, search_ms=0.0,
-                      verify_ms=sw.ms, prefill=True, stop_reason=reason,
-                      top_logits=top_logits_of(logits[b][None]) if greedy else [])
-        if not reason:
-            live.append(b)
-    yield BatchStep(steps=out, wall_ms=sw.ms, rows=len(streams), width=state.width, committed=sum(state.lengths))
-    if live and len(live) < len(streams):
-        target.keep_rows(state, live)
-    while live:
-        width, committed = state.width, sum(state.lengths)
-        with Stopwatch(target.device) as wall:
-            trees, proposals = [], []
-            for b in live:
-                s = streams[b]
-                room = min(s.limit - s.length, max_new_tokens - s.emitted)  # tokens this step may still emit
-                proposal = drafter.propose(s.dstate, DraftInput(s.feats, torch.tensor(s.new_ids),
-                                                                 s.context[: s.length], stops))
-                # no draft: the bare root, one token decoded (with the drafter's features, if any)
-                trees.append(proposal.tree.truncate(room - 1) if proposal is not None
-                             else DraftTree([s.new_ids[-1]], [-1]))
-                proposals.append(proposal)
-            with Stopwatch(target.device) as sw:
-                logits, tfeats = target.verify_rows(state, trees, layers)
-                results = [accept(tree, lg, sampling, streams[b].generator)
-                           for b, tree, lg in zip(live, trees, logits, strict=True)]
-                target.commit_rows(state, [r.nodes for r in results])
-        out, still = {}, []
-        for i, b in enumerate(live):
-            s, tree, r, proposal = streams[b], trees[i], results[i], proposals[i]
-            tokens, reason = s.emit(list(r.tokens), stops, max_new_tokens)
-            picked = torch.tensor(r.nodes, device=logits[i].device)
-            f = tfeats[i]
-            s.feats = f[picked.to(f.device)] if f is not None else None
-            s.new_ids = list(r.tokens)
-            drafted = proposal is not None
-            out[b] = Step(method=method, tokens=tokens, accepted=min(r.accepted, len(tokens)),
-                          tree_size=tree.size if drafted else 0, draft_ms=proposal.draft_ms if drafted else 0.0,
-                          search_ms=proposal.search_ms if drafted else 0.0, verify_ms=sw.ms, stop_reason=reason,
-                          tree=tree if drafted else None, accepted_nodes=r.nodes if drafted else [],
-                          top_logits=top_logits_of(logits[i][picked[: len(tokens)]]) if greedy else [])
+    try:
+        state = target.new_state(len(streams))
+        with Stopwatch(target.device) as sw:
+            logits, feats = target.prefill_rows(state, [s.prompt for s in streams], layers, interrupt=interrupt)
+            first = [choose_token(logits[b], sampling, s.generator) for b, s in enumerate(streams)]
+        out: dict[int, Step] = {}
+        live: list[int] = []
+        for b, (s, x) in enumerate(zip(streams, first, strict=True)):
+            s.context[: len(s.prompt)] = s.prompt
+            s.length = len(s.prompt)
+            tokens, reason = s.emit([x], stops, max_new_tokens)
+            s.feats, s.new_ids = feats[b], [*s.prompt[1:], x]  # the token following each row the drafter has not seen
+            out[b] = Step(method=method, tokens=tokens, accepted=0, tree_size=0, draft_ms=0.0, search_ms=0.0,
+                          verify_ms=sw.ms, prefill=True, stop_reason=reason,
+                          top_logits=top_logits_of(logits[b][None]) if greedy else [])
             if not reason:
-                still.append(b)
-        yield BatchStep(steps=out, wall_ms=wall.ms, rows=len(live), width=width, committed=committed)
-        if still and len(still) < len(live):
-            target.keep_rows(state, [live.index(b) for b in still])
-        live = still
+                live.append(b)
+            else:
+                s.end(drafter)
+        yield BatchStep(steps=out, wall_ms=sw.ms, rows=len(streams), width=state.width, committed=sum(state.lengths))
+        if live and len(live) < len(streams):
+            target.keep_rows(state, live)
+        while live:
+            width, committed = state.width, sum(state.lengths)
+            with Stopwatch(target.device) as wall:
+                trees, proposals = [], []
+                for b in live:
+                    s = streams[b]
+                    room = min(s.limit - s.length, max_new_tokens - s.emitted)  # tokens this step may still emit
+                    proposal = drafter.propose(s.dstate, DraftInput(s.feats, torch.tensor(s.new_ids),
+                                                                     s.context[: s.length], stops, len(s.prompt)))
+                    # no draft: the bare root, one token decoded (with the drafter's features, if any)
+                    trees.append(proposal.tree.truncate(room - 1) if proposal is not None
+                                 else DraftTree([s.new_ids[-1]], [-1]))
+                    proposals.append(proposal)
+                with Stopwatch(target.device) as sw:
+                    logits, tfeats = target.verify_rows(state, trees, layers)
+                    results = [accept(tree, lg, sampling, streams[b].generator)
+                               for b, tree, lg in zip(live, trees, logits, strict=True)]
+                    target.commit_rows(state, [r.nodes for r in results])
+            out, still = {}, []
+            for i, b in enumerate(live):
+                s, tree, r, proposal = streams[b], trees[i], results[i], proposals[i]
+                tokens, reason = s.emit(list(r.tokens), stops, max_new_tokens)
+                picked = torch.tensor(r.nodes, device=logits[i].device)
+                f = tfeats[i]
+                s.feats = f[picked.to(f.device)] if f is not None else None
+                s.new_ids = list(r.tokens)
+                drafted = proposal is not None
+                out[b] = Step(method=method, tokens=tokens, accepted=min(r.accepted, len(tokens)),
+                              tree_size=tree.size if drafted else 0, draft_ms=proposal.draft_ms if drafted else 0.0,
+                              search_ms=proposal.search_ms if drafted else 0.0, verify_ms=sw.ms, stop_reason=reason,
+                              tree=tree if drafted else None, accepted_nodes=r.nodes if drafted else [],
+                              top_logits=top_logits_of(logits[i][picked[: len(tokens)]]) if greedy else [])
+                if not reason:
+                    still.append(b)
+                else:
+                    s.end(drafter)
+            yield BatchStep(steps=out, wall_ms=wall.ms, rows=len(live), width=width, committed=committed)
+            if still and len(still) < len(live):
+                target.keep_rows(state, [live.index(b) for b in still])
+            live = still
+    finally:  # also when the generation is closed early (a stopped race): every stream ends once
+        for s in streams:
+            s.end(drafter)
 
 
 def stream(

@@ -23,6 +23,7 @@ from dart_core.drafters.eagle3 import Eagle3Drafter, Eagle3Settings
 from dart_core.drafters.ngram_only import NgramOnlyDrafter, NgramOnlySettings
 from dart_core.drafters.prompt_lookup import PromptLookupDrafter, PromptLookupSettings
 from dart_core.drafters.settings import knobs, settings_for
+from dart_core.drafters.suffix import SuffixDrafter, SuffixSettings
 from dart_core.engine.drafter import Drafter, NoSettings, PlainDecoding
 from dart_core.racers.hf_generate import KEY as HF_KEY
 from dart_core.racers.hf_generate import stream_hf_generate
@@ -111,6 +112,9 @@ RACERS: list[Racer] = [
     Racer("ngram-only", "N-gram only", "#eab308", "model-free: DART's tree search over the N-gram store alone, no "
           "drafter forward", build=NgramOnlyDrafter.for_target, settings_type=NgramOnlySettings, uses_store=True,
           ticked=False),
+    Racer("suffix", "Suffix decoding", "#06b6d4", "model-free: the most frequent continuations of the context's "
+          "latest tokens in this answer's prompt and text and in the racer's own earlier answers, as a tree",
+          build=SuffixDrafter.for_target, settings_type=SuffixSettings, ticked=False),
     Racer(HF_KEY, "HF generate", "#64748b", "transformers' own generate() on the same weights: the real alternative",
           runner=stream_hf_generate, opt_in=True),
     Racer("ar", "AR", "#94a3b8", "plain autoregressive decoding: one target forward per token"),

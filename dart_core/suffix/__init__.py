@@ -1,0 +1,2 @@
+"""Suffix decoding's memory: the native suffix trees (``native/src/suffix_tree.hpp``) behind the reference's cache
+of one tree per active request and one global tree of earlier responses (``cache.py``)."""
