@@ -139,6 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="visitors (sessions) whose state the server keeps: their conversation and the page's last "
                         "outputs; the least recently used beyond it are forgotten, and their next race starts a "
                         "new conversation (default: %(default)s; about 0.3 MB each for short races)")
+    h.add_argument("--shared-memory", action="store_true",
+                   help="the racers that remember earlier answers (suffix decoding; DART, DFlash-tree and N-gram only "
+                        "with --ngram-memory) draw on one memory for every visitor, so one visitor's answers speed "
+                        "up another's (default: one memory per visitor, as an answer can carry a visitor's words)")
     h.add_argument("--session-ttl", type=float, default=3600.0, metavar="SECONDS",  # dart_arena.ui.SESSION_TTL_S
                    help="a conversation is forgotten this long after its last race (default: %(default)g)")
     g.add_argument("--max-length", type=int, default=None,
@@ -411,7 +415,8 @@ def launch_page(args: argparse.Namespace, src: dict[str, Any], loaded: dict[str,
                        categories=bundle_categories(bundle) if bundle is not None else {},
                        subtitle=" · ".join(parts), max_new_tokens_limit=args.max_new_tokens_limit,
                        time_limit_s=args.race_time_limit, race_log=args.race_log, max_sessions=args.max_sessions,
-                       session_ttl_s=args.session_ttl, standings=build_standings_panel(args, src, info))
+                       session_ttl_s=args.session_ttl, shared_memory=args.shared_memory,
+                       standings=build_standings_panel(args, src, info))
 
     ui = ArenaUI(engine, config)
     # the first example (a question in chat mode, code to continue in completion mode), encoded as a race encodes it

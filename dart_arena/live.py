@@ -23,7 +23,7 @@ from dart_arena.page import (
     json_line,
 )
 from dart_core import BASELINE
-from dart_core.race import RaceSettings
+from dart_core.race import SHARED, RaceSettings
 
 log = logging.getLogger("dart_arena.app")
 
@@ -198,7 +198,7 @@ class LiveRace:
                 "limit": self.race.limit,
                 "settings": {"temperature": s.sampling.temperature, "top_p": s.sampling.top_p,
                              "top_k": s.sampling.top_k, "max_new_tokens": s.max_new_tokens, "seed": s.seed,
-                             "time_limit_s": s.time_limit_s,
+                             "time_limit_s": s.time_limit_s, "memory": memory_kind(s.memory_owner),
                              "racer_settings": {m: dataclasses.asdict(t) for m, t in s.racer_settings.items()}}}
 
     def write_log(self, path: Path, wall: float) -> None:
@@ -210,3 +210,8 @@ class LiveRace:
                 f.write(line + "\n")
         except OSError as e:
             log.warning("could not write the race log %s: %s", path, e)
+
+
+def memory_kind(owner: str | None) -> str:
+    """The run data's word for whose memory the racers that remember drew on (never the visitor's session id)."""
+    return "shared" if owner == SHARED else "this visitor's" if owner else "none (fresh, kept by nobody)"

@@ -33,7 +33,7 @@ import torch
 from dart_arena.model_messages import engine_info
 from dart_arena.model_process import run_model_process
 from dart_core import Step
-from dart_core.race import Lane, Race, RaceSettings, Scoreboard
+from dart_core.race import Lane, Race, RacerMemories, RaceSettings, Scoreboard
 
 log = logging.getLogger("dart_arena.app")
 
@@ -94,11 +94,12 @@ class LocalEngine:
         self.worker = worker or model_worker()
         self.tokenizer = arena.tokenizer
         self.info = engine_info(arena)
+        self.memories = RacerMemories(arena)
 
     def race(self, prompts: Mapping[str, Sequence[int]], settings: RaceSettings,
              methods: Sequence[str] | None = None) -> Race:
         return Race(self.arena, prompts, methods=methods or self.info.methods, settings=settings,
-                    worker=self.worker)
+                    worker=self.worker, memories=self.memories)
 
     def health(self) -> tuple[bool, dict[str, Any]]:
         """Always serving: the model is in this process (see :meth:`ProcessEngine.health`)."""
@@ -148,7 +149,10 @@ class RemoteRace(Scoreboard):
                 except queue.Empty:
                     yield None
                     continue
-                if msg[0] == "step":
+                if msg[0] == "memory":
+                    for m, held in msg[1].items():
+                        self.lanes[m].memory_answers = held
+                elif msg[0] == "step":
                     _, method, step, states = msg
                     lane = self.lanes[method]
                     lane.add(step)
@@ -171,7 +175,8 @@ class RemoteRace(Scoreboard):
                     if msg[0] == "dead":
                         self._die(msg[1])
                         break
-                    self.lanes[msg[1]].add(msg[2])  # a step that was under way
+                    if msg[0] == "step":
+                        self.lanes[msg[1]].add(msg[2])  # a step that was under way
 
     def _apply(self, states: Mapping[str, tuple[str, str | None]]) -> None:
         for m, (status, error) in states.items():

@@ -7,8 +7,8 @@ The messages are tuples, the first item their kind:
 - server -> model process: ``("race", id, methods, prompts, settings)`` | ``("stop", id)`` | ``("quit",)``
 - model process -> server: ``("ready", EngineInfo, tokenizer)`` | ``("error", message, traceback, known)``
   (``message``: one line, see :func:`dart_core.loading.errors.describe`; ``known``: a ``LoadError`` or another of
-  the project's errors, whose message suffices) | ``("step", id, method, Step, states)`` |
-  ``("end", id, states, limit)``
+  the project's errors, whose message suffices) | ``("memory", id, {method: earlier answers held or None})`` (once,
+  before the race's first step) | ``("step", id, method, Step, states)`` | ``("end", id, states, limit)``
 
 ``states`` is ``{method: (status, error)}`` for every lane of the race. No Gradio here.
 """

@@ -17,7 +17,7 @@ import torch
 from dart_arena import setup_logging
 from dart_arena.model_messages import engine_info
 from dart_core.options import app_threads
-from dart_core.race import Race
+from dart_core.race import Race, RacerMemories
 
 
 def _states(race: Race) -> dict[str, tuple[str, str | None]]:
@@ -46,6 +46,7 @@ def run_model_process(conn: Any, load: dict[str, Any], threads: int | None = Non
         return
     conn.send(("ready", engine_info(arena), arena.tokenizer))
     orders = _Orders(conn)
+    memories = RacerMemories(arena)  # the racers' memories per visitor: they live as long as this process
     while True:
         msg = orders.next()
         if msg[0] == "quit":
@@ -54,7 +55,7 @@ def run_model_process(conn: Any, load: dict[str, Any], threads: int | None = Non
             continue  # a stop for a race that already ended
         _, race_id, methods, prompts, settings = msg
         try:
-            race = Race(arena, prompts, methods=methods, settings=settings)
+            race = Race(arena, prompts, methods=methods, settings=settings, memories=memories)
         except Exception as e:  # the server checked the methods; anything else is a bug to show, not a crash
             conn.send(("end", race_id, {m: ("error", f"{type(e).__name__}: {e}") for m in methods}, None))
             continue
@@ -62,6 +63,7 @@ def run_model_process(conn: Any, load: dict[str, Any], threads: int | None = Non
             conn.send(("end", race_id, {m: ("stopped", None) for m in methods}, None))
             continue
         try:
+            conn.send(("memory", race_id, {m: lane.memory_answers for m, lane in race.lanes.items()}))
             for lane, step in race.run():
                 conn.send(("step", race_id, lane.method, step, _states(race)))
             conn.send(("end", race_id, _states(race), race.limit))

@@ -110,6 +110,10 @@ def lane_header(method: str, figures: dict[str, Any] | None, *, chips: bool = Tr
         if method != BASELINE:
             shown += f'<span class="chip"><b>{_fmt(f.get("speedup_vs_ar"), ".2f", "×")}</b> vs AR</span>'
         shown += f'<span class="chip chip-tokens">{f.get("tokens", 0)} tok</span>'
+    held = f.get("memory_answers")
+    if held is not None:  # a racer that remembers: how many earlier answers it drew on (0: cold)
+        shown += (f'<span class="chip chip-memory" title="earlier answers in its memory at the start of this race">'
+                  f'{held} earlier answer{"" if held == 1 else "s"}</span>')
     return (f'<div class="lane-top"><div class="lane-head"><span class="lane-name lane-{method}">'
             f'{html.escape(label(method))}</span><span class="lane-state state-{html.escape(status)}">'
             f'{html.escape(state)}</span></div><div class="chips">{shown}</div></div>')

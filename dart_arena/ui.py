@@ -47,7 +47,7 @@ from dart_arena.page import (
     shown,
 )
 from dart_core import BASELINE, Racer, SamplingConfig, check_settings, racer
-from dart_core.race import PromptError, RaceSettings, Scoreboard, check_prompt, check_text, context_limit
+from dart_core.race import SHARED, PromptError, RaceSettings, Scoreboard, check_prompt, check_text, context_limit
 
 if TYPE_CHECKING:
     from dart_arena.standings_panel import StandingsPanel
@@ -88,6 +88,8 @@ class AppConfig:
     # what the server keeps per visitor: sessions remembered, seconds a conversation outlives its last update
     max_sessions: int = MAX_SESSIONS
     session_ttl_s: float | None = SESSION_TTL_S
+    # the racers that remember draw on one memory for every visitor (--shared-memory), not one per visitor
+    shared_memory: bool = False
     # the "Measured on this host" panel's HTML, made again at each page load (dart_arena.standings_panel.StandingsPanel)
     standings: StandingsPanel | None = None
 
@@ -236,7 +238,7 @@ class ArenaUI:
         try:
             self.check_length(text)
             check_text(text)
-            settings = self.settings(*controls)
+            settings = replace(self.settings(*controls), memory_owner=self.memory_owner(session))
             methods = self.picked(racers)
             turns.append({"user": text, "replies": {}})
             limit = self.context
@@ -255,6 +257,11 @@ class ArenaUI:
         live = LiveRace(self, turns, prompts, settings, notice=capped, methods=methods)
         self.remember(session, live)
         yield from live.updates()
+
+    def memory_owner(self, session: str) -> str | None:
+        """Whose memory a race of ``session``'s draws on and feeds: the visitor's own, everyone's with
+        ``shared_memory``, none (fresh, kept by nobody) for a request without a session."""
+        return SHARED if self.config.shared_memory else (session or None)
 
     def check_length(self, text: str) -> None:
         """A prompt with more characters than any prompt that fits the context (``max_prompt_chars``) is refused

@@ -241,3 +241,36 @@ def test_the_measured_on_this_host_panel_in_a_real_browser(tmp_path: Path) -> No
         assert any(c.startswith(f"τ {code['tau']:.2f}") for c in cells), cells
         page.locator("#standings").screenshot(path=str(artifact_dir() / "app-standings.png"))
         assert not errors, errors
+
+
+def test_the_suffix_racer_and_its_memory_per_visitor_in_a_real_browser(tmp_path: Path) -> None:
+    """Suffix decoding, unticked at first, ticked in the picker, races; its column says how many earlier answers
+    it drew on: none, then this visitor's one; another visitor's race starts from none (its own memory)."""
+    binary = required_chromium()
+    prompt = held_out_prompt(3)
+
+    def memory_chip(page: Any) -> str:
+        return page.locator("#lane-suffix .chip-memory").inner_text().strip()
+
+    with (running_app(tmp_path, "--compare-suffix") as server,
+          browser_page(binary, server.url) as (browser, page, errors)):
+        suffix = page.locator("#racers label", has_text="Suffix decoding")
+        assert not suffix.locator("input").is_checked()
+        assert not page.locator("#lane-suffix").is_visible()
+        suffix.click()
+        page.wait_for_selector("#lane-suffix", state="visible", timeout=10_000)
+        race_to_completion(page, prompt)
+        assert memory_chip(page) == "0 earlier answers"
+        assert "Suffix decoding" in page.locator("#summary").inner_text()
+        race_to_completion(page, prompt)
+        assert memory_chip(page) == "1 earlier answer"
+        page.screenshot(path=str(artifact_dir() / "app-suffix.png"), full_page=True)
+        other = browser.new_context(viewport={"width": 1440, "height": 1000}).new_page()
+        other.goto(server.url)
+        other.wait_for_selector("#prompt textarea", timeout=60_000)
+        other.locator("#racers label", has_text="Suffix decoding").click()
+        other.wait_for_selector("#lane-suffix", state="visible", timeout=10_000)
+        race_to_completion(other, prompt)
+        assert memory_chip(other) == "0 earlier answers"  # the first visitor's answers stay theirs
+        other.context.close()
+        assert not errors, errors

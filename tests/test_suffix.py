@@ -1,5 +1,5 @@
-"""Suffix decoding (``shared/specs/suffix.md``): the native suffix tree's counts and speculation against a naive
-re-derivation of the spec on generated sequences (counts exact; drafts equal up to ties among equal counts), the
+"""Suffix decoding (the reference's behaviour, ``docs/drafters.md``): the native suffix tree's counts and speculation
+against a naive re-derivation of the rules on generated sequences (counts exact; drafts equal up to ties among equal counts), the
 cache's local-or-global choice and eviction on hand-built sequences, the drafter's memory (only its own answers,
 the last tokens included, nothing from a generation stopped before its first token), and the racer lossless in
 the one loop: greedy output equal to the target's own with drafts accepted, the sampled distribution kept."""
@@ -17,14 +17,13 @@ import torch
 from helpers_stats import chi_square_pvalue
 from transformers import AutoModelForCausalLM, Qwen3Config
 
-from dart_core._native import SuffixTree
 from dart_core.drafters.suffix import SuffixDrafter, SuffixSettings
 from dart_core.engine.acceptance import SamplingConfig, processed_probs
 from dart_core.engine.drafter import DraftInput, remembers
 from dart_core.engine.loop import generate, stream
 from dart_core.engine.metrics import summarize
 from dart_core.engine.target import TargetModel
-from dart_core.suffix.cache import SuffixCache, speculate_tree
+from dart_core.suffix import SuffixCache, SuffixTree, speculate_tree
 
 
 # ------------------------------------------------------------------------------------------ the spec, naively
@@ -82,7 +81,7 @@ def naive_chains(seqs: list[list[int]], pattern: list[int], budget: int, min_pro
             return
         for t, c in kids.items():
             if c == top:
-                grow(path + [t], Draft(d.tokens + [t], d.parents + [len(d.tokens) - 1], d.probs + [c / total]))
+                grow([*path, t], Draft([*d.tokens, t], [*d.parents, len(d.tokens) - 1], [*d.probs, c / total]))
 
     grow([], Draft([], [], []))
     return out
@@ -99,7 +98,7 @@ def naive_tree_probs(seqs: list[list[int]], pattern: list[int], budget: int, min
         for t, c in children(seqs, pattern + path, depth).items():
             if not below(c / total, min_prob):
                 found.append(c / total)
-                walk(path + [t])
+                walk([*path, t])
 
     walk([])
     return sorted(found, reverse=True)[:budget]

@@ -1,7 +1,7 @@
 """Suffix decoding (Oliaro et al., arXiv 2411.04975; vLLM's ``method: "suffix"``), a model-free drafter that
 remembers: each step it matches the context's most recent tokens in a suffix tree of the request itself (prompt
 and answer so far) and in a global suffix tree of the racer's earlier answers, and proposes a tree of the most
-frequent continuations, longer the longer the match (``shared/specs/suffix.md``, ``docs/drafters.md``).
+frequent continuations, longer the longer the match (``docs/drafters.md``).
 
 The global tree is a :class:`~dart_core.suffix.cache.SuffixCache` owned by whoever runs the races and handed over
 with :meth:`SuffixDrafter.remembering` (the app keeps one per visitor, a benchmark one per run or a fresh one per

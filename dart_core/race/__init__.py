@@ -5,6 +5,7 @@ text tables of the command lines, and the standings (the last benchmark run meas
 from dart_core.engine.greedy_check import Verdict
 from dart_core.engine.prompt import PromptError, check_prompt, check_text, context_limit
 from dart_core.race.figures import add_speedups, racer_figures, summarize_racers
+from dart_core.race.memories import SHARED, RacerMemories
 from dart_core.race.run import Race
 from dart_core.race.scoreboard import Lane, RaceSettings, Scoreboard
 from dart_core.race.standings import (
@@ -24,12 +25,14 @@ from dart_core.race.table import ACCEPTANCE_HEADER, acceptance_cells, method_wid
 
 __all__ = [
     "ACCEPTANCE_HEADER",
+    "SHARED",
     "ConcurrencyRun",
     "Lane",
     "PositionRun",
     "PromptError",
     "Race",
     "RaceSettings",
+    "RacerMemories",
     "Scoreboard",
     "Standings",
     "Verdict",

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from dart_core.engine.loop import Interrupted, Step
+from dart_core.race.memories import RacerMemories
 from dart_core.race.scoreboard import Lane, RaceSettings, Scoreboard
 
 log = logging.getLogger("dart_arena.race")
@@ -38,7 +39,9 @@ class Race(Scoreboard):
     a worker, steps run on the iterating thread. ``settings.time_limit_s`` stops the race after that much wall
     time (``limit`` = "time"), checked after every step and between the chunks of a long prompt's prefill, where
     :meth:`stop` also takes effect (``dart_core.engine.target.PREFILL_CHUNK``): a limit or a Stop is overshot by one
-    step or one prefill chunk at most.
+    step or one prefill chunk at most. ``memories``: the keeper of the memories of the racers that remember
+    (:class:`~dart_core.race.memories.RacerMemories`), asked for ``settings.memory_owner``'s; None: fresh
+    memories for this race alone. Each lane's ``memory_answers`` says how many earlier answers its memory held.
     """
 
     def __init__(
@@ -49,6 +52,7 @@ class Race(Scoreboard):
         methods: Sequence[str] | None = None,
         settings: RaceSettings | None = None,
         worker: Executor | None = None,
+        memories: RacerMemories | None = None,
     ) -> None:
         methods = list(methods) if methods is not None else list(arena.methods)
         for m in methods:
@@ -61,6 +65,10 @@ class Race(Scoreboard):
         self._gens: dict[str, Iterator[Step]] = {}
         self._stop = threading.Event()
         self._deadline: float | None = None  # time.perf_counter() at which the time limit stops the race
+        keeper = memories if memories is not None else RacerMemories(arena)
+        self.memories = keeper.for_race(self.settings.memory_owner, methods)
+        for m, memory in self.memories.items():
+            self.lanes[m].memory_answers = int(memory.held_answers)
 
     # ----------------------------------------------------------------------------------------------- running
     def run(self, idle_s: float | None = None) -> Iterator[tuple[Lane, Step]]:
@@ -76,9 +84,9 @@ class Race(Scoreboard):
             for m in self.methods:
                 gen = torch.Generator(device=device).manual_seed(s.seed)
                 self._gens[m] = self.arena.stream(
-                    m, self.prompts[m], sampling=s.sampling, max_new_tokens=s.max_new_tokens,
-                    max_length=s.max_length, generator=gen, settings=s.racer_settings.get(m),
-                    interrupt=self.interrupted)
+                    m, self.prompts[m], memory=self.memories.get(m), sampling=s.sampling,
+                    max_new_tokens=s.max_new_tokens, max_length=s.max_length, generator=gen,
+                    settings=s.racer_settings.get(m), interrupt=self.interrupted)
                 self.lanes[m].status = "running"
             while not self._stop.is_set():
                 active = [lane for lane in self.lanes.values() if lane.status == "running"]

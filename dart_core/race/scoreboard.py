@@ -35,6 +35,9 @@ class RaceSettings:
     racer_settings: Mapping[str, Any] = field(default_factory=dict)  # racer key -> its settings (missing: defaults)
     seed: int = 0
     time_limit_s: float | None = None  # the host's wall-time budget per race (None: none)
+    # whose memory the racers that remember draw on and feed (a visitor's, or everyone's when the host shares it;
+    # dart_core.race.memories); None: fresh memories, kept by nobody
+    memory_owner: str | None = None
 
 
 @dataclass
@@ -47,6 +50,7 @@ class Lane:
     own_ms: float = 0.0  # sum of this method's own step times
     status: str = "waiting"  # waiting | running | done | stopped | error
     error: str | None = None
+    memory_answers: int | None = None  # earlier answers its memory held at the start (None: it keeps no memory)
 
     @property
     def label(self) -> str:
@@ -144,5 +148,5 @@ class Scoreboard:
             f = figures[m] or {**NO_FIGURES, **NO_STEPS.acceptance()}
             out[m] = {"label": lane.label, "status": lane.status, "stop_reason": lane.stop_reason,
                       "error": lane.error, "prompt_tokens": len(self.prompts[m]), "own_ms": lane.own_ms,
-                      **f, "tokens": len(lane.tokens)}
+                      "memory_answers": lane.memory_answers, **f, "tokens": len(lane.tokens)}
         return out

@@ -1,4 +1,4 @@
-"""Suffix decoding's cache, as the reference keeps it (``shared/specs/suffix.md``): a local suffix tree per active
+"""Suffix decoding's cache, as the reference keeps it (``docs/drafters.md``): a local suffix tree per active
 request (its prompt, then its response as it grows) and a global suffix tree of responses (only responses, one
 sequence per request, kept after the request stops), bounded by ``max_cached_requests`` with the oldest evicted
 when a request starts. A :class:`SuffixCache` is the racer's memory across requests: whoever runs the races owns

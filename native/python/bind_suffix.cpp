@@ -76,6 +76,6 @@ void register_suffix(py::module_& m) {
           },
           py::arg("context"), py::arg("max_spec_tokens"), py::arg("max_spec_factor"), py::arg("max_spec_offset"),
           py::arg("min_token_prob"), py::arg("tree"),
-          "shared/specs/suffix.md's speculate -> (tokens int32, parents int32, probs float32, score, match_len)")
+          "the reference's speculate (docs/drafters.md) -> (tokens int32, parents int32, probs float32, score, match_len)")
       .def("check", &dart::SuffixTree::check, "recount every suffix and compare with the nodes (tests)");
 }

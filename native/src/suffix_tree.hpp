@@ -1,4 +1,4 @@
-// Suffix decoding's counting structure (shared/specs/suffix.md): every suffix of every sequence held, each cut to
+// Suffix decoding's counting structure (docs/drafters.md): every suffix of every sequence held, each cut to
 // at most max_depth tokens, as a trie of exact counts; and the speculation that turns the context's most recent
 // tokens into a chain or a tree of the most frequent continuations. A sequence grows one token at a time at O(depth)
 // cost (the nodes of its still-growing suffixes are kept), and is removed at O(length x depth) cost.
