@@ -1,7 +1,9 @@
 """The "Measured on this host" panel: the pooled table of the last ``python -m dart_core.bench e2e`` run for the
 loaded models (``dart_core.race.standings``), beside the live race, whose single prompt swings its ratios from
 prompt to prompt (measured: docs/benchmarks.md#measurements-behind-design-choices). No run found (or none
-readable) gives one line with the command that measures them. Plain HTML strings, no Gradio; styled by
+readable) gives one line with the command that measures them. A row is a racer or a variant of one (a racer that
+remembers: cold and warm), named by the label the run gave it; a run of two turns (MT-bench ``--turns 2``) adds its
+second turns' table. Plain HTML strings, no Gradio; styled by
 ``dart_arena/style.css``.
 """
 
@@ -20,6 +22,8 @@ from dart_core.race import (
     find_concurrency_run,
     find_position_run,
     find_standings,
+    row_label,
+    row_racer,
 )
 
 # (summary field, column header, format); a column no row has is left out (older runs lack newer fields)
@@ -117,21 +121,50 @@ def _cell(value: Any, spec: str, key: str, field: str) -> str:
         return html.escape(str(value))
 
 
+def row_cells(row: dict[str, Any]) -> str:
+    """A row's name cell: its label, in its racer's lane colour."""
+    key = row["key"]
+    return (f'<td class="lane-name lane-{html.escape(row_racer(key))}">'
+            f'{html.escape(row.get("label") or label(row_racer(key)))}</td>')
+
+
+def figures_table(rows: list[dict[str, Any]], title: str = "racer", css: str = "") -> str:
+    """The racers' figures, one row each, only the columns some row has."""
+    columns = [c for c in COLUMNS if any(row.get(c[0]) is not None for row in rows)]
+    head = "".join(f"<th>{html.escape(h)}</th>" for _, h, _ in columns)
+    body = "".join("<tr>" + row_cells(row) + "".join(f"<td>{_cell(row.get(f), spec, row['key'], f)}</td>"
+                                                     for f, _, spec in columns) + "</tr>"
+                   for row in rows)
+    classes = f"standings-table {css}".strip()
+    return (f'<table class="{classes}"><thead><tr><th>{html.escape(title)}</th>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table>")
+
+
+def turns_html(found: Standings) -> str:
+    """The second (and later) turns of a run of several: each racer answering the follow-up question after its own
+    first answer, where its context and memory hold that answer."""
+    return "".join(figures_table(rows, f"turn {t} only (the follow-up, after each racer's own first answer)",
+                                 "standings-turn")
+                   for t, rows in found.turn_rows.items() if t != "1")
+
+
 def category_html(found: Standings) -> str:
     """The run's racers × categories table (τ and speedup vs AR in each cell, the category's best racer last),
     when the run had several categories (``bench e2e`` on MT-bench or the bundle's held-out prompts)."""
     if not found.by_category:
         return ""
     keys = [row["key"] for row in found.rows]
-    head = "".join(f'<th class="lane-name lane-{html.escape(k)}">{html.escape(label(k))}</th>' for k in keys)
+    head = "".join(f'<th class="lane-name lane-{html.escape(row_racer(row["key"]))}">'
+                   f'{html.escape(row.get("label") or label(row_racer(row["key"])))}</th>' for row in found.rows)
     body = ""
     for category, figures in found.by_category.items():
         cells = "".join(f"<td>{_cell(figures.get(k, {}).get('tau'), '.2f', k, 'tau')} · "
                         f"{_cell(figures.get(k, {}).get('speedup_vs_ar'), '.2f', k, 'speedup_vs_ar')}</td>"
                         for k in keys)
         best = found.best_by_category.get(category)
+        names = {row["key"]: row.get("label") or label(row_racer(row["key"])) for row in found.rows}
         body += (f"<tr><td>{html.escape(category)}</td>{cells}"
-                 f"<td>{html.escape(label(best)) if best else '–'}</td></tr>")
+                 f"<td>{html.escape(names.get(best, best)) if best else '–'}</td></tr>")
     return (f'<table class="standings-table standings-categories"><thead><tr><th>by kind of prompt (τ · vs AR)</th>'
             f'{head}<th>best</th></tr></thead><tbody>{body}</tbody></table>')
 
@@ -173,12 +206,6 @@ def standings_html(found: Standings | None, command: str, root: Path,
         return (f'<div class="standings-hint">No <code>bench e2e</code> run for these models in '
                 f'<code>{html.escape(shown_path(root))}</code> yet: measure them on this host with '
                 f'<code>{html.escape(command)}</code></div>')
-    columns = [c for c in COLUMNS if any(row.get(c[0]) is not None for row in found.rows)]
-    head = "".join(f"<th>{html.escape(h)}</th>" for _, h, _ in columns)
-    body = "".join(
-        f'<tr><td class="lane-name lane-{html.escape(row["key"])}">{html.escape(label(row["key"]))}</td>'
-        + "".join(f"<td>{_cell(row.get(f), spec, row['key'], f)}</td>" for f, _, spec in columns) + "</tr>"
-        for row in found.rows)
     turns = f" × {found.turns} turns" if found.turns > 1 else ""
     budget = f", up to {found.max_new_tokens:,} new tokens each" if found.max_new_tokens else ""
     check = "" if found.mismatches is None else f", greedy check: {found.mismatches} mismatch" + (
@@ -190,11 +217,10 @@ def standings_html(found: Standings | None, command: str, root: Path,
     if loaded is not None and not found.same_setup:
         notes.append(f"this app runs {html.escape(loaded[1])} on {html.escape(loaded[0])}: no run on that setup "
                      "was found")
-    notes += [f"{html.escape(label(m))} left out: {html.escape(why)}" for m, why in found.hidden.items()]
+    notes += [f"{html.escape(row_label(m))} left out: {html.escape(why)}" for m, why in found.hidden.items()]
     note_html = "".join(f'<div class="standings-note">{n}</div>' for n in notes)
     return (f'<div class="standings"><div class="standings-facts">{facts}</div>'
-            f'<table class="standings-table"><thead><tr><th>racer</th>{head}</tr></thead><tbody>{body}</tbody>'
-            f'</table>{spread_html(found)}{category_html(found)}{note_html}'
+            f'{figures_table(found.rows)}{spread_html(found)}{turns_html(found)}{category_html(found)}{note_html}'
             f'<div class="standings-command">by <code>{html.escape(found.command)}</code> '
             f'(<code>{html.escape(shown_path(found.path))}</code>); tok/s include the prefill, vs AR by wall '
             "clock</div></div>")

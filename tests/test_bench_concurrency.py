@@ -128,3 +128,25 @@ def test_a_batch_that_would_not_fit_the_memory_is_refused(monkeypatch: pytest.Mo
     assert main(["concurrency", *COMMON, "--limit", "4", "--streams", "1,4", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "--streams 4: the batch's KV caches and verify logits need about" in err and "GiB free on cpu" in err
+
+
+def test_a_racer_that_remembers_runs_each_batch_cold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Suffix decoding's batches each draft from a fresh memory: it never holds more than its own batch's answers,
+    so no stream count drafts from its answers to the same prompts at another."""
+    from dart_core.drafters.suffix import SuffixDrafter
+    from dart_core.suffix.cache import SuffixCache
+
+    made: list[SuffixCache] = []
+
+    def new_memory() -> SuffixCache:
+        made.append(SuffixCache())
+        return made[-1]
+
+    monkeypatch.setattr(SuffixDrafter, "new_memory", staticmethod(new_memory))
+    out = tmp_path / "run"
+    assert main(["concurrency", *COMMON, "--limit", "4", "--streams", "1,2", "--max-new-tokens", "8",
+                 "--methods", "suffix,ar", "--no-hf-generate", "--warmup", "0", "--out", str(out)]) == 0
+    report = json.loads((out / "concurrency.json").read_text())
+    assert all(report["by_streams"][b]["suffix"]["mismatches"] == 0 for b in ("1", "2"))
+    batches = [m for m in made if m.held_answers]  # the drafter's own memory, made at loading, stays unused
+    assert [m.held_answers for m in batches] == [1, 1, 1, 1, 2, 2]

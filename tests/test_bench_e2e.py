@@ -20,7 +20,7 @@ from dart_core.engine import greedy_check
 from dart_core.engine import loop as generate
 from dart_core.engine.loop import Step
 from dart_core.ngram.store import NgramStore
-from dart_core.race import summarize_racers
+from dart_core.race import row_racer, summarize_racers
 from dart_core.racers.registry import model_free_racers, racer
 
 VOCAB = 97
@@ -66,13 +66,14 @@ def test_e2e_on_tiny_bundle(bundle: Path, tmp_path: Path, capsys: pytest.Capture
     assert "mismatches: 0" in printed
     report = json.loads((tmp_path / "out/e2e.json").read_text())
     summary = report["summary"]
-    # hf: transformers' own generate, same weights; the model-free racers come with every target (the toy has a store)
-    assert set(summary) == {"dart", "eagle3", "hf", "ar", *(r.key for r in model_free_racers())}
+    # hf: transformers' own generate, same weights; the model-free racers come with every target (the toy has a store),
+    # suffix decoding, which remembers, as its cold and warm rows
+    assert set(summary) == {"dart", "eagle3", "hf", "ar", "suffix:warm", *(r.key for r in model_free_racers())}
     assert report["mismatches"] == [] and report["ties"] == []
     assert summary["ar"]["tau"] == 1.0
     assert summary["ar"]["speedup_vs_ar"] == pytest.approx(1.0)
     assert summary["ar"]["speedup_vs_ar_engine"] == pytest.approx(1.0)
-    assert report["config"]["resolved"]["dataset"] is None and "summary_per_turn" not in report
+    assert report["config"]["resolved"]["dataset"] is None and "by_turn" not in report
     assert len(report["prompts"]) == 3
     assert {"torch", "device", "torch_threads", "cpu"} <= set(report["environment"])
     for entry in report["prompts"]:
@@ -100,8 +101,8 @@ def test_e2e_on_tiny_bundle(bundle: Path, tmp_path: Path, capsys: pytest.Capture
     assert {e["category"] for e in report["prompts"]} == {"all"}
     assert report["by_category"] == {"all": summary}
     best = report["best_by_category"]["all"]
-    assert racer(best).drafts
-    assert best == max((m for m in summary if racer(m).drafts), key=lambda m: summary[m]["speedup_vs_ar"])
+    assert racer(row_racer(best)).drafts
+    assert best == max((m for m in summary if racer(row_racer(m)).drafts), key=lambda m: summary[m]["speedup_vs_ar"])
     assert f"best racer: {best} {summary[best]['speedup_vs_ar']:.2f}x AR" in printed
     assert "by category" not in printed  # no per-category table for one category
     html = (tmp_path / "out/e2e.html").read_text()
@@ -152,7 +153,7 @@ def test_figures_per_category(bundle: Path, tmp_path: Path, capsys: pytest.Captu
             assert sum(hist) == f["num_drafts"]
             rates = f["per_position_acceptance_rate"]
             assert rates == want["per_position_acceptance_rate"][:len(rates)]
-        winner = max((m for m in methods if racer(m).drafts), key=lambda m: figures[m]["speedup_vs_ar"])
+        winner = max((m for m in methods if racer(row_racer(m)).drafts), key=lambda m: figures[m]["speedup_vs_ar"])
         assert best[c] == winner and winner not in ("ar", "hf")
         row = next(line for line in printed.splitlines() if line.startswith(f"{c} (2)"))
         for m in methods:
@@ -325,7 +326,7 @@ def test_mt_bench_two_turns_on_a_chat_model(chat_bundle: Path, tmp_path: Path,
             assert fig["prompt_tokens"] == follow["prompt_tokens"], m  # own answer == AR's under greedy
             assert [t for s in fig["steps"] for t in s["tokens"]] == \
                 [t for s in follow["methods"]["ar"]["steps"] for t in s["tokens"]], m
-    per_turn = report["summary_per_turn"]
+    per_turn = {t: figures["summary"] for t, figures in report["by_turn"].items()}
     assert set(per_turn) == {"1", "2"}
     for m, s in report["summary"].items():
         for t in ("1", "2"):
@@ -333,9 +334,10 @@ def test_mt_bench_two_turns_on_a_chat_model(chat_bundle: Path, tmp_path: Path,
             assert per_turn[t][m]["tokens_per_s_wall"] > 0
         assert s["tokens"] == per_turn["1"][m]["tokens"] + per_turn["2"][m]["tokens"]
         assert s["wall_ms"] == pytest.approx(per_turn["1"][m]["wall_ms"] + per_turn["2"][m]["wall_ms"])
-        for t in ("all", "1", "2"):
+        for t in ("all", "1", "2"):  # the pooled table, then each turn's own
             figures = s if t == "all" else per_turn[t][m]
-            assert f"{m:<{max(8, *map(len, report['summary']))}} {t:>4} {figures['tokens']:>7}" in printed
+            table = printed.split("2 turns pooled: " if t == "all" else f"\nturn {t}: ")[1].split("\n\n")[0]
+            assert f"{m:<{max(8, *map(len, report['summary']))}} {figures['tokens']:>7}" in table
 
 
 def test_mt_bench_needs_a_chat_model(bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -259,3 +259,29 @@ def test_the_panel_shows_the_last_concurrency_sweep_for_the_loaded_models(tmp_pa
     assert "dart" not in other.concurrency_run().speedup and "eagle3" in other.concurrency_run().speedup
     models = {**panel.models, "target": "another/target"}
     assert find_concurrency_run(models, root=root) is None
+
+
+def test_the_panel_labels_cold_and_warm_rows_and_shows_a_runs_second_turns(results: Path, tmp_path: Path) -> None:
+    """The toy's suffix racer ran as its cold and warm rows, each shown with its own label and figures; a run of two
+    turns (``by_turn`` in its e2e.json) adds the second turns' table, labelled as such, from that turn's figures."""
+    good = report(results)
+    shown = app_panel(results)()
+    for key, name in (("suffix", "Suffix decoding (cold)"), ("suffix:warm", "Suffix decoding (warm)")):
+        row = shown.split(f">{name}</td>")[1].split("</tr>")[0]
+        assert f"<td>{good['summary'][key]['tokens']:,}</td>" in row
+    assert "turn 2 only" not in shown  # one turn: no second turns' table
+    # the same run as if of two turns: turn 2's figures set apart from the pooled ones (tokens halved, τ marked)
+    second = {m: {**f, "tokens": f["tokens"] // 2, "tau": 9.87} for m, f in good["summary"].items()}
+    run = {**good, "by_turn": {"1": {"summary": good["summary"]}, "2": {"summary": second}},
+           "config": {**good["config"], "resolved": {**good["config"]["resolved"], "turns": 2}}}
+    (tmp_path / "two").mkdir()
+    (tmp_path / "two" / "e2e.json").write_text(json.dumps(run))
+    found = find_standings(good["run"]["models"], root=tmp_path)
+    assert found is not None and list(found.turn_rows) == ["1", "2"]
+    shown = app_panel(tmp_path)()
+    table = shown.split("standings-turn")[1].split("</table>")[0]
+    assert "turn 2 only (the follow-up, after each racer&#x27;s own first answer)" in table
+    for key, name in (("dart", "DART"), ("suffix:warm", "Suffix decoding (warm)")):
+        row = table.split(f">{name}</td>")[1].split("</tr>")[0]
+        assert "<td>9.87</td>" in row and f"<td>{second[key]['tokens']:,}</td>" in row
+    assert "9.87" not in shown.split("standings-turn")[0]  # the pooled table keeps the pooled figures

@@ -15,7 +15,8 @@ under load move the crossover. On the fast path (a CUDA GPU by default, ``--fast
 on the target's static caches, B streams on a cache of the next power of two rows, each B's CUDA graphs recorded in
 the warm-up. Writes ``concurrency.json`` (``by_streams``: {B: {racer: figures}}, ``crossover``:
 {racer: B or null}) and ``concurrency.html`` (speedup and tokens/s against B, one line per racer, the 1.0 line
-marked).
+marked). A racer that remembers earlier answers (suffix decoding) runs cold here: each batch on a fresh empty
+memory (its warm row is ``bench e2e``'s).
 """
 
 from __future__ import annotations
@@ -259,7 +260,10 @@ class _Runner:
         if not self.sampling.greedy:
             gens = [torch.Generator(device=device).manual_seed(self.args.seed + i) for i in index]
         forwards = []
-        for step in stream_batch(arena.target, prompts, arena.drafter(method), settings=self.settings(method, streams),
+        # a racer that remembers runs cold: a fresh memory per batch, never its answers at another B to the same prompts
+        memory = arena.new_memory(method) if arena.remembers(method) else None
+        for step in stream_batch(arena.target, prompts, arena.remembering(method, memory),
+                                 settings=self.settings(method, streams),
                                  sampling=self.sampling, max_new_tokens=n, stop_token_ids=arena.stop_ids,
                                  generators=gens):
             now = (time.perf_counter() - start) * 1e3

@@ -13,7 +13,10 @@ Every prompt carries a category (MT-bench's own, the held-out set's topic catego
 field, else ``all``): the same figures per category and racer (``by_category``) and the best drafting racer per
 category (``best_by_category``), as a second table, in ``e2e.json`` and as a heatmap in ``e2e.html``.
 ``--dataset mt-bench`` runs a named chat prompt set instead of a prompt file; ``--turns 2`` continues each method's
-own conversation with the set's follow-up question. The ``hf`` row is Hugging Face ``generate`` on the same weights,
+own conversation with the set's follow-up question, and every figure is also given per turn (``by_turn``). A racer
+that remembers earlier answers (suffix decoding) runs as two rows (``dart_core.race.rows``): cold, from an empty
+memory at each conversation's start, and warm (``suffix:warm``), from one memory of its own answers to the run's
+earlier prompts (``--memory`` picks). The ``hf`` row is Hugging Face ``generate`` on the same weights,
 dtype and device (``--no-hf-generate`` drops it): the baseline a user would otherwise run. A greedy output that
 parts from AR's where the target's best logits lie within the dtype's rounding in both runs counts as a tie, not a
 mismatch (``dart_core.engine.greedy_check``).
@@ -35,6 +38,7 @@ from typing import Any
 import torch
 
 from dart_core.bench.e2e_report import category_counts, write_html
+from dart_core.bench.e2e_runs import NO_CATEGORY, Conversations, Tally, with_memory
 from dart_core.bench.e2e_table import best_racer, category_lines, print_table, seed_spread, spread_lines
 from dart_core.bundle import build_command
 from dart_core.data.datasets import DATASETS, DatasetError, load_dataset
@@ -42,7 +46,7 @@ from dart_core.engine.acceptance import SamplingConfig
 from dart_core.engine.cpu import cpu_description
 from dart_core.engine.greedy_check import TopLogits, compare
 from dart_core.engine.loop import Step
-from dart_core.loading.chat import encode_chat, encode_prompt
+from dart_core.loading.chat import encode_prompt
 from dart_core.loading.errors import report_error
 from dart_core.loading.hub import HubFileError
 from dart_core.ngram.store import NgramFormatError
@@ -63,12 +67,16 @@ from dart_core.options.limits import (
     target_limits,
 )
 from dart_core.race import (
+    MEMORY_CHOICES,
+    MEMORY_NOTE,
     command_line,
+    memory_rows,
     models_identity,
     racer_figures,
     results_dir,
+    row_label,
+    row_racer,
     run_record,
-    summarize_racers,
 )
 from dart_core.racers.registry import BASELINE, RACERS, model_free_asked, racer
 
@@ -77,7 +85,6 @@ class BenchError(Exception):
     """A user-facing setup problem (missing bundle, bad prompt file): printed, exit code 2."""
 
 
-NO_CATEGORY = "all"  # the category of a prompt whose record names none
 
 
 def category_of(record: dict[str, Any]) -> str:
@@ -113,6 +120,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--limit", type=int, default=0, help="use only the first N prompts (default 0: all)")
     g.add_argument("--methods", default=None,
                    help=f"comma-separated subset of {','.join(r.key for r in RACERS)} (default: all loaded)")
+    g.add_argument("--memory", choices=MEMORY_CHOICES, default="both",
+                   help="racers that remember earlier answers (suffix decoding): race each from an empty memory at "
+                        "each conversation's start (cold, the racer's own row), from one memory of its own answers "
+                        "to the run's earlier prompts (warm, the row RACER:warm), or both (default)")
     g.add_argument("--hf-generate", action=argparse.BooleanOptionalAction, default=True,
                    help="race transformers' own generate() on the same weights too: the `hf` row (default on)")
     g.add_argument("--warmup", type=int, default=1, help="warm-up prompt runs per method, not counted (default 1)")
@@ -276,22 +287,23 @@ def _run(args: argparse.Namespace) -> int:
     sampling = SamplingConfig(args.temperature, args.top_p, args.top_k)
     runs = Conversations(arena, settings, args, sampling, n_turns)
     encoded = [encode_prompt(arena.tokenizer, p["prompt"], chat=chat, system=args.system) for p in prompts]
-    # AR runs first on each prompt so the other methods are checked against it as soon as they finish.
-    order = ([BASELINE] if BASELINE in methods else []) + [m for m in methods if m != BASELINE]
+    rows = memory_rows(methods, arena.remembers, getattr(args, "memory", "both"))
+    # AR runs first on each prompt so the other rows are checked against it as soon as they finish.
+    order = ([BASELINE] if BASELINE in rows else []) + [m for m in rows if m != BASELINE]
     tallies = []
     for r in range(args.seeds):  # the whole set once per seed; the warm-up only before the first
         seeded = argparse.Namespace(**{**vars(args), "seed": args.seed + r * SEED_STRIDE,
                                        "warmup": args.warmup if r == 0 else 0})
-        tallies.append(_race(seeded, src, prompts, encoded, order, methods, runs))
-    by_seed = {str(args.seed + r * SEED_STRIDE): summarize_racers(t.pooled, t.wall) for r, t in enumerate(tallies)}
+        tallies.append(_race(seeded, src, prompts, encoded, order, rows, runs))
+    by_seed = {str(args.seed + r * SEED_STRIDE): t.pooled.summary() for r, t in enumerate(tallies)}
     tally = tallies[0]
     for r, other in enumerate(tallies[1:], 1):
         tally.absorb(other, seed=args.seed + r * SEED_STRIDE)
-    report = _report(args, src, arena, prompts, methods, tally, sampling, chat=chat, settings=settings)
+    report = _report(args, src, arena, prompts, rows, tally, sampling, chat=chat, settings=settings)
     if len(tallies) > 1:
         report["by_seed"] = by_seed
-        report["spread"] = seed_spread(by_seed, methods)
-    _write(args, report, methods, len(prompts), sampling, tally)
+        report["spread"] = seed_spread(by_seed, rows)
+    _write(args, report, rows, len(prompts), sampling, tally)
     return 0
 
 
@@ -332,100 +344,16 @@ def load_racers(args: argparse.Namespace, src: Sources, runtime: dict[str, Any])
     return arena, methods
 
 
-class Conversations:
-    """One method's generations on one prompt: each turn's steps and wall-clock ms, every method with the same
-    seed, its racer's settings and the run's sampling."""
-
-    def __init__(self, arena: Any, settings: dict[str, Any], args: argparse.Namespace, sampling: SamplingConfig,
-                 n_turns: int) -> None:
-        self.arena, self.racer_settings, self.n_turns, self.system = arena, settings, n_turns, args.system
-        self.sampling = sampling
-        self.kwargs = {"sampling": sampling, "max_new_tokens": args.max_new_tokens, "max_length": args.max_length}
-
-    def generate(self, method: str, ids: list[int], seed: int) -> tuple[list[Step], float]:
-        """One generation's steps and its wall-clock ms, from the input ids to the last token (loop glue included)."""
-        start = time.perf_counter()
-        generator = torch.Generator(device=self.arena.target.feature_device).manual_seed(seed)
-        steps = list(self.arena.stream(method, ids, generator=generator, settings=self.racer_settings.get(method),
-                                       **self.kwargs))
-        return steps, (time.perf_counter() - start) * 1e3
-
-    def converse(self, method: str, p: dict[str, Any], first: list[int],
-                 seed: int) -> list[tuple[list[int], list[Step], float]]:
-        """Each turn's (input ids, steps, wall ms); a follow-up continues the method's OWN conversation (its own
-        earlier answers as the assistant turns: with greedy decoding these equal AR's)."""
-        tokenizer = self.arena.tokenizer
-        out = [(first, *self.generate(method, first, seed))]
-        messages = [{"role": "system", "content": self.system}] if self.system else []
-        for k in range(1, self.n_turns):
-            answer = tokenizer.decode([t for s in out[-1][1] for t in s.tokens], skip_special_tokens=True,
-                                      clean_up_tokenization_spaces=False)
-            messages += [{"role": "user", "content": p["turns"][k - 1]}, {"role": "assistant", "content": answer}]
-            ids = encode_chat(tokenizer, [*messages, {"role": "user", "content": p["turns"][k]}])
-            out.append((ids, *self.generate(method, ids, seed)))
-        return out
-
-
-@dataclass
-class Tally:
-    """Everything counted over the prompts: per prompt and turn, pooled per method, per turn and per category
-    (prompts of one category, both turns pooled; categories in the order they first come), and the greedy check's
-    findings (real mismatches beyond the dtype's rounding, and rounding ties: ``greedy_check``)."""
-
-    methods: list[str]
-    n_turns: int
-    per_prompt: list[dict[str, Any]] = field(default_factory=list)
-    mismatches: list[dict[str, Any]] = field(default_factory=list)
-    ties: list[dict[str, Any]] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.pooled: dict[str, list[Step]] = {m: [] for m in self.methods}
-        self.wall: dict[str, float] = dict.fromkeys(self.methods, 0.0)
-        self.turn_steps: list[dict[str, list[Step]]] = [{m: [] for m in self.methods} for _ in range(self.n_turns)]
-        self.turn_wall: list[dict[str, float]] = [dict.fromkeys(self.methods, 0.0) for _ in range(self.n_turns)]
-        self.category_steps: dict[str, dict[str, list[Step]]] = {}
-        self.category_wall: dict[str, dict[str, float]] = {}
-
-    def absorb(self, other: Tally, *, seed: int) -> None:
-        """Another seed's run of the same prompts, counted into this one (its prompt entries tagged with ``seed``)."""
-        for m in self.methods:
-            for k in range(self.n_turns):
-                self.turn_steps[k][m].extend(other.turn_steps[k][m])
-                self.turn_wall[k][m] += other.turn_wall[k][m]
-        for c, steps in other.category_steps.items():
-            for m in self.methods:
-                self.count_category(c, m, steps[m], other.category_wall[c][m])
-        for m in self.methods:
-            self.pooled[m].extend(other.pooled[m])
-            self.wall[m] += other.wall[m]
-        self.per_prompt.extend({**e, "seed": seed} for e in other.per_prompt)
-        self.mismatches.extend({**mm, "seed": seed} for mm in other.mismatches)
-        self.ties.extend({**t, "seed": seed} for t in other.ties)
-
-    def count_category(self, category: str, method: str, run: list[Step], wall_ms: float) -> None:
-        if category not in self.category_steps:
-            self.category_steps[category] = {m: [] for m in self.methods}
-            self.category_wall[category] = dict.fromkeys(self.methods, 0.0)
-        self.category_steps[category][method].extend(run)
-        self.category_wall[category][method] += wall_ms
-
-    def count(self, method: str, turn: int, run: list[Step], wall_ms: float, category: str = NO_CATEGORY) -> None:
-        self.pooled[method].extend(run)
-        self.wall[method] += wall_ms
-        self.turn_steps[turn][method].extend(run)
-        self.turn_wall[turn][method] += wall_ms
-        self.count_category(category, method, run, wall_ms)
-
-
 def _race(args: argparse.Namespace, src: Sources, prompts: list[dict[str, Any]], encoded: list[list[int]],
           order: list[str], methods: list[str], runs: Conversations) -> Tally:
-    """The warm-up prompt(s), uncounted, then every method on every prompt, each checked against AR's greedy
-    output as soon as it has finished."""
+    """The warm-up prompt(s), uncounted (each row that remembers on a fresh memory), then every row on every
+    prompt in file order, each checked against AR's greedy output as soon as it has finished."""
     from tqdm.auto import tqdm
 
     for i in range(min(args.warmup, len(encoded))):
         for m in tqdm(order, desc=f"warm-up {i + 1}", unit="method", disable=args.no_progress, leave=False):
-            runs.converse(m, prompts[i], encoded[i], args.seed + i)
+            runs.converse(m, prompts[i], encoded[i], args.seed + i, counted=False)
+    runs.start_run(order)
     tally = Tally(methods, runs.n_turns)
     greedy = runs.sampling.greedy
     dtype = runs.arena.target.dtype
@@ -439,17 +367,20 @@ def _race(args: argparse.Namespace, src: Sources, prompts: list[dict[str, Any]],
         tops: dict[str, list[list[TopLogits]]] = {}
         for m in order:
             outputs[m], tops[m] = [], []
-            for k, (turn_ids, run, wall_ms) in enumerate(runs.converse(m, p, ids, args.seed + i)):
+            for k, turn in enumerate(runs.converse(m, p, ids, args.seed + i)):
+                run, wall_ms = turn.steps, turn.wall_ms
                 tally.count(m, k, run, wall_ms, category)
                 steps = [step_record(s) for s in run]
                 outputs[m].append([t for s in run for t in s.tokens])
                 tops[m].append([t for s in run for t in s.top_logits])
                 figures = racer_figures(run, wall_ms)
+                if turn.memory_answers is not None:
+                    figures["memory_answers"] = turn.memory_answers
                 entry = entries[k]
-                if k:  # a follow-up's input holds the method's own first answer
-                    figures["prompt_tokens"] = len(turn_ids)
+                if k:  # a follow-up's input holds the row's own first answer
+                    figures["prompt_tokens"] = len(turn.ids)
                     if not entry["methods"]:
-                        entry["prompt_tokens"] = len(turn_ids)
+                        entry["prompt_tokens"] = len(turn.ids)
                 entry["methods"][m] = {**figures, "stop_reason": steps[-1].get("stop_reason"), "steps": steps}
                 if greedy and m != BASELINE and BASELINE in outputs:
                     _check(tally, p, k, m, tags[k], outputs, tops, dtype, tqdm.write)
@@ -482,12 +413,20 @@ def _report(args: argparse.Namespace, src: Sources, arena: Any, prompts: list[di
     """``e2e.json``: the config as run, the environment, what each figure means, the summaries, the greedy
     check's findings and every prompt's steps."""
     n_turns = tally.n_turns
-    summary = summarize_racers(tally.pooled, tally.wall)
-    per_turn = ({str(k + 1): summarize_racers(tally.turn_steps[k], tally.turn_wall[k]) for k in range(n_turns)}
-                if n_turns > 1 else None)
-    by_category = {c: summarize_racers(steps, tally.category_wall[c]) for c, steps in tally.category_steps.items()}
+    entries = tally.per_prompt
+    summary = with_memory(tally.pooled.summary(), entries)
+    by_category = {c: with_memory(pool.summary(), [e for e in entries if e["category"] == c])
+                   for c, pool in tally.categories.items()}
+    by_turn = {}
+    for k in range(n_turns if n_turns > 1 else 0):
+        mine = [e for e in entries if e.get("turn") == k + 1]
+        turn_categories = {c: with_memory(pool.summary(), [e for e in mine if e["category"] == c])
+                           for c, pool in tally.turn_categories[k].items()}
+        by_turn[str(k + 1)] = {"summary": with_memory(tally.turns[k].summary(), mine), "by_category": turn_categories,
+                               "best_by_category": {c: best_racer(f) for c, f in turn_categories.items()}}
     checked = sampling.greedy and BASELINE in methods and len(methods) > 1
     models = models_identity(src.base, src.drafters, src.ngram, src.small_ngram)
+    remembering = sorted({row_racer(m) for m in methods if arena.remembers(row_racer(m))})
     return {
         "run": run_record(getattr(args, "command", None) or command_line([]), models),
         "config": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "command"},
@@ -496,6 +435,9 @@ def _report(args: argparse.Namespace, src: Sources, arena: Any, prompts: list[di
                                 "dataset": src.dataset, "turns": n_turns, "chat": chat,
                                 "racer_settings": {m: dataclasses.asdict(t) for m, t in settings.items()}},
                    "methods": methods,
+                   "racers": list(dict.fromkeys(row_racer(m) for m in methods)),
+                   "row_labels": {m: row_label(m, remembers=row_racer(m) in remembering) for m in methods},
+                   "remembering": remembering,
                    "n_prompts": len(prompts)},
         "environment": environment(arena),
         "notes": {"tokens_per_s": "engine stopwatches: all emitted tokens over the sum of that method's step times "
@@ -512,14 +454,21 @@ def _report(args: argparse.Namespace, src: Sources, arena: Any, prompts: list[di
                                 "draft_acceptance_rate, per_position_acceptance_rate[k-1] (share of drafting steps "
                                 "that accepted at least k drafts), acceptance_histogram[k] (drafting steps that "
                                 "accepted exactly k); docs/metrics.md",
-                  **({"summary_per_turn": "the same figures over turn 1 / turn 2 only; `summary` pools both; "
-                                          "prompts holds one entry per prompt and turn"} if per_turn else {}),
+                  "rows": "summary, by_category, by_turn and each prompt's methods hold one row each: a racer, or a "
+                          "variant of one (key RACER:VARIANT, its label in config.row_labels); a racer that "
+                          "remembers earlier answers (config.remembering) runs as the rows of --memory",
+                  **{f"memory_{kind}": note for kind, note in MEMORY_NOTE.items()},
+                  "memory_answers": "rows that remember: the finished answers the row's memory held as a "
+                                    "generation started (per prompt entry; in a summary their mean and max)",
+                  **({"by_turn": "per turn (\"1\", \"2\"): the same summary, by_category and best_by_category "
+                                 "over that turn's generations only; `summary` pools both; prompts holds one entry "
+                                 "per prompt and turn"} if by_turn else {}),
                   "by_category": "the same figures over each category's prompts only (its turns pooled), "
                                  f"category -> racer -> figures; prompts without a category are in {NO_CATEGORY!r}",
                   "best_by_category": "per category the drafting racer (neither AR nor HF generate) with the highest "
                                       "speedup_vs_ar there (null without one)"},
         "summary": summary,
-        **({"summary_per_turn": per_turn} if per_turn else {}),
+        **({"by_turn": by_turn} if by_turn else {}),
         "by_category": by_category,
         "best_by_category": {c: best_racer(figures) for c, figures in by_category.items()},
         "mismatches": tally.mismatches if checked else None,
@@ -534,10 +483,18 @@ def _write(args: argparse.Namespace, report: dict[str, Any], methods: list[str],
     out = args.out or results_dir() / f"e2e-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     (out / "e2e.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
-    print_table(report["summary"], methods, n, sampling, report.get("summary_per_turn"))
+    labels = report["config"]["row_labels"]
+    by_turn = report.get("by_turn") or {}
+    print_table(report["summary"], methods, n, sampling, title=f"{len(by_turn)} turns pooled" if by_turn else "",
+                labels=labels)
     for line in category_lines(report["by_category"], report["best_by_category"], methods,
                                category_counts(report["prompts"])):
         print(line)
+    for t, figures in by_turn.items():
+        print_table(figures["summary"], methods, n, sampling, title=f"turn {t}", labels=labels)
+        for line in category_lines(figures["by_category"], figures["best_by_category"], methods,
+                                   category_counts([e for e in report["prompts"] if str(e.get("turn")) == t])):
+            print(line)
     if "spread" in report:
         for line in spread_lines(report["spread"], len(report["by_seed"])):
             print(line)

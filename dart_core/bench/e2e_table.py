@@ -1,6 +1,6 @@
-"""``bench e2e``'s figures as text and the figures over several seeds: the pooled table (one row per racer, and
-per turn), the per-category table with the best racer of each category, and the spread of a sampled run over its
-seeds."""
+"""``bench e2e``'s figures as text and the figures over several seeds: the table (one row per racer or variant of
+one, ``dart_core.race.rows``; pooled, then per turn), the per-category table with the best racer of each category,
+and the spread of a sampled run over its seeds."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import statistics
 from typing import Any
 
 from dart_core.engine.acceptance import SamplingConfig
-from dart_core.race import ACCEPTANCE_HEADER, acceptance_cells, method_width, per_position_lines
+from dart_core.race import ACCEPTANCE_HEADER, acceptance_cells, method_width, per_position_lines, row_racer
 from dart_core.racers.registry import racer
 
 SPREAD_FIGURES = ("tau", "tokens_per_s_wall", "speedup_vs_ar", "draft_acceptance_rate")
@@ -45,7 +45,7 @@ def best_racer(figures: dict[str, dict[str, Any]]) -> str | None:
     """The drafting racer (not the baseline, not HF ``generate``: ``Racer.drafts``) with the highest
     ``speedup_vs_ar`` in ``figures`` (racer -> figures of one category; without an AR row, the highest wall-clock
     tokens/s, which ranks them alike); None without a drafting racer."""
-    drafting = [m for m in figures if racer(m).drafts]
+    drafting = [m for m in figures if racer(row_racer(m)).drafts]
     return max(drafting, key=lambda m: (figures[m]["speedup_vs_ar"] or 0.0, figures[m]["tokens_per_s_wall"]),
                default=None)
 
@@ -81,7 +81,7 @@ def category_lines(by_category: dict[str, dict[str, dict[str, Any]]], best: dict
         name = f"{c} ({counts.get(c, 0)})"
         out.append(f"{name:<{cw}} " + " ".join(f"{cells[c][m]:>{widths[m]}}" for m in methods)
                    + f"  {best.get(c) or '-'}")
-    drafting = [m for m in methods if racer(m).drafts]
+    drafting = [m for m in methods if racer(row_racer(m)).drafts]
     if drafting:
         out.append("acceptance by category (draft acceptance rate; per-position acceptance rate, k = 1, 2, ...):")
         for c in by_category:
@@ -95,29 +95,34 @@ def category_lines(by_category: dict[str, dict[str, dict[str, Any]]], best: dict
 
 
 def print_table(summary: dict[str, dict[str, Any]], methods: list[str], n: int, sampling: SamplingConfig,
-                per_turn: dict[str, dict[str, dict[str, Any]]] | None = None) -> None:
-    """One row per method (and per turn when ``per_turn`` is given: ``all`` pools the turns)."""
+                title: str = "", labels: dict[str, str] | None = None) -> None:
+    """One row per row key (a racer, or a variant of one such as ``suffix:warm``) under ``title`` (``turn 2``: the
+    figures of one turn only), then the labels of rows that remember and how many earlier answers they held."""
     mode = "greedy" if sampling.greedy else f"T={sampling.temperature} top-p={sampling.top_p} top-k={sampling.top_k}"
-    turns = f" x {len(per_turn)} turns" if per_turn else ""
-    print(f"\n{n} prompts{turns}, {mode}; tok/s include the prefill (eng: sum of the engine's step stopwatches, "
+    heading = f"{title}: " if title else ""
+    print(f"\n{heading}{n} prompts, {mode}; tok/s include the prefill (eng: sum of the engine's step stopwatches, "
           "wall: clock around each generation)\nvs AR by wall tok/s; ms are means per verify step")
-    turn = f" {'turn':>4}" if per_turn else ""
     w = method_width(methods)
-    print(f"{'method':<{w}}{turn} {'tokens':>7} {'steps':>6} {'tau':>6} {ACCEPTANCE_HEADER} {'tok/s eng':>9} "
+    print(f"{'method':<{w}} {'tokens':>7} {'steps':>6} {'tau':>6} {ACCEPTANCE_HEADER} {'tok/s eng':>9} "
           f"{'tok/s wall':>10} {'vs AR wall':>10} {'draft ms':>9} {'search ms':>10} {'verify ms':>10}")
-
-    def row(m: str, t: str, s: dict[str, Any]) -> None:
+    for m in methods:
+        s = summary[m]
         speed = f"{s['speedup_vs_ar']:.2f}x" if s["speedup_vs_ar"] else "-"
-        col = f" {t:>4}" if per_turn else ""
-        print(f"{m:<{w}}{col} {s['tokens']:>7} {s['verify_steps']:>6} {s['tau']:>6.2f} {acceptance_cells(s)} "
+        print(f"{m:<{w}} {s['tokens']:>7} {s['verify_steps']:>6} {s['tau']:>6.2f} {acceptance_cells(s)} "
               f"{s['tokens_per_s']:>9.1f} {s['tokens_per_s_wall']:>10.1f} {speed:>10} {s['draft_ms_per_step']:>9.2f} "
               f"{s['search_ms_per_step']:>10.2f} {s['verify_ms_per_step']:>10.2f}")
-
-    for m in methods:
-        row(m, "all", summary[m])
-        for t, figures in (per_turn or {}).items():
-            row(m, t, figures[m])
+    for line in memory_lines(summary, methods, labels or {}):
+        print(line)
     for line in per_position_lines({m: summary[m] for m in methods}):
         print(line)
 
 
+def memory_lines(summary: dict[str, dict[str, Any]], methods: list[str], labels: dict[str, str]) -> list[str]:
+    """One line per row that remembers: its label and the earlier answers its memory held as generations started."""
+    out = []
+    for m in methods:
+        held = summary[m].get("memory_answers")
+        if held is not None:
+            out.append(f"{m} = {labels.get(m, m)}: its memory held {held['mean']:.1f} earlier answers on average "
+                       f"as a generation started (at most {held['max']})")
+    return out

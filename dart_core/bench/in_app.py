@@ -331,6 +331,7 @@ def _run(args: argparse.Namespace) -> int:
     cmd = [*BENCH_COMMAND, *model_flags(args), "--prompts", str(src.prompts), "--limit", str(args.limit),
            "--max-new-tokens", str(args.max_new_tokens), "--warmup", "1", "--out", str(bench_out), "--no-html",
            "--no-hf-generate",  # the page races the arena's racers; HF generate's row is the e2e bench's own
+           "--memory", "cold",  # one row per racer, as the page's lanes (a racer that remembers: its cold row)
            *tree_flags(args), *(["--no-progress"] if args.no_progress else [])]
     print(f"running the plain benchmark: {' '.join(cmd)}")
     with open(out / "e2e.log", "wb") as f:

@@ -6,6 +6,17 @@ from dart_core.engine.greedy_check import Verdict
 from dart_core.engine.prompt import PromptError, check_prompt, check_text, context_limit
 from dart_core.race.figures import add_speedups, racer_figures, summarize_racers
 from dart_core.race.memories import SHARED, RacerMemories
+from dart_core.race.rows import (
+    COLD,
+    MEMORY_CHOICES,
+    MEMORY_NOTE,
+    WARM,
+    memory_rows,
+    row_key,
+    row_label,
+    row_racer,
+    row_variant,
+)
 from dart_core.race.run import Race
 from dart_core.race.scoreboard import Lane, RaceSettings, Scoreboard
 from dart_core.race.standings import (
@@ -25,7 +36,11 @@ from dart_core.race.table import ACCEPTANCE_HEADER, acceptance_cells, method_wid
 
 __all__ = [
     "ACCEPTANCE_HEADER",
+    "COLD",
+    "MEMORY_CHOICES",
+    "MEMORY_NOTE",
     "SHARED",
+    "WARM",
     "ConcurrencyRun",
     "Lane",
     "PositionRun",
@@ -45,11 +60,16 @@ __all__ = [
     "find_concurrency_run",
     "find_position_run",
     "find_standings",
+    "memory_rows",
     "method_width",
     "models_identity",
     "per_position_lines",
     "racer_figures",
     "results_dir",
+    "row_key",
+    "row_label",
+    "row_racer",
+    "row_variant",
     "run_record",
     "suggest_command",
     "summarize_racers",

@@ -8,7 +8,10 @@ digest, a Hub snapshot's commit, or a local checkpoint's file sizes and times). 
 folder each; :func:`find_standings` reads every ``e2e.json`` there (and one directly in it), keeps those whose
 target and N-gram store are the loaded ones, and picks the latest, preferring a run on the loaded device and
 dtype. A racer whose checkpoint differs from the loaded one keeps its figures out of the table (named instead);
-racers without a checkpoint (plain decoding, HF ``generate``) need only the target. Files that cannot be read or
+racers without a checkpoint (plain decoding, HF ``generate``) need only the target. A row is a racer or a variant of
+one (``dart_core.race.rows``: a racer that remembers as its cold and warm rows), shown with the label the run gave
+it; a run of two turns also gives each turn's rows apart (``by_turn``: the second turns, each racer answering the
+follow-up after its own first answer). Files that cannot be read or
 are not an e2e report are skipped, never an error: no run found gives a hint with the command to run.
 """
 
@@ -26,6 +29,7 @@ from typing import Any
 from dart_core.bundle import Bundle, default_bundle_dir
 from dart_core.loading.hub import cache_root
 from dart_core.loading.identity import model_identity
+from dart_core.race.rows import row_label, row_racer
 
 REPORT = "e2e.json"
 POSITION_REPORT = "long.json"  # ``bench long``: each racer by output position
@@ -67,9 +71,11 @@ def command_line(argv: list[str], prog: tuple[str, ...] = COMMAND) -> str:
 
 @dataclass(frozen=True)
 class Standings:
-    """One e2e run's pooled table for the loaded models: ``rows`` in the run's order, each the racer's key and its
-    ``summary`` figures (tau, tokens/s, speedup vs AR, ms per step, ...); ``hidden``: racer → why its row is left
-    out (the run measured it with another checkpoint than the loaded one, or it is not loaded here)."""
+    """One e2e run's pooled table for the loaded models: ``rows`` in the run's order, each the row's key (a racer
+    or a variant of one), its ``label`` and its ``summary`` figures (tau, tokens/s, speedup vs AR, ms per step,
+    ...); ``hidden``: row → why it is left out (the run measured its racer with another checkpoint than the loaded
+    one, or it is not loaded here); ``turn_rows``: turn ("1", "2") → the same rows over that turn only, for a run
+    of several turns."""
 
     path: Path
     date: str
@@ -89,6 +95,7 @@ class Standings:
     by_category: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     best_by_category: dict[str, str | None] = field(default_factory=dict)
     spread: dict[str, dict[str, Any]] = field(default_factory=dict)  # racer → figure → mean/std/min/max (--seeds)
+    turn_rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 def find_standings(models: dict[str, Any], *, root: str | os.PathLike[str] | None = None,
@@ -195,7 +202,7 @@ def _load(path: Path) -> dict[str, Any] | None:
         if key not in _CACHE:
             data = json.loads(path.read_text(encoding="utf-8"))
             _CACHE[key] = ({k: data.get(k) for k in ("run", "config", "environment", "summary", "mismatches",
-                                                     "by_category", "best_by_category", "spread")}
+                                                     "by_category", "best_by_category", "spread", "by_turn")}
                            if isinstance(data, dict) else None)
         return _CACHE[key]
     except (OSError, ValueError, AttributeError):
@@ -204,12 +211,13 @@ def _load(path: Path) -> dict[str, Any] | None:
 
 def _other_models(theirs: dict[str, Any], models: dict[str, Any], racers: list[str]) -> dict[str, str] | None:
     """None when a run (which recorded the identities ``theirs``) used another target or N-gram store than
-    ``models``; else its racers whose checkpoint is not the loaded one, each with why it is left out."""
+    ``models``; else its rows (``racers``: racers or variants of one) whose racer's checkpoint is not the loaded
+    one, each with why it is left out."""
     if theirs["target"] != models["target"] or theirs.get("ngram") != models.get("ngram"):
         return None
     ours, recorded = models.get("drafters", {}), theirs.get("drafters", {})
-    return {m: "not loaded here" if m not in ours else "measured with another checkpoint"
-            for m in racers if m in recorded and recorded[m] != ours.get(m)}
+    return {m: "not loaded here" if row_racer(m) not in ours else "measured with another checkpoint"
+            for m in racers if row_racer(m) in recorded and recorded[row_racer(m)] != ours.get(row_racer(m))}
 
 
 def _read(path: Path, models: dict[str, Any], device: str | None, dtype: str | None) -> Standings | None:
@@ -222,7 +230,8 @@ def _read(path: Path, models: dict[str, Any], device: str | None, dtype: str | N
         hidden = _other_models(run["models"], models, order)
         if hidden is None:
             return None
-        rows = [{"key": m, **summary[m]} for m in order if m not in hidden]
+        labels = config.get("row_labels") or {}
+        rows = [{"key": m, "label": labels.get(m) or row_label(m), **summary[m]} for m in order if m not in hidden]
         if not rows:  # nothing of the loaded models' to show
             return None
         resolved = config.get("resolved", {})
@@ -235,12 +244,14 @@ def _read(path: Path, models: dict[str, Any], device: str | None, dtype: str | N
         best = {c: r if r in shown else None for c, r in (data.get("best_by_category") or {}).items()  # type: ignore
                 if c in by_category}
         spread = {m: f for m, f in (data.get("spread") or {}).items() if m in shown}  # type: ignore[union-attr]
+        turn_rows = {t: [{"key": row["key"], "label": row["label"], **figures["summary"][row["key"]]} for row in rows]
+                     for t, figures in (data.get("by_turn") or {}).items()}  # type: ignore[union-attr]
         return Standings(
             path=path, date=str(run["date"]), command=str(run["command"]), prompts=int(config["n_prompts"]),
             turns=int(resolved.get("turns", 1)), prompt_source=_source(resolved), decoding=_decoding(config),
             max_new_tokens=config.get("max_new_tokens"), dtype=run_dtype, device=str(env["device"]), rows=rows,
             hidden=hidden, mismatches=len(mismatches) if isinstance(mismatches, list) else None,
-            by_category=by_category, best_by_category=best, spread=spread,
+            by_category=by_category, best_by_category=best, spread=spread, turn_rows=turn_rows,
             same_setup=(device is None or _device_type(env["device"]) == _device_type(device))
             and (dtype is None or run_dtype == dtype.removeprefix("torch.")))
     except (KeyError, TypeError, ValueError, AttributeError):
