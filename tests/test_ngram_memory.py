@@ -268,6 +268,31 @@ def test_dart_is_lossless_with_the_memory_on_and_shares_its_weights(tmp_path: ob
     assert drafter.ngram_memory is None
 
 
+def test_dflash_tree_is_lossless_with_the_memory_on(tmp_path: object) -> None:
+    from test_dflash import dflash_config, dflash_state, make_target, write
+    from test_dflash import reference as dflash_reference
+
+    from dart_core.drafters.dflash import DFlashTreeDrafter, DFlashTreeSettings
+
+    model = make_target("qwen3")
+    target = TargetModel(model)
+    cfg = dflash_config(layers=2, ids=[1, 4, 5], block=6)
+    drafter = DFlashTreeDrafter.from_pretrained(write(tmp_path / "d", cfg, dflash_state(cfg, seed=7)),  # type: ignore[operator]
+                                                target=target)
+    rng = random.Random(4)
+    prompts = [[rng.randrange(50) for _ in range(rng.randint(3, 12))] for _ in range(2)]
+    truths = [dflash_reference(model, p, 24) for p in prompts]
+    drafter.store = NgramStore.build([prompts[0] + truths[0]], order=3)
+    drafter.use_ngram_memory(True, max_answers=2)
+    memory = drafter.new_memory()
+    for _round in range(2):
+        for prompt, truth in zip(prompts, truths, strict=True):
+            got, _steps = generate(target, prompt, drafter.remembering(memory), max_new_tokens=24,
+                                   settings=DFlashTreeSettings(top_k=4, max_nodes=12))
+            assert got == truth
+    assert memory.held_answers == 2 and memory.held_tokens == 48  # the bound: the last two answers
+
+
 def bundle_ok() -> None:
     if not (BUNDLE / "target" / "config.json").is_file():
         pytest.skip("the embedded bundle assets/tiny is missing")
