@@ -40,8 +40,10 @@ from dart_core.options import (
     add_device_argument,
     add_dtype_argument,
     add_fast_path_arguments,
+    add_ngram_memory_argument,
     add_racer_settings_arguments,
     add_threads_argument,
+    check_ngram_memory,
     given_settings,
 )
 from dart_core.race import RaceSettings, models_identity, results_dir, suggest_command
@@ -84,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "full.trie, e.g. fvliang/dart-qwen3-ngram (default: the bundle's ngram/small.ngram)")
     m.add_argument("--use-small-ngram", action=argparse.BooleanOptionalAction, default=False,
                    help="load small.trie (quick to load, good for demos) instead of full.trie")
+    add_ngram_memory_argument(m)
     for r in checkpoint_racers():  # one model flag per racer (and --compare-<key> for the opt-in ones)
         if r.opt_in:
             m.add_argument(f"--compare-{r.key}", action=argparse.BooleanOptionalAction, default=None,
@@ -210,10 +213,15 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
             log.warning("--%s-model-name-or-path is ignored without %s", r.key, flag)
         drafters[r.key] = given if compare else None
 
+    ngram = args.ngram_model_name_or_path or (str(bundle.ngram) if bundle and bundle.ngram else None)
+    try:
+        check_ngram_memory(bool(getattr(args, "ngram_memory", False)), ngram)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
     return {
         "base": bundle.target if bundle is not None else args.base_model_name_or_path,
         "drafters": drafters,
-        "ngram": args.ngram_model_name_or_path or (str(bundle.ngram) if bundle and bundle.ngram else None),
+        "ngram": ngram,
         "bundle": bundle,
         "runners": [r.key for r in runner_racers() if getattr(args, f"compare_{r.dest}", False)],
         "model_free": {r.key: getattr(args, f"compare_{r.dest}", None) for r in model_free_racers()},
@@ -325,6 +333,7 @@ def start_engine(args: argparse.Namespace, src: dict[str, Any], loaded: dict[str
     t0 = time.perf_counter()
     try:
         engine = ProcessEngine(dict(base=src["base"], ngram=src["ngram"], small_ngram=args.use_small_ngram,
+                                    ngram_memory=bool(getattr(args, "ngram_memory", False)),
                                     device=args.device, dtype=args.dtype, fast_path=args.fast_path,
                                     fast_path_mode=args.fast_path_mode,
                                     cpu_linear=args.cpu_linear, **loaded,

@@ -24,6 +24,7 @@ from dart_core.loading.layouts import DTYPE_NAMES
 from dart_core.loading.packaged import ensure_checkpoint, packaged_model
 from dart_core.loading.progress import stage
 from dart_core.loading.target_files import check_finite, held_load_report, tokenizer_error, weights_error
+from dart_core.ngram.memory import MEMORY_NEEDS_STORE
 from dart_core.ngram.store import NgramStore
 from dart_core.racers.registry import (
     BASELINE,
@@ -212,6 +213,8 @@ class Arena:
         for key, drafter in self.drafters.items():
             if racer(key).uses_store:
                 drafter.store = store  # type: ignore[attr-defined]
+                if remembers(drafter):  # a memory of the old store's order would not add to this one
+                    drafter.use_ngram_memory(True, drafter.max_remembered_answers)  # type: ignore[attr-defined]
 
     def remembers(self, method: str) -> bool:
         """Whether ``method``'s drafter keeps a memory across generations
@@ -259,6 +262,7 @@ def load_arena(
     *,
     ngram: str | os.PathLike[str] | None = None,
     small_ngram: bool = False,
+    ngram_memory: bool = False,
     device: str | None = None,
     dtype: str | torch.dtype | None = None,
     progress: bool = True,
@@ -277,12 +281,16 @@ def load_arena(
     ``from_pretrained`` of the target. ``fast_path``: rows of the static KV caches of the fast path
     (:func:`fast_path_rows`: None = on one CUDA device, 0 = off), run as ``fast_path_mode`` (CUDA graphs of the
     target's and the drafters' forwards, ``compile``: the target through torch.compile, or ``eager``).
+    ``ngram_memory``: the racers that search with the store remember the session's answers in an N-gram memory
+    consulted with it (``dart_core/ngram/memory.py``); a StoreMissingError before anything loads without ``ngram``.
     ``threads``: PyTorch's CPU threads, set before anything loads (the CPU kernels are timed at load at the thread
     count in use; None leaves it as it is).
     Each drafter reads its own target layers, so drafters whose layers differ share the target too. Whatever
     fails to load is raised as an error that names its file (a :class:`~dart_core.loading.errors.LoadError`, or the
     project's own errors), after the progress bar is closed, so an ``error:`` line printed next starts a line of
     its own."""
+    if ngram_memory and not ngram:
+        raise StoreMissingError(MEMORY_NEEDS_STORE)
     if threads is not None:
         if threads < 1:
             raise ValueError(f"threads must be at least 1, got {threads}")
@@ -330,6 +338,9 @@ def load_arena(
     if rows:
         target.use_static_cache(rows, compile=fast_path_mode == "compile", graphs=fast_path_mode == "graphs")
     arena.drafters = {r.key: arena.drafters[r.key] for r in RACERS if r.key in arena.drafters}  # registry order
+    for key, drafter in arena.drafters.items():
+        if ngram_memory and racer(key).uses_store:
+            drafter.use_ngram_memory(True)  # type: ignore[attr-defined]
     arena.use_store(arena.store)
     for drafter in arena.drafters.values():
         if rows and fast_path_mode != "compile" and hasattr(drafter, "use_static_cache"):

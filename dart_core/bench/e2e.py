@@ -157,6 +157,7 @@ class Sources:
     bundle: Path | None = None
     notes: list[str] = field(default_factory=list)
     dataset: str | None = None
+    ngram_memory: bool = False  # --ngram-memory
 
 
 def resolve_sources(args: argparse.Namespace) -> Sources:
@@ -175,14 +176,16 @@ def resolve_sources(args: argparse.Namespace) -> Sources:
         if args.chat is False:
             raise BenchError(f"--raw with --dataset {dataset}: its questions are chat prompts, run in chat mode "
                              "(drop --raw)")
-        return Sources(base, drafters, models.ngram, models.small_ngram, None, True, bundle, notes, dataset)
+        return Sources(base, drafters, models.ngram, models.small_ngram, None, True, bundle, notes, dataset,
+                       models.ngram_memory)
     prompts = args.prompts or (bundle / "prompts.jsonl" if bundle is not None else None)
     if prompts is None:
         raise BenchError("no prompt set: pass --prompts FILE.jsonl (fields: prompt, optional id)")
     if not Path(prompts).is_file():
         hint = f" Build the bundle with `{build_command(bundle)}`." if args.prompts is None and bundle else ""
         raise BenchError(f"prompt file not found: {prompts}.{hint}")
-    return Sources(base, drafters, models.ngram, models.small_ngram, Path(prompts), models.chat, bundle, notes)
+    return Sources(base, drafters, models.ngram, models.small_ngram, Path(prompts), models.chat, bundle, notes,
+                   ngram_memory=models.ngram_memory)
 
 
 def read_prompts(path: Path, limit: int = 0) -> list[dict[str, str]]:
@@ -333,8 +336,9 @@ def load_racers(args: argparse.Namespace, src: Sources, runtime: dict[str, Any])
     from dart_core.arena import load_arena
 
     asked = args.methods.split(",") if args.methods else None
-    arena = load_arena(src.base, ngram=src.ngram, small_ngram=src.small_ngram, progress=not args.no_progress,
-                       hf=args.hf_generate, **runtime, **src.drafters, **model_free_asked(asked))
+    arena = load_arena(src.base, ngram=src.ngram, small_ngram=src.small_ngram, ngram_memory=src.ngram_memory,
+                       progress=not args.no_progress, hf=args.hf_generate, **runtime, **src.drafters,
+                       **model_free_asked(asked))
     methods = asked or arena.methods
     for m in methods:
         arena.drafter(m)  # a clear error for a method that is not loaded

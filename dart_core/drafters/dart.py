@@ -22,6 +22,7 @@ from dart_core.drafters.settings import knob
 from dart_core.engine.drafter import DraftInput, Proposal
 from dart_core.engine.timing import Stopwatch
 from dart_core.loading.layouts import SAFE_SINGLE
+from dart_core.ngram.memory import RemembersNgrams
 from dart_core.ngram.search import searched_proposal
 
 log = logging.getLogger(__name__)
@@ -39,9 +40,10 @@ class DartSettings:
     ngram_weight: float = knob(0.5, 0.0, 100.0, "weight of the N-gram term (0 = off)", flag="ngram-weight")
 
 
-class DartDrafter(DrafterLayer):
+class DartDrafter(DrafterLayer, RemembersNgrams):
     """The published DART layer. ``draft_logits`` is the exact forward of the spec; ``propose`` adds top-k,
-    the draft→target vocabulary map and the tree search."""
+    the draft→target vocabulary map and the tree search (with the session's N-gram memory when it is on,
+    ``dart_core/ngram/memory.py``)."""
 
     key = "dart"
     label = "DART"
@@ -163,7 +165,7 @@ class DartDrafter(DrafterLayer):
         if store is None and not self._warned_no_store:
             log.warning("DART is drafting without an N-gram store: the tree search runs with the N-gram term off")
             self._warned_no_store = True
-        return searched_proposal(tokens_np, probs_np, step, store, s, draft_ms=draft.ms)
+        return searched_proposal(tokens_np, probs_np, step, store, s, draft_ms=draft.ms, memory=self.active_memory())
 
 
 def dart_shapes(cfg: DrafterConfig) -> tuple[dict[str, tuple[int, ...]], set[str]]:

@@ -49,6 +49,7 @@ from dart_core.engine.tree import DraftTree
 from dart_core.loading.errors import LoadError
 from dart_core.loading.hub import HubFileError, load_tensor, resolve_file
 from dart_core.loading.layouts import SAFE_SINGLE
+from dart_core.ngram.memory import RemembersNgrams
 from dart_core.ngram.search import searched_proposal
 
 __all__ = ["CHECKPOINT", "DFlashConfig", "DFlashDrafter", "DFlashSettings", "DFlashTreeDrafter", "DFlashTreeSettings",
@@ -396,9 +397,10 @@ class DFlashDrafter(DrafterModule):
         return Proposal(tree=tree, draft_ms=draft.ms, search_ms=0.0)
 
 
-class DFlashTreeDrafter(DFlashDrafter):
+class DFlashTreeDrafter(DFlashDrafter, RemembersNgrams):
     """The same drafter as the ``dflash-tree`` racer: top-k per block row, softmax over the k, DART's native
-    N-gram-guided beam search (N-gram term off, with a one-time notice, without a store), tree verify."""
+    N-gram-guided beam search (N-gram term off, with a one-time notice, without a store; with the session's N-gram
+    memory when it is on, ``dart_core/ngram/memory.py``), tree verify."""
 
     key = "dflash-tree"
     label = "DFlash-tree"
@@ -420,7 +422,7 @@ class DFlashTreeDrafter(DFlashDrafter):
             log.warning("DFlash-tree is drafting without an N-gram store: the tree search runs with the N-gram "
                         "term off")
             self._warned_no_store = True
-        return searched_proposal(tokens_np, probs_np, step, store, s, draft_ms=draft.ms)
+        return searched_proposal(tokens_np, probs_np, step, store, s, draft_ms=draft.ms, memory=self.active_memory())
 
 
 def _row_outputs(logits: torch.Tensor, settings: Any, k: int | None, block_size: int) -> tuple[torch.Tensor, ...]:

@@ -10,7 +10,10 @@ normalised over its k candidates (as DART's softmax is over its k). The search t
 those probabilities and, from level 1 on, the store's probability of each token after that branch's own context,
 so a branch that leaves the greedy chain is ranked by the store too. A level with fewer than ``top_k``
 continuations is padded with zero-probability repeats, which the search ranks after every real candidate and
-the verifier tries once; the chain ends at the first level whose context the store has never continued."""
+the verifier tries once; the chain ends at the first level whose context the store has never continued.
+
+With the session's N-gram memory on (``dart_core/ngram/memory.py``), the continuations and the search's N-gram
+term both come from the store's counts plus the memory's."""
 
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ import numpy as np
 from dart_core.drafters.settings import check_settings, knob
 from dart_core.engine.drafter import DraftInput, Proposal
 from dart_core.engine.timing import Stopwatch
+from dart_core.ngram.memory import NgramMemory, RemembersNgrams
 from dart_core.ngram.search import searched_proposal
 
 
@@ -43,7 +47,7 @@ class StoreMissingError(ValueError):
     """The N-gram-only racer was asked for where no N-gram store is loaded."""
 
 
-class NgramOnlyDrafter:
+class NgramOnlyDrafter(RemembersNgrams):
     """The N-gram-only racer's drafter: built on any target, no checkpoint, reads no target layers; drafts from
     ``store`` (attached by ``load_arena``, shared by generations). Its per-generation state is its settings."""
 
@@ -70,14 +74,18 @@ class NgramOnlyDrafter:
             raise StoreMissingError(f"{self.label} drafts from the N-gram store alone, and no store is loaded")
         return check_settings(settings, self.label)
 
-    def levels(self, context: np.ndarray, settings: NgramOnlySettings) -> tuple[np.ndarray, np.ndarray]:
+    def levels(self, context: np.ndarray, settings: NgramOnlySettings,
+               memory: NgramMemory | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Per level, the store's candidates and their probabilities over the k (module docstring): int32 and
         float32 ``[levels, top_k]``, ``levels`` between 0 (the store never continued the context) and
-        ``depth``."""
+        ``depth``; with ``memory``, over the store's counts plus the memory's."""
         chain = list(context[-(self.store.order - 1):]) if self.store.order > 1 else []
         tokens, probs = [], []
+        summed = memory is not None and memory.held_tokens > 0
         for _ in range(settings.depth):
-            toks, p = self.store.continuations(np.asarray(chain, dtype=np.int32), settings.top_k)
+            ids = np.asarray(chain, dtype=np.int32)
+            toks, p = (memory.continuations(self.store, ids, settings.top_k) if summed  # type: ignore[union-attr]
+                       else self.store.continuations(ids, settings.top_k))
             if not len(toks):
                 break
             pad = settings.top_k - len(toks)
@@ -89,8 +97,9 @@ class NgramOnlyDrafter:
 
     def propose(self, state: NgramOnlySettings, step: DraftInput) -> Proposal | None:
         """The searched tree over the store's levels, or None when the store never continued the context."""
+        memory = self.active_memory()
         with Stopwatch() as clock:
-            tokens, probs = self.levels(step.context, state)
+            tokens, probs = self.levels(step.context, state, memory)
         if not len(tokens):
             return None
-        return searched_proposal(tokens, probs, step, self.store, state, draft_ms=clock.ms)
+        return searched_proposal(tokens, probs, step, self.store, state, draft_ms=clock.ms, memory=memory)

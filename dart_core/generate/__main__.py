@@ -96,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
     for note in models.notes:
         print(f"note: {note}", file=sys.stderr)
     asked = args.methods.split(",") if args.methods else None
-    arena = load_arena(models.base, ngram=models.ngram, small_ngram=models.small_ngram, progress=not args.no_progress,
+    arena = load_arena(models.base, ngram=models.ngram, small_ngram=models.small_ngram,
+                       ngram_memory=models.ngram_memory, progress=not args.no_progress,
                        **runtime_options(args), **models.drafters, **model_free_asked(asked))
     methods = asked or arena.methods
     for m in methods:

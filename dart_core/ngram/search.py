@@ -21,6 +21,7 @@ from dart_core import _native
 from dart_core.engine.drafter import DraftInput, Proposal
 from dart_core.engine.timing import Stopwatch
 from dart_core.engine.tree import DraftTree
+from dart_core.ngram.memory import NgramMemory
 from dart_core.ngram.store import NgramStore, as_token_array
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
@@ -85,6 +86,7 @@ def search_tree(
     logit_weights: Any = None,
     ngram_weight: float = 0.5,
     eos_token_id: int | Any = None,
+    memory: NgramMemory | None = None,
 ) -> DraftTree:
     """Build the draft tree of ``docs/tree-search.md``.
 
@@ -94,7 +96,9 @@ def search_tree(
     the N-gram term.
     ``level_weights`` / ``logit_weights``: one float per level, default :func:`default_level_weights` /
     :func:`default_logit_weights`. ``eos_token_id``: an end-of-text id or a collection of them (every stop id
-    of the generation): a beam candidate ending in one ranks after all others in the beam. Returns at most
+    of the generation): a beam candidate ending in one ranks after all others in the beam. ``memory``: an
+    :class:`~dart_core.ngram.memory.NgramMemory` of the store's order whose counts are added to the store's (the
+    N-gram term is the store's rule over the summed counts); None or empty: the store alone. Returns at most
     ``max_nodes`` nodes below the root, ordered by depth, then by score descending.
     """
     toks = _to_numpy(topk_tokens)
@@ -142,21 +146,30 @@ def search_tree(
             raise ValueError(f"eos_token_id {eos_token_id} holds an id outside the int32 range")
         eos = np.asarray(sorted(set(values)), dtype=np.int32) if values else None
 
+    if memory is not None:
+        if not isinstance(memory, NgramMemory):
+            raise TypeError(f"memory must be a dart_core.ngram.memory.NgramMemory or None, got {type(memory).__name__}")
+        if store is None:
+            raise ValueError("an N-gram memory adds to the N-gram store, and store is None")
+        if memory.order != store.order:
+            raise ValueError(f"an N-gram memory of order {memory.order} cannot add to a store of order {store.order}")
     native_store = store.native if store is not None and ngw > 0 else None
+    overlay = memory.native if memory is not None and native_store is not None else None
     tokens, parents, scores = _native.search_tree(
-        toks, probs, ctx, native_store, beam_width, max_nodes, lw, logw, ngw, eos
+        toks, probs, ctx, native_store, beam_width, max_nodes, lw, logw, ngw, eos, overlay
     )
     return DraftTree(tokens, parents, scores)
 
 
 def searched_proposal(tokens: np.ndarray, probs: np.ndarray, step: DraftInput, store: Any, settings: Any, *,
-                      draft_ms: float) -> Proposal:
+                      draft_ms: float, memory: NgramMemory | None = None) -> Proposal:
     """A drafter's proposal from its per-row top-k (``tokens``, ``probs``: DART's rows, DFlash-tree's block):
     the N-gram-guided tree under ``settings``' beam width, node budget and N-gram weight (the term off without a
-    store), its search timed apart from the drafting that took ``draft_ms``."""
+    store; with ``memory``, over the store's counts plus the session's), its search timed apart from the drafting
+    that took ``draft_ms``."""
     with Stopwatch() as search:
         tree = search_tree(tokens, probs, step.context, store, beam_width=settings.beam_width,
                            max_nodes=settings.max_nodes,
                            ngram_weight=settings.ngram_weight if store is not None else 0.0,
-                           eos_token_id=step.stop_ids)
+                           eos_token_id=step.stop_ids, memory=memory if store is not None else None)
     return Proposal(tree=tree, draft_ms=draft_ms, search_ms=search.ms)

@@ -9,7 +9,8 @@ import importlib
 from typing import Any
 
 _WHERE = {
-    **dict.fromkeys(("Models", "ModelsError", "add_mode_arguments", "add_model_arguments", "resolve_models"),
+    **dict.fromkeys(("Models", "ModelsError", "add_mode_arguments", "add_model_arguments", "add_ngram_memory_argument",
+                     "check_ngram_memory", "resolve_models"),
                     "dart_core.options.models"),
     **dict.fromkeys(("DEVICE_HELP", "THREADS_HELP", "add_cpu_linear_argument", "add_device_argument",
                      "add_dtype_argument", "add_fast_path_arguments", "add_runtime_arguments", "add_threads_argument",

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dart_core.bundle import Bundle, BundleError, default_bundle_dir, open_bundle
+from dart_core.ngram.memory import MAX_ANSWERS, MEMORY_NEEDS_STORE
 from dart_core.options.runtime import add_runtime_arguments
 from dart_core.racers.registry import checkpoint_racers
 
@@ -32,6 +33,7 @@ class Models:
     opened: Bundle | None = None
     chat: bool = False  # chat mode unless asked otherwise: with --base, or a chat bundle
     notes: list[str] = field(default_factory=list)
+    ngram_memory: bool = False  # the searching racers remember the session's answers (--ngram-memory)
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
@@ -48,7 +50,22 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
                        help=f"{r.label} drafter ({r.blurb}), e.g. {r.example} (overrides the bundle's {r.bundle_dir}/)")
     m.add_argument("--ngram", help="N-gram store: a file, or a dir / Hub repo with small.trie / full.trie")
     m.add_argument("--small-ngram", action="store_true", help="use small.trie instead of full.trie with --ngram")
+    add_ngram_memory_argument(m)
     add_runtime_arguments(m)
+
+
+def add_ngram_memory_argument(group: Any) -> None:
+    """``--ngram-memory``: declared here once, for the command lines and the app."""
+    group.add_argument("--ngram-memory", action="store_true", default=False,
+                       help="the racers that search with the N-gram store (DART, DFlash-tree, N-gram only) also "
+                            "count the N-grams of their own earlier answers, in memory, bounded (the oldest "
+                            f"evicted past {MAX_ANSWERS}); the store file stays read-only. Needs an N-gram store")
+
+
+def check_ngram_memory(on: bool, ngram: str | None) -> None:
+    """Refuse ``--ngram-memory`` without a store, in one line naming the fix (ModelsError)."""
+    if on and not ngram:
+        raise ModelsError(MEMORY_NEEDS_STORE)
 
 
 def add_mode_arguments(g: Any) -> None:
@@ -88,5 +105,7 @@ def resolve_models(args: argparse.Namespace) -> Models:
     base = args.base or opened.target  # type: ignore[union-attr]
     chat = args.chat if getattr(args, "chat", None) is not None else (
         args.base is not None or (opened is not None and opened.chat))
+    ngram_memory = bool(getattr(args, "ngram_memory", False))
+    check_ngram_memory(ngram_memory, parts["ngram"])
     return Models(base, {r.key: parts[r.key] for r in checkpoint_racers()}, parts["ngram"], bool(args.small_ngram),
-                  bundle, opened, chat, notes)
+                  bundle, opened, chat, notes, ngram_memory)

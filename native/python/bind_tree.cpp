@@ -5,15 +5,18 @@
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
+#include <shared_mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "overlay_handle.hpp"
 #include "tree_search.hpp"
 
 namespace py = pybind11;
 
 const dart::NgramStore* store_from_object(const py::object& obj);  // bind_ngram.cpp
+const dart_py::OverlayHandle* overlay_from_object(const py::object& obj);  // bind_overlay.cpp
 
 namespace {
 
@@ -38,7 +41,8 @@ const float* optional_weights(const py::object& obj, F32Array& holder, size_t le
 
 py::tuple search_tree(const I32Array& tokens, const F32Array& probs, const I32Array& context, const py::object& store,
                       size_t beam_width, size_t max_nodes, const py::object& level_weights,
-                      const py::object& logit_weights, float ngram_weight, const py::object& eos_token_id) {
+                      const py::object& logit_weights, float ngram_weight, const py::object& eos_token_id,
+                      const py::object& overlay) {
   if (tokens.ndim() != 2 || probs.ndim() != 2)
     throw std::invalid_argument("topk_tokens and topk_probs must be 2-D [levels, k]");
   if (tokens.shape(0) != probs.shape(0) || tokens.shape(1) != probs.shape(1))
@@ -69,10 +73,15 @@ py::tuple search_tree(const I32Array& tokens, const F32Array& probs, const I32Ar
   params.level_weights = optional_weights(level_weights, lw_holder, levels, "level_weights");
   params.logit_weights = optional_weights(logit_weights, logw_holder, levels, "logit_weights");
 
+  const dart_py::OverlayHandle* o = overlay_from_object(overlay);
+  params.overlay = o != nullptr ? &o->overlay : nullptr;
+
   thread_local dart::TreeSearcher searcher;
   thread_local dart::DraftTreeOut out;
   {
     py::gil_scoped_release nogil;
+    std::shared_lock<std::shared_mutex> lock;
+    if (o != nullptr) lock = std::shared_lock(o->mutex);
     searcher.search(tokens.data(), probs.data(), levels, k, context.data(), static_cast<size_t>(context.size()), s,
                     params, out);
   }
@@ -85,6 +94,7 @@ void register_tree(py::module_& m) {
   m.def("search_tree", &search_tree, py::arg("topk_tokens"), py::arg("topk_probs"), py::arg("context"),
         py::arg("store"), py::arg("beam_width") = 20, py::arg("max_nodes") = 60, py::arg("level_weights") = py::none(),
         py::arg("logit_weights") = py::none(), py::arg("ngram_weight") = 0.5f, py::arg("eos_token_id") = py::none(),
+        py::arg("overlay") = py::none(),
         "N-gram-guided draft-tree search (docs/tree-search.md) -> (tokens int32, parents int32, scores float32).");
   m.def(
       "default_tree_weights",

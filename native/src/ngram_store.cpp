@@ -261,6 +261,46 @@ void NgramStore::probability_sorted(const int32_t* context, size_t m, const int6
   }
 }
 
+static void check_suffix_length(size_t L, size_t m, uint32_t order) {
+  if (L < 1 || L > m || L + 1 > order)
+    throw std::invalid_argument("n-gram store: suffix length " + std::to_string(L) + " outside 1..min(" +
+                                std::to_string(m) + " context tokens, order - 1 = " + std::to_string(order - 1) + ")");
+}
+
+uint64_t NgramStore::suffix_counts(const int32_t* context, size_t m, size_t L, const int64_t* ranks,
+                                   const uint32_t* order, size_t n_valid, size_t k, uint64_t* child_counts) const {
+  check_suffix_length(L, m, info_.order);
+  std::fill_n(child_counts, k, uint64_t{0});
+  const uint64_t node = suffix_node(context, m, L);
+  if (node == kNone) return 0;
+  const auto d = static_cast<uint32_t>(L);
+  uint64_t pos, end;
+  child_range(d, node, pos, end);
+  for (size_t o = 0; o < n_valid && pos < end; ++o) {
+    const uint32_t j = order[o];
+    if (j >= k) throw std::invalid_argument("n-gram store: candidate order out of range");
+    const auto r = static_cast<uint64_t>(ranks[j]);
+    pos = gallop(d, pos, end, r);
+    if (pos < end && read_packed(tokens_[d], pos, info_.token_bits) == r)
+      child_counts[j] = read_packed(counts_[d], pos, info_.count_bits[d]);
+  }
+  return node_count_at(d, node);
+}
+
+uint64_t NgramStore::suffix_children(const int32_t* context, size_t m, size_t L,
+                                     std::vector<std::pair<int32_t, uint64_t>>& out) const {
+  check_suffix_length(L, m, info_.order);
+  const uint64_t node = suffix_node(context, m, L);
+  if (node == kNone) return 0;
+  const auto d = static_cast<uint32_t>(L);
+  uint64_t begin, end;
+  child_range(d, node, begin, end);
+  for (uint64_t p = begin; p < end; ++p)
+    out.emplace_back(vocab_at(read_packed(tokens_[d], p, info_.token_bits)),
+                     read_packed(counts_[d], p, info_.count_bits[d]));
+  return node_count_at(d, node);
+}
+
 size_t NgramStore::continuations(const int32_t* context, size_t m, size_t k, int32_t* tokens, float* probs) const {
   if (m == 0 || k == 0 || info_.order < 2) return 0;
   const size_t lmax = std::min<size_t>(info_.order - 1, m);

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ngram_format.hpp"
@@ -57,6 +58,15 @@ class NgramStore {
   // of them, by count descending (ties: smaller token id first), written to tokens / probs (count over the
   // suffix's count, as `probability` gives them). Returns how many were written: 0 when no suffix has one.
   size_t continuations(const int32_t* context, size_t m, size_t k, int32_t* tokens, float* probs) const;
+
+  // The counts a summed query (ngram_overlay.hpp) adds to an overlay's, for the context's last L tokens c
+  // (1 <= L <= min(m, order-1)): returns count(c) (0 when never counted) and writes count(c + candidate) into
+  // child_counts[0..k) for candidates given by rank as in probability_sorted (0 when unseen).
+  uint64_t suffix_counts(const int32_t* context, size_t m, size_t L, const int64_t* ranks, const uint32_t* order,
+                         size_t n_valid, size_t k, uint64_t* child_counts) const;
+  // Same suffix c: returns count(c) and appends each continuation of c to `out` as (token id, count).
+  uint64_t suffix_children(const int32_t* context, size_t m, size_t L,
+                           std::vector<std::pair<int32_t, uint64_t>>& out) const;
 
   // Count of a token string of length 0..order (0 = root); 0 when never counted.
   uint64_t count(const int32_t* ngram, size_t len) const;

@@ -127,6 +127,18 @@ int32_t SuffixTree::find(const int32_t* path, size_t n) const {
   return node;
 }
 
+int32_t SuffixTree::node_of(const int32_t* path, size_t n) const {
+  if (n > static_cast<size_t>(max_depth_)) return -1;
+  return find(path, n);
+}
+
+const SuffixTree::Node& SuffixTree::at(int32_t node) const {
+  // a node in use is the root or has a count (a released node is reset to count 0)
+  if (node < 0 || static_cast<size_t>(node) >= nodes_.size() || (node > 0 && nodes_[static_cast<size_t>(node)].count == 0))
+    throw std::out_of_range("suffix tree: node " + std::to_string(node) + " is not in use");
+  return nodes_[static_cast<size_t>(node)];
+}
+
 int64_t SuffixTree::count(const int32_t* path, size_t n) const {
   if (n == 0 || n > static_cast<size_t>(max_depth_)) return 0;
   const int32_t node = find(path, n);

@@ -46,6 +46,20 @@ class SuffixTree {
   int64_t count(const int32_t* path, size_t n) const;
   // The spec's speculate() over the last max_depth tokens of context.
   SuffixDraft speculate(const int32_t* context, size_t n, const SuffixSpecParams& params) const;
+  // Read access by node, for counts kept on this trie by others (the N-gram overlay, ngram_overlay.hpp): the node
+  // of `path` (the root for an empty path; -1 when not held or longer than max_depth), a node's count, the child
+  // of a node by token (-1 when absent), and a node's children as (token, count). Nodes are bounds-checked.
+  int32_t node_of(const int32_t* path, size_t n) const;
+  int64_t node_count(int32_t node) const { return at(node).count; }
+  int32_t child_of(int32_t node, int32_t token) const {
+    at(node);
+    return child(node, token);
+  }
+  template <class F>
+  void for_each_child(int32_t node, F&& f) const {
+    for (int32_t c = at(node).first_child; c >= 0; c = nodes_[static_cast<size_t>(c)].next_sibling)
+      f(nodes_[static_cast<size_t>(c)].token, nodes_[static_cast<size_t>(c)].count);
+  }
   // The structure's own check (tests): every node's count equals the cut suffixes through it, parents and children
   // agree, free nodes are unlinked. Throws std::logic_error naming the first broken invariant.
   void check() const;
@@ -68,6 +82,7 @@ class SuffixTree {
   static uint64_t edge_key(int32_t parent, int32_t token) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(parent)) << 32) | static_cast<uint32_t>(token);
   }
+  const Node& at(int32_t node) const;  // throws std::out_of_range for a node that is not in use
   int32_t child(int32_t parent, int32_t token) const;
   int32_t child_or_new(int32_t parent, int32_t token);
   void release(int32_t node);

@@ -68,6 +68,13 @@ void TreeSearcher::search(const int32_t* tok, const float* prob, size_t levels, 
                                 " must be finite and >= 0");
   if (params.n_eos > 0 && (params.eos_ids == nullptr || !std::is_sorted(params.eos_ids, params.eos_ids + params.n_eos)))
     throw std::invalid_argument("tree search: end-of-text ids must be given sorted ascending");
+  if (params.overlay != nullptr) {
+    if (store == nullptr)
+      throw std::invalid_argument("tree search: an N-gram overlay adds to a store, and no store was given");
+    if (params.overlay->order() != store->order())
+      throw std::invalid_argument("tree search: N-gram overlay of order " + std::to_string(params.overlay->order()) +
+                                  " over a store of order " + std::to_string(store->order()));
+  }
   lw_.resize(levels);
   logw_.resize(levels);
   for (size_t l = 0; l < levels; ++l) {
@@ -101,6 +108,9 @@ void TreeSearcher::search(const int32_t* tok, const float* prob, size_t levels, 
     ng_.resize(k);
     matched_.resize(k);
   }
+  const NgramOverlay* overlay = use_ng && params.overlay != nullptr && !params.overlay->empty() ? params.overlay
+                                                                                                : nullptr;
+  if (overlay != nullptr) counts_.resize(2 * k);
 
   // The final selection runs while the pool grows: `top_` is a max-heap of the
   // best max_nodes keys (key desc, creation asc) packed into one uint64
@@ -181,8 +191,12 @@ void TreeSearcher::search(const int32_t* tok, const float* prob, size_t levels, 
           std::copy_n(ng_term_.data() + same * k, k, term);
           continue;
         }
-        store->probability_sorted(c, want, ranks_.data(), rank_order_.data(), n_seen, k, ng_.data(),
-                                  matched_.data());
+        if (overlay != nullptr)
+          summed_probability_ranked(store, *overlay, c, want, ltok, ranks_.data(), rank_order_.data(), n_seen, k,
+                                    ng_.data(), matched_.data(), counts_.data());
+        else
+          store->probability_sorted(c, want, ranks_.data(), rank_order_.data(), n_seen, k, ng_.data(),
+                                    matched_.data());
         for (size_t i = 0; i < k; ++i) term[i] = std::log(ng_[i] + kEps) * ngw;
       }
       for (size_t j = 0; j < w; ++j) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "ngram_overlay.hpp"
 #include "ngram_store.hpp"
 
 namespace dart {
@@ -19,6 +20,9 @@ struct TreeSearchParams {
   size_t n_eos = 0;
   const float* level_weights = nullptr;  // [levels]; nullptr = (l+1)^-0.7
   const float* logit_weights = nullptr;  // [levels]; nullptr = 0.9^l
+  // Counts added to the store's (ngram_overlay.hpp): the N-gram term is the store's rule over the summed counts.
+  // Needs a store of the same order; null or empty: the store alone, bit for bit.
+  const NgramOverlay* overlay = nullptr;
 };
 
 struct DraftTreeOut {
@@ -66,6 +70,7 @@ class TreeSearcher {
   std::vector<float> ng_term_;        // [beam, k] logf(ng + eps) * ngram_weight per beam candidate
   std::vector<float> ng_;             // N-gram probabilities for one context
   std::vector<int32_t> matched_;      // matched lengths (unused, required by the store API)
+  std::vector<uint64_t> counts_;      // [2k] scratch of a summed query (store's and overlay's counts)
 };
 
 }  // namespace dart
