@@ -1,8 +1,9 @@
 """Suffix decoding (the reference's behaviour, ``docs/drafters.md``): the native suffix tree's counts and speculation
-against a naive re-derivation of the rules on generated sequences (counts exact; drafts equal up to ties among equal counts), the
-cache's local-or-global choice and eviction on hand-built sequences, the drafter's memory (only its own answers,
-the last tokens included, nothing from a generation stopped before its first token), and the racer lossless in
-the one loop: greedy output equal to the target's own with drafts accepted, the sampled distribution kept."""
+against a naive re-derivation of the rules on generated sequences (counts exact; drafts equal up to ties among equal
+counts), the cache's local-or-global choice and eviction on hand-built sequences, the drafter's memory (only its
+own answers, the last tokens included, nothing from a generation stopped before its first token), and the racer
+lossless in the one loop: greedy output equal to the target's own with drafts accepted, the sampled
+distribution kept."""
 
 from __future__ import annotations
 
