@@ -229,21 +229,35 @@ class Arena:
             raise ValueError(f"{label(method)} keeps no memory across generations")
         return drafter.new_memory()  # type: ignore[attr-defined]
 
-    def remembering(self, method: str, memory: Any = None) -> Drafter:
-        """``method``'s drafter, drafting from and feeding ``memory`` when one is given (None: the drafter as
-        loaded; one that remembers then uses the memory it keeps for the process)."""
+    def forgets(self, method: str) -> bool:
+        """Whether ``method``'s drafter remembers and can also race with its memory off (``forgetting()``: the
+        N-gram memory, an option of a drafter that drafts without it; suffix decoding's memory is the racer)."""
         drafter = self.drafter(method)
+        return remembers(drafter) and hasattr(drafter, "forgetting")
+
+    def remembering(self, method: str, memory: Any = None, *, forget: bool = False) -> Drafter:
+        """``method``'s drafter, drafting from and feeding ``memory`` when one is given (None: the drafter as
+        loaded; one that remembers then uses the memory it keeps for the process); ``forget``: with its memory off
+        (:meth:`forgets`), as if it had none."""
+        drafter = self.drafter(method)
+        if forget:
+            if memory is not None or not self.forgets(method):
+                raise ValueError(f"{label(method)} cannot race with its memory off" if memory is None else
+                                 "a memory to draw on and forget=True exclude each other")
+            return drafter.forgetting()  # type: ignore[attr-defined]
         if memory is None:
             return drafter
         if not remembers(drafter):
             raise ValueError(f"{label(method)} keeps no memory across generations; it takes no memory")
         return drafter.remembering(memory)  # type: ignore[attr-defined]
 
-    def stream(self, method: str, input_ids: Any, memory: Any = None, **kwargs: Any) -> Iterator[Step]:
+    def stream(self, method: str, input_ids: Any, memory: Any = None, *, forget: bool = False,
+               **kwargs: Any) -> Iterator[Step]:
         """:func:`~dart_core.engine.loop.stream` with ``method``'s drafter; ``settings`` are that racer's;
-        ``memory``: what a racer that remembers draws on and feeds (:meth:`new_memory`)."""
+        ``memory``: what a racer that remembers draws on and feeds (:meth:`new_memory`); ``forget``: race it with
+        its memory off (:meth:`remembering`)."""
         kwargs.setdefault("stop_token_ids", self.stop_ids)
-        drafter = self.remembering(method, memory)
+        drafter = self.remembering(method, memory, forget=forget)
         run = racer(method).runner if method in self.runners else None
         return (run or stream)(self.target, input_ids, drafter, **kwargs)
 

@@ -66,6 +66,9 @@ def test_a_race_feeds_its_visitors_memory_only_unless_the_host_shares_it(arena: 
     from dart_arena.model_client import LocalEngine
     from dart_arena.ui import AppConfig, ArenaUI
 
+    assert arena.remembers(SUFFIX) and not arena.forgets(SUFFIX)  # its memory is the racer: it cannot go off
+    with pytest.raises(ValueError, match="cannot race with its memory off"):
+        arena.remembering(SUFFIX, forget=True)
     ui = ArenaUI(LocalEngine(arena), AppConfig(chat=False, update_every=0.0, shared_memory=shared))
     assert SUFFIX in ui.methods and SUFFIX not in ui.ticked_methods  # on the page, unticked at first
     prompt = "def add(a, b):\n    return a + b\n\n"

@@ -226,4 +226,27 @@ def test_the_rows_helpers_keep_a_row_general() -> None:
     assert (key, row_racer(key), row_variant(key)) == ("dart:max_nodes=12", "dart", "max_nodes=12")
     assert row_label(key) == "DART (max_nodes=12)" and row_label("dart") == "DART"
     assert row_label("suffix", remembers=True) == "Suffix decoding (cold)"
+    assert row_label("dart:off", remembers=True) == "DART (no memory)"
+    # all: a racer whose memory is an option also races with it off, first; one that is its memory does not
+    assert memory_rows(["dart", "suffix", "ar"], lambda k: k != "ar", "all", lambda k: k == "dart") == [
+        "dart:off", "dart", "dart:warm", "suffix", "suffix:warm", "ar"]
+
+
+def test_the_n_gram_memory_races_off_cold_and_warm(chat_bundle: Path, tmp_path: Path) -> None:
+    """``--ngram-memory --memory all``: N-gram only as three rows — its memory off (the store alone, holding
+    nothing), cold and warm — each lossless; warm draws on its earlier answers, off on none."""
+    assert _run(chat_bundle, tmp_path / "out", "--methods", "ngram-only,ar", "--ngram-memory", "--memory", "all",
+                "--warmup", "0", "--no-html", limit=3, new=12) == 0
+    report = json.loads((tmp_path / "out/e2e.json").read_text())
+    rows = ["ngram-only:off", "ngram-only", "ngram-only:warm", "ar"]
+    assert report["config"]["methods"] == rows and report["mismatches"] == []
+    assert report["config"]["row_labels"]["ngram-only:off"] == "N-gram only (no memory)"
+    entries = report["prompts"]
+    assert [e["methods"]["ngram-only:warm"]["memory_answers"] for e in entries] == [0, 1, 2]
+    assert [e["methods"]["ngram-only"]["memory_answers"] for e in entries] == [0, 0, 0]
+    assert all("memory_answers" not in e["methods"]["ngram-only:off"] for e in entries)
+    # at a conversation's start the cold memory is empty: the search is the store's alone, as with the memory off
+    for e in entries:
+        assert [s["tokens"] for s in e["methods"]["ngram-only"]["steps"]] == \
+            [s["tokens"] for s in e["methods"]["ngram-only:off"]["steps"]]
 

@@ -123,7 +123,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--memory", choices=MEMORY_CHOICES, default="both",
                    help="racers that remember earlier answers (suffix decoding): race each from an empty memory at "
                         "each conversation's start (cold, the racer's own row), from one memory of its own answers "
-                        "to the run's earlier prompts (warm, the row RACER:warm), or both (default)")
+                        "to the run's earlier prompts (warm, the row RACER:warm), both (default), or all: both, after "
+                        "a row with the memory off where it is an option (--ngram-memory's racers: RACER:off, "
+                        "drafting as without the flag)")
     g.add_argument("--hf-generate", action=argparse.BooleanOptionalAction, default=True,
                    help="race transformers' own generate() on the same weights too: the `hf` row (default on)")
     g.add_argument("--warmup", type=int, default=1, help="warm-up prompt runs per method, not counted (default 1)")
@@ -290,7 +292,7 @@ def _run(args: argparse.Namespace) -> int:
     sampling = SamplingConfig(args.temperature, args.top_p, args.top_k)
     runs = Conversations(arena, settings, args, sampling, n_turns)
     encoded = [encode_prompt(arena.tokenizer, p["prompt"], chat=chat, system=args.system) for p in prompts]
-    rows = memory_rows(methods, arena.remembers, getattr(args, "memory", "both"))
+    rows = memory_rows(methods, arena.remembers, getattr(args, "memory", "both"), arena.forgets)
     # AR runs first on each prompt so the other rows are checked against it as soon as they finish.
     order = ([BASELINE] if BASELINE in rows else []) + [m for m in rows if m != BASELINE]
     tallies = []

@@ -15,7 +15,7 @@ import torch
 from dart_core.engine.acceptance import SamplingConfig
 from dart_core.engine.loop import Step
 from dart_core.loading.chat import encode_chat
-from dart_core.race import WARM, row_racer, row_variant, summarize_racers
+from dart_core.race import OFF, WARM, row_racer, row_variant, summarize_racers
 
 NO_CATEGORY = "all"  # the category of a prompt whose record names none
 
@@ -52,7 +52,7 @@ class Conversations:
         """The memory a row's conversation drafts from and feeds: None for a racer that keeps none, the run's own
         for a warm row's counted conversation, else a fresh empty one (a cold row; any uncounted warm-up)."""
         key = row_racer(row)
-        if not self.arena.remembers(key):
+        if not self.arena.remembers(key) or row_variant(row) == OFF:
             return None
         if counted and row in self.memories:
             return self.memories[row]
@@ -64,7 +64,7 @@ class Conversations:
         key = row_racer(row)
         start = time.perf_counter()
         generator = torch.Generator(device=self.arena.target.feature_device).manual_seed(seed)
-        steps = list(self.arena.stream(key, ids, memory=memory, generator=generator,
+        steps = list(self.arena.stream(key, ids, memory=memory, forget=row_variant(row) == OFF, generator=generator,
                                        settings=self.racer_settings.get(key), **self.kwargs))
         return Turn(ids, steps, (time.perf_counter() - start) * 1e3, held)
 

@@ -157,6 +157,13 @@ class RemembersNgrams:
         twin.ngram_memory = memory
         return twin
 
+    def forgetting(self) -> Any:
+        """The same drafter (its weights shared) with the memory off: it drafts with the store alone and remembers
+        nothing, as without ``--ngram-memory`` (a benchmark's row beside the cold and warm ones)."""
+        twin = copy.copy(self)
+        twin.remember_ngrams, twin.ngram_memory = False, None
+        return twin
+
     def active_memory(self) -> NgramMemory | None:
         """The memory this drafter drafts with and feeds (None when off); the first use of a drafter that was
         handed none makes it one of its own."""

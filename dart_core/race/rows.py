@@ -12,12 +12,15 @@ from collections.abc import Callable, Iterable
 
 from dart_core.racers.registry import label
 
-COLD, WARM = "cold", "warm"
-MEMORY_CHOICES = (COLD, WARM, "both")
+COLD, WARM, OFF = "cold", "warm", "off"
+MEMORY_CHOICES = (COLD, WARM, "both", "all")
+VARIANT_WORDS = {OFF: "no memory"}  # a variant's words in a row's label, where they differ from its key
 SEPARATOR = ":"
 MEMORY_NOTE = {
     COLD: "cold: the racer's memory starts empty at each conversation's start (within a conversation of two turns "
           "it holds its own first answer at the second)",
+    OFF: "off (row key RACER:off, with --memory all, for a racer whose memory is an option: the N-gram memory): the "
+         "racer with its memory off, drafting as without it",
     WARM: "warm (row key RACER:warm): one memory for the whole run (a fresh one for each seed's run, none of the "
           "warm-up's answers), fed with this row's own answers to the run's earlier prompts in prompt order; never "
           "another racer's or another row's answer, never the answer being raced",
@@ -45,12 +48,14 @@ def row_label(key: str, *, remembers: bool = False) -> str:
     from an empty memory)."""
     variant = row_variant(key) or (COLD if remembers else None)
     name = label(row_racer(key))
-    return name if variant is None else f"{name} ({variant})"
+    return name if variant is None else f"{name} ({VARIANT_WORDS.get(variant, variant)})"
 
 
-def memory_rows(racers: Iterable[str], remembers: Callable[[str], bool], memory: str = "both") -> list[str]:
+def memory_rows(racers: Iterable[str], remembers: Callable[[str], bool], memory: str = "both",
+                forgets: Callable[[str], bool] = lambda key: False) -> list[str]:
     """The rows of ``racers`` in their order: a racer that remembers as its cold and/or warm row (``memory``:
-    ``cold``, ``warm`` or ``both``), any other racer as itself."""
+    ``cold``, ``warm``, ``both``, or ``all``: both, after its row with the memory off where it ``forgets``), any
+    other racer as itself."""
     if memory not in MEMORY_CHOICES:
         raise ValueError(f"memory must be one of {', '.join(MEMORY_CHOICES)}, got {memory!r}")
     rows: list[str] = []
@@ -58,6 +63,7 @@ def memory_rows(racers: Iterable[str], remembers: Callable[[str], bool], memory:
         if not remembers(key):
             rows.append(key)
             continue
-        rows += [key] if memory in (COLD, "both") else []
-        rows += [row_key(key, WARM)] if memory in (WARM, "both") else []
+        rows += [row_key(key, OFF)] if memory == "all" and forgets(key) else []
+        rows += [key] if memory in (COLD, "both", "all") else []
+        rows += [row_key(key, WARM)] if memory in (WARM, "both", "all") else []
     return rows
