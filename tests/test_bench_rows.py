@@ -250,3 +250,15 @@ def test_the_n_gram_memory_races_off_cold_and_warm(chat_bundle: Path, tmp_path: 
         assert [s["tokens"] for s in e["methods"]["ngram-only"]["steps"]] == \
             [s["tokens"] for s in e["methods"]["ngram-only:off"]["steps"]]
 
+
+
+def test_per_category_takes_the_first_prompts_of_each_category(chat_bundle: Path, tmp_path: Path,
+                                                              two_turn_set: list[dict[str, Any]]) -> None:
+    assert _run(chat_bundle, tmp_path / "out", "--dataset", "mt-bench", "--per-category", "1", "--methods", "ar",
+                "--warmup", "0", "--no-html", limit=0, new=4) == 0
+    report = json.loads((tmp_path / "out/e2e.json").read_text())
+    assert [e["id"] for e in report["prompts"]] == ["mt-bench-81", "mt-bench-82"]  # the second writing one left out
+    assert report["config"]["per_category"] == 1
+    assert e2e.first_of_each_category(two_turn_set, 0) == two_turn_set
+    with pytest.raises(e2e.BenchError, match="--per-category takes a count"):
+        e2e.load_prompts(e2e.Sources("", {}, None, False, None, True, dataset="mt-bench"), 0, per_category=-1)

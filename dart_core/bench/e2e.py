@@ -118,6 +118,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--turns", type=int, choices=(1, 2), default=1,
                    help="with --dataset: 2 = also ask each method the follow-up question after its own first answer")
     g.add_argument("--limit", type=int, default=0, help="use only the first N prompts (default 0: all)")
+    g.add_argument("--per-category", type=int, default=0, metavar="N",
+                   help="use only the first N prompts of each category, in file order (default 0: all), after "
+                        "--limit: a set that samples every category (MT-bench's are 10 prompts each, in order)")
     g.add_argument("--methods", default=None,
                    help=f"comma-separated subset of {','.join(r.key for r in RACERS)} (default: all loaded)")
     g.add_argument("--memory", choices=MEMORY_CHOICES, default="both",
@@ -256,12 +259,15 @@ def reported(body: Callable[[argparse.Namespace], int], args: argparse.Namespace
         return report_error(e, debug=getattr(args, "debug", False))
 
 
-def load_prompts(src: Sources, limit: int, turns: int = 1) -> list[dict[str, Any]]:
-    """The first ``limit`` prompts (0: all) of the prompt file or the named set, each with ``turns`` turns."""
+def load_prompts(src: Sources, limit: int, turns: int = 1, per_category: int = 0) -> list[dict[str, Any]]:
+    """The first ``limit`` prompts (0: all) of the prompt file or the named set, each with ``turns`` turns; of
+    those, the first ``per_category`` of each category (0: all)."""
+    if per_category < 0:
+        raise BenchError(f"--per-category takes a count of prompts (0: all), got {per_category}")
     if src.dataset is None:
-        return read_prompts(src.prompts, limit)  # type: ignore[arg-type]
+        return first_of_each_category(read_prompts(src.prompts, limit), per_category)  # type: ignore[arg-type]
     try:
-        prompts = load_dataset(src.dataset, limit)
+        prompts = first_of_each_category(load_dataset(src.dataset, limit), per_category)
     except DatasetError as e:
         raise BenchError(str(e)) from None
     short = [p["id"] for p in prompts if len(p.get("turns", [p["prompt"]])) < turns]
@@ -270,6 +276,20 @@ def load_prompts(src: Sources, limit: int, turns: int = 1) -> list[dict[str, Any
     if not prompts:
         raise BenchError(f"dataset {src.dataset} holds no prompts")
     return prompts
+
+
+def first_of_each_category(prompts: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    """The first ``n`` prompts of each category (``category_of``), in their order (0: all of them)."""
+    if not n:
+        return prompts
+    seen: dict[str, int] = {}
+    kept = []
+    for p in prompts:
+        c = category_of(p)
+        seen[c] = seen.get(c, 0) + 1
+        if seen[c] <= n:
+            kept.append(p)
+    return kept
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -316,7 +336,7 @@ SEED_STRIDE = 1000  # seed of prompt i in run r: --seed + r * SEED_STRIDE + i
 def _load(args: argparse.Namespace) -> tuple[Sources, list[dict[str, Any]], Any, list[str]]:
     """The sources, the prompts, the loaded arena and the methods to run (each checked to be loaded)."""
     src = resolve_sources(args)
-    prompts = load_prompts(src, args.limit, args.turns)
+    prompts = load_prompts(src, args.limit, args.turns, args.per_category)
     problem = prompts_problem((p["prompt"] for p in prompts), str(src.prompts or src.dataset),
                               target_limits(src.base), args.max_length)
     if problem is not None:  # refused before the load, untokenized
