@@ -53,6 +53,9 @@ class ScriptedArena:
             raise ValueError(f"method {method!r} is not loaded")
         return None
 
+    def remembers(self, method: str) -> bool:
+        return False  # no racer here keeps a memory across races
+
     def stream(self, method: str, input_ids: Any, **kwargs: Any) -> Iterator[Step]:
         try:
             self.calls.append(method)

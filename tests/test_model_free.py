@@ -240,14 +240,14 @@ def test_load_arena_builds_them_with_every_target_and_refuses_a_missing_store(bu
     from dart_core.arena import load_arena
 
     arena = load_arena(BUNDLE / "target", ngram=BUNDLE / "ngram" / "small.ngram", device="cpu", progress=False)
-    assert arena.methods == [LOOKUP, STORE_ONLY, "ar"]
+    assert arena.methods == [LOOKUP, STORE_ONLY, SUFFIX, "ar"]
     assert arena.drafters[STORE_ONLY].store is arena.store
     ids = arena.tokenizer("import os\nimport sys\nimport os", add_special_tokens=False)["input_ids"]
     out = {m: [t for s in arena.stream(m, ids, max_new_tokens=24) for t in s.tokens] for m in arena.methods}
-    assert out[LOOKUP] == out[STORE_ONLY] == out["ar"]
-    bare = load_arena(BUNDLE / "target", device="cpu", progress=False, prompt_lookup=False)
+    assert out[LOOKUP] == out[STORE_ONLY] == out[SUFFIX] == out["ar"]
+    bare = load_arena(BUNDLE / "target", device="cpu", progress=False, prompt_lookup=False, suffix=False)
     assert bare.methods == ["ar"]  # switched off; N-gram only left out without a store
-    assert load_arena(BUNDLE / "target", device="cpu", progress=False).methods == [LOOKUP, "ar"]
+    assert load_arena(BUNDLE / "target", device="cpu", progress=False).methods == [LOOKUP, SUFFIX, "ar"]
     with pytest.raises(ArenaStoreMissing, match="N-gram only drafts from the N-gram store alone, and no N-gram "
                                                 "store is given"):
         load_arena(BUNDLE / "target", device="cpu", progress=False, ngram_only=True)
@@ -268,8 +268,9 @@ def test_generate_cli_runs_them_and_refuses_the_store_only_one_without_a_store(
             "--max-new-tokens", "8", "--no-stream", "--json"]
     assert main([*base, "--ngram", str(BUNDLE / "ngram" / "small.ngram")]) == 0
     out = capsys.readouterr().out
-    assert [m for m in (LOOKUP, STORE_ONLY, "ar") if f'"method": "{m}"' in out] == [LOOKUP, STORE_ONLY, "ar"]
-    assert out.count('"matches_ar": true') == 2
+    assert [m for m in (LOOKUP, STORE_ONLY, SUFFIX, "ar") if f'"method": "{m}"' in out] == [LOOKUP, STORE_ONLY,
+                                                                                         SUFFIX, "ar"]
+    assert out.count('"matches_ar": true') == 3
     assert main([*base, "--methods", f"{STORE_ONLY},ar"]) == 2
     assert "N-gram only drafts from the N-gram store alone" in capsys.readouterr().err
 
@@ -285,9 +286,9 @@ def test_launch_check_and_app_flags(bundle_ok: None) -> None:
     plan = plan_launch(base=str(BUNDLE / "target"), drafters={}, device="cpu")
     assert plan.ok and any(n.startswith("Prompt lookup: model-free") for n in plan.notes)
     args = build_parser().parse_args(["--bundle", str(BUNDLE), f"--no-compare-{LOOKUP}", f"--compare-{STORE_ONLY}"])
-    assert resolve(args)["model_free"] == {LOOKUP: False, STORE_ONLY: True}
-    assert resolve(build_parser().parse_args(["--bundle", str(BUNDLE)]))["model_free"] == {LOOKUP: None,
-                                                                                        STORE_ONLY: None}
+    assert resolve(args)["model_free"] == {LOOKUP: False, STORE_ONLY: True, SUFFIX: None}
+    assert resolve(build_parser().parse_args(["--bundle", str(BUNDLE)]))["model_free"] == {
+        LOOKUP: None, STORE_ONLY: None, SUFFIX: None}
 
 
 def test_page_leaves_them_unticked_and_races_them_when_picked(bundle_ok: None) -> None:
@@ -299,7 +300,7 @@ def test_page_leaves_them_unticked_and_races_them_when_picked(bundle_ok: None) -
     arena = load_arena(BUNDLE / "target", dart=BUNDLE / "dart", ngram=BUNDLE / "ngram" / "small.ngram",
                        device="cpu", progress=False)
     ui = ArenaUI(LocalEngine(arena), AppConfig(chat=False, update_every=0.0))
-    assert ui.methods == ["dart", LOOKUP, STORE_ONLY, "ar"] and ui.ticked_methods == ["dart", "ar"]
+    assert ui.methods == ["dart", LOOKUP, STORE_ONLY, SUFFIX, "ar"] and ui.ticked_methods == ["dart", "ar"]
     assert ui.picked(None) == ["dart", "ar"] and ui.picked([STORE_ONLY]) == [STORE_ONLY, "ar"]
     assert "Prompt lookup draft tokens" in ui.control_labels and "N-gram only tree size" in ui.control_labels
     controls = [0.0, 1.0, 0, 16, *(getattr(ui.settings_defaults(r), k.name) for r, k in ui.settings_controls)]
@@ -307,6 +308,7 @@ def test_page_leaves_them_unticked_and_races_them_when_picked(bundle_ok: None) -
                         racers=[LOOKUP, STORE_ONLY]))[-1]
     assert list(final.lanes) == [LOOKUP, STORE_ONLY, "ar"]
     assert final.result["greedy_matches_ar"] == {LOOKUP: True, STORE_ONLY: True}
+    assert final.result["methods"][STORE_ONLY]["memory_answers"] is None  # no memory without --ngram-memory
 
 
 def test_checkpoint_free_racers_have_no_model_flag_but_their_settings() -> None:

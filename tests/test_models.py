@@ -49,7 +49,7 @@ def test_facade_generates_like_hf(bundle: dict[str, Path]) -> None:
     assert sampled.tolist() == again.tolist()  # seeded sampling is reproducible
     # the model-free racers load with every target (N-gram only with the store)
     assert model.arena.store is not None
-    assert model.arena.methods == ["dart", "eagle3", "prompt-lookup", "ngram-only", "ar"]
+    assert model.arena.methods == ["dart", "eagle3", "prompt-lookup", "ngram-only", "suffix", "ar"]
     assert model.prompt_lookup_generate(ids, max_new_token_num=24).tolist() == hf.tolist()
 
 
@@ -60,7 +60,7 @@ def test_cli_runs_every_loaded_method(bundle: dict[str, Path], capsys: pytest.Ca
     assert code == 0
     out = capsys.readouterr().out
     rows = json.loads(out[out.index("[\n") :])
-    assert [r["method"] for r in rows] == ["dart", "eagle3", "prompt-lookup", "ngram-only", "ar"]
+    assert [r["method"] for r in rows] == ["dart", "eagle3", "prompt-lookup", "ngram-only", "suffix", "ar"]
     assert all(r["matches_ar"] for r in rows[:4]) and all(r["tokens"] == 20 for r in rows)
     assert "=== dart ===" in out and rows[4]["tau"] == 1.0
 

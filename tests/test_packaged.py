@@ -407,7 +407,8 @@ def test_the_default_bundle_races_losslessly_on_smollm2(smollm2: Path) -> None:
     assert bundle.drafter("dflash-tree") == bundle.drafter("dflash")  # one checkpoint, two racers
     arena = load_arena(smollm2, ngram=bundle.ngram, device="cpu", dtype="float32", progress=False,
                        **{k: str(v) for k, v in bundle.drafters.items()})
-    assert arena.methods == ["dart", "eagle3", "dflash", "dflash-tree", "prompt-lookup", "ngram-only", "ar"]
+    assert arena.methods == ["dart", "eagle3", "dflash", "dflash-tree", "prompt-lookup", "ngram-only", "suffix",
+                             "ar"]
     prompt = json.loads((bundle.prompts).read_text().splitlines()[0])["prompt"]
     tok = AutoTokenizer.from_pretrained(smollm2)
     text = tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
