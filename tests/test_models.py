@@ -61,8 +61,8 @@ def test_cli_runs_every_loaded_method(bundle: dict[str, Path], capsys: pytest.Ca
     out = capsys.readouterr().out
     rows = json.loads(out[out.index("[\n") :])
     assert [r["method"] for r in rows] == ["dart", "eagle3", "prompt-lookup", "ngram-only", "suffix", "ar"]
-    assert all(r["matches_ar"] for r in rows[:4]) and all(r["tokens"] == 20 for r in rows)
-    assert "=== dart ===" in out and rows[4]["tau"] == 1.0
+    assert all(r["matches_ar"] for r in rows[:5]) and all(r["tokens"] == 20 for r in rows)
+    assert "=== dart ===" in out and rows[5]["tau"] == 1.0
 
 
 def test_cli_errors(bundle: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
