@@ -150,6 +150,31 @@ def word_tokenizer(vocab: int) -> Any:
                                    additional_special_tokens=["<|im_end|>"])
 
 
+def hf_greedy(model: torch.nn.Module, prompt: list[int], new: int) -> list[int]:
+    """transformers' own greedy ``generate``: exactly ``new`` tokens after ``prompt`` (the reference output)."""
+    ids = torch.tensor([prompt])
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=new,
+                         min_new_tokens=new)
+    return out[0, len(prompt) :].tolist()
+
+
+def write_bench_bundle(root: Path, *, vocab: int = 97) -> Path:
+    """The toy bundle of :func:`write_tiny_bundle` with an order-3 store of random text and five word prompts:
+    what ``bench e2e`` needs to race every racer offline."""
+    import numpy as np
+
+    from dart_core.ngram.store import NgramStore
+
+    write_tiny_bundle(root, vocab=vocab)
+    rng = np.random.default_rng(0)
+    (root / "ngram").mkdir()
+    NgramStore.build([rng.integers(2, vocab, size=400) for _ in range(8)], order=3).save(root / "ngram/small.ngram")
+    lines = [json.dumps({"id": f"p{i}", "prompt": " ".join(f"w{int(t)}" for t in rng.integers(0, 90, size=12))})
+             for i in range(5)]
+    (root / "prompts.jsonl").write_text("\n".join(lines) + "\n")
+    return root
+
+
 def write_tiny_bundle(root: Path, *, vocab: int = 97, hidden: int = 32, seed: int = 0) -> dict[str, Path]:
     """target/ (HF save_pretrained + tokenizer), dart/, eagle3/ in the published formats."""
     model = tiny_qwen3(vocab=vocab, hidden=hidden, seed=seed)

@@ -8,10 +8,9 @@ import sys
 from pathlib import Path
 
 import helpers_bundle
-import numpy as np
 import pytest
 import torch
-from helpers_ckpt import write_tiny_bundle
+from helpers_ckpt import write_bench_bundle
 
 from dart_core.bench import e2e, e2e_report
 from dart_core.bench.__main__ import main as bench_main
@@ -19,7 +18,6 @@ from dart_core.data import datasets
 from dart_core.engine import greedy_check
 from dart_core.engine import loop as generate
 from dart_core.engine.loop import Step
-from dart_core.ngram.store import NgramStore
 from dart_core.race import row_racer, summarize_racers
 from dart_core.racers.registry import model_free_racers, racer
 
@@ -32,13 +30,7 @@ CHAT_TEMPLATE = ("{% for m in messages %}w1 {{ m.role }} {{ m.content }} <|im_en
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("bundle")
-    write_tiny_bundle(root, vocab=VOCAB)
-    rng = np.random.default_rng(0)
-    (root / "ngram").mkdir()
-    NgramStore.build([rng.integers(2, VOCAB, size=400) for _ in range(8)], order=3).save(root / "ngram/small.ngram")
-    lines = [json.dumps({"id": f"p{i}", "prompt": " ".join(f"w{int(t)}" for t in rng.integers(0, 90, size=12))})
-             for i in range(5)]
-    (root / "prompts.jsonl").write_text("\n".join(lines) + "\n")
+    write_bench_bundle(root, vocab=VOCAB)
     return root
 
 

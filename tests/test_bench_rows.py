@@ -9,14 +9,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
-from helpers_ckpt import write_tiny_bundle
+from helpers_ckpt import write_bench_bundle
 
 from dart_core.bench import e2e
 from dart_core.bench.__main__ import main as bench_main
 from dart_core.data import datasets
-from dart_core.ngram.store import NgramStore
 from dart_core.suffix.cache import SuffixCache
 
 VOCAB = 97
@@ -35,13 +33,7 @@ def chat_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from transformers import AutoTokenizer
 
     root = tmp_path_factory.mktemp("rows") / "bundle"
-    write_tiny_bundle(root, vocab=VOCAB)
-    rng = np.random.default_rng(0)
-    (root / "ngram").mkdir()
-    NgramStore.build([rng.integers(2, VOCAB, size=400) for _ in range(8)], order=3).save(root / "ngram/small.ngram")
-    lines = [json.dumps({"id": f"p{i}", "prompt": " ".join(f"w{int(t)}" for t in rng.integers(0, 90, size=12))})
-             for i in range(5)]
-    (root / "prompts.jsonl").write_text("\n".join(lines) + "\n")
+    write_bench_bundle(root, vocab=VOCAB)
     tok = AutoTokenizer.from_pretrained(root / "target")
     tok.chat_template = CHAT_TEMPLATE
     tok.save_pretrained(root / "target")

@@ -154,13 +154,6 @@ def repetitive_prompts(seed: int) -> list[list[int]]:
     return out
 
 
-def reference(model: torch.nn.Module, prompt: list[int], new: int) -> list[int]:
-    ids = torch.tensor([prompt])
-    out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=new,
-                         min_new_tokens=new)
-    return out[0, len(prompt) :].tolist()
-
-
 @pytest.mark.parametrize("family", ["qwen3", "llama"])
 def test_greedy_output_equals_the_targets_own(family: str) -> None:
     """Both racers on prompts that repeat themselves, the store built from half of the target's own outputs:
@@ -168,7 +161,7 @@ def test_greedy_output_equals_the_targets_own(family: str) -> None:
     model = C.tiny_target(family, vocab=V, hidden=32)
     target = TargetModel(model)
     prompts = repetitive_prompts(zlib.crc32(family.encode()) % 100)
-    truths = [reference(model, p, NEW) for p in prompts]
+    truths = [C.hf_greedy(model, p, NEW) for p in prompts]
     store = NgramStore.build([p + t for i, (p, t) in enumerate(zip(prompts, truths, strict=True)) if i % 2 == 0],
                              order=4)
     only = NgramOnlyDrafter()

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 import helpers_ckpt as C
 import numpy as np
 import pytest
-import torch
 from helpers_app import BUNDLE
 
 from dart_core import _native
@@ -203,13 +202,6 @@ def repetitive_prompts(seed: int) -> list[list[int]]:
     return out
 
 
-def reference(model: torch.nn.Module, prompt: list[int], new: int) -> list[int]:
-    ids = torch.tensor([prompt])
-    out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=new,
-                         min_new_tokens=new)
-    return out[0, len(prompt) :].tolist()
-
-
 def test_off_by_default_and_nothing_remembered() -> None:
     only = NgramOnlyDrafter()
     only.store = NgramStore.build([[1, 2, 3]], order=3)
@@ -225,7 +217,7 @@ def test_ngram_only_is_lossless_cold_and_warm_and_remembers_only_its_answers() -
     model = C.tiny_target("qwen3", vocab=V, hidden=32)
     target = TargetModel(model)
     prompts = repetitive_prompts(1)
-    truths = [reference(model, p, NEW) for p in prompts]
+    truths = [C.hf_greedy(model, p, NEW) for p in prompts]
     only = NgramOnlyDrafter()
     only.store = NgramStore.build([prompts[0]], order=3)  # a store that knows little
     only.use_ngram_memory(True)
@@ -254,7 +246,7 @@ def test_dart_is_lossless_with_the_memory_on_and_shares_its_weights(tmp_path: ob
     drafter = DartDrafter.from_pretrained(path, target=model)
     target = TargetModel(model)
     prompts = repetitive_prompts(2)[:3]
-    truths = [reference(model, p, NEW) for p in prompts]
+    truths = [C.hf_greedy(model, p, NEW) for p in prompts]
     drafter.store = NgramStore.build([prompts[0] + truths[0]], order=4)
     drafter.use_ngram_memory(True)
     memory, other = drafter.new_memory(), drafter.new_memory()

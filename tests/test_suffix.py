@@ -373,13 +373,6 @@ def test_settings_take_the_depth_and_the_bound() -> None:
 V, NEW = 61, 40
 
 
-def reference(model: torch.nn.Module, prompt: list[int], new: int) -> list[int]:
-    ids = torch.tensor([prompt])
-    out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=new,
-                         min_new_tokens=new)
-    return out[0, len(prompt) :].tolist()
-
-
 @pytest.mark.parametrize("family", ["qwen3", "llama"])
 def test_greedy_output_equals_the_targets_own_cold_and_warm(family: str) -> None:
     """Prompts that repeat themselves, answered twice: the first time from the prompt alone (cold), the second
@@ -391,7 +384,7 @@ def test_greedy_output_equals_the_targets_own_cold_and_warm(family: str) -> None
     for _ in range(4):
         phrase = [rng.randrange(V) for _ in range(rng.randint(3, 6))]
         prompts.append([rng.randrange(V) for _ in range(3)] + phrase * 2)
-    truths = [reference(model, p, NEW) for p in prompts]
+    truths = [C.hf_greedy(model, p, NEW) for p in prompts]
     drafter = SuffixDrafter()
     memory = drafter.new_memory()
     accepted = []
