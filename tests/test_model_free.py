@@ -16,12 +16,10 @@ import numpy as np
 import pytest
 import torch
 from helpers_app import BUNDLE
-from helpers_stats import chi_square_pvalue
-from transformers import AutoModelForCausalLM, Qwen3Config
+from helpers_stats import chi_square_pvalue, second_token_case
 
 from dart_core.drafters.ngram_only import NgramOnlyDrafter, NgramOnlySettings, StoreMissingError
 from dart_core.drafters.prompt_lookup import PromptLookupDrafter, PromptLookupSettings, lookup
-from dart_core.engine.acceptance import SamplingConfig, processed_probs
 from dart_core.engine.drafter import DraftInput
 from dart_core.engine.loop import generate
 from dart_core.engine.metrics import summarize
@@ -180,19 +178,8 @@ def test_greedy_output_equals_the_targets_own(family: str) -> None:
 def test_sampling_keeps_the_target_distribution() -> None:
     """The second emitted token (the first from a verify step, its draft looked up / searched in the store) under
     each racer vs the exact Σ_x1 p(x1) q(x2 | x1), chi-square at fixed seeds."""
-    torch.manual_seed(11)
-    vocab = 12
-    model = AutoModelForCausalLM.from_config(
-        Qwen3Config(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=8,
-                    num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64),
-        attn_implementation="sdpa").eval()
-    target = TargetModel(model)
-    sampling = SamplingConfig(temperature=1.3, top_p=0.95)
-    prompt = [*range(vocab), 3, 1, 4]  # every token has occurred, followed by another: a lookup always matches
-    with torch.no_grad():
-        p1 = processed_probs(model(torch.tensor([prompt])).logits[0, -1], sampling)
-        q2 = processed_probs(model(torch.tensor([[*prompt, x] for x in range(vocab)])).logits[:, -1], sampling)
-    expected = (p1[:, None] * q2).sum(0).numpy()
+    case = second_token_case()
+    target, sampling, prompt, expected, vocab = case.target, case.sampling, case.prompt, case.expected, case.vocab
     only = NgramOnlyDrafter()
     only.store = NgramStore.build([[a, b, c] for a in range(vocab) for b in range(vocab) for c in (b, (b * 5) % 12)],
                                   order=3)

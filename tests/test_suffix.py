@@ -15,11 +15,9 @@ import helpers_ckpt as C
 import numpy as np
 import pytest
 import torch
-from helpers_stats import chi_square_pvalue
-from transformers import AutoModelForCausalLM, Qwen3Config
+from helpers_stats import chi_square_pvalue, second_token_case
 
 from dart_core.drafters.suffix import SuffixDrafter, SuffixSettings
-from dart_core.engine.acceptance import SamplingConfig, processed_probs
 from dart_core.engine.drafter import DraftInput, remembers
 from dart_core.engine.loop import generate, stream
 from dart_core.engine.metrics import summarize
@@ -415,19 +413,8 @@ def test_a_stream_closed_early_remembers_what_it_produced() -> None:
 def test_sampling_keeps_the_target_distribution() -> None:
     """The second emitted token (the first from a verify step with a suffix draft) against the exact
     Σ_x1 p(x1) q(x2 | x1), chi-square at fixed seeds; the memory holds answers that make a draft likely."""
-    torch.manual_seed(11)
-    vocab = 12
-    model = AutoModelForCausalLM.from_config(
-        Qwen3Config(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=8,
-                    num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64),
-        attn_implementation="sdpa").eval()
-    target = TargetModel(model)
-    sampling = SamplingConfig(temperature=1.3, top_p=0.95)
-    prompt = [*range(vocab), 3, 1, 4]
-    with torch.no_grad():
-        p1 = processed_probs(model(torch.tensor([prompt])).logits[0, -1], sampling)
-        q2 = processed_probs(model(torch.tensor([[*prompt, x] for x in range(vocab)])).logits[:, -1], sampling)
-    expected = (p1[:, None] * q2).sum(0).numpy()
+    case = second_token_case()
+    target, sampling, prompt, expected, vocab = case.target, case.sampling, case.prompt, case.expected, case.vocab
     drafter = SuffixDrafter()
     gen = torch.Generator().manual_seed(0)
     counts, drafted, n = np.zeros(vocab), 0, 1200
