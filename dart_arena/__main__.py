@@ -36,6 +36,7 @@ from dart_core import (
     runner_racers,
 )
 from dart_core.options import (
+    add_budget_argument,
     add_cpu_linear_argument,
     add_device_argument,
     add_dtype_argument,
@@ -117,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_dtype_argument(m)
     add_cpu_linear_argument(m)
     add_fast_path_arguments(m)
+    add_budget_argument(m)
     g = p.add_argument_group("generation")
     g.add_argument("--max-new-tokens", type=int, default=256,
                    help="default of the 'Max new tokens' control (default: %(default)s)")
@@ -336,7 +338,7 @@ def start_engine(args: argparse.Namespace, src: dict[str, Any], loaded: dict[str
                                     ngram_memory=bool(getattr(args, "ngram_memory", False)),
                                     device=args.device, dtype=args.dtype, fast_path=args.fast_path,
                                     fast_path_mode=args.fast_path_mode,
-                                    cpu_linear=args.cpu_linear, **loaded,
+                                    cpu_linear=args.cpu_linear, budget=args.budget, **loaded,
                                     **dict.fromkeys(src["runners"], True), **src.get("model_free", {})),
                                threads=args.threads,
                                max_restarts=args.max_restarts)
@@ -412,7 +414,7 @@ def launch_page(args: argparse.Namespace, src: dict[str, Any], loaded: dict[str,
     from dart_arena.web_server import start_web_server
 
     info, bundle = engine.info, src["bundle"]
-    settings = {k: given_settings(args, k, racer(k).default_settings(info.device)) for k in info.drafters}
+    settings = {k: given_settings(args, k, racer(k).default_settings(info.device, args.budget)) for k in info.drafters}
     examples = bundle_examples(bundle) if bundle is not None else (CHAT_EXAMPLES if chat else [])
     parts = [f"target {short(src['base'])}{origin(src['base'])}"]
     parts += [f"{label(k)} {short(loaded[k])}" if k in loaded else label(k) for k in info.drafters]

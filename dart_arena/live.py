@@ -199,6 +199,8 @@ class LiveRace:
                 "settings": {"temperature": s.sampling.temperature, "top_p": s.sampling.top_p,
                              "top_k": s.sampling.top_k, "max_new_tokens": s.max_new_tokens, "seed": s.seed,
                              "time_limit_s": s.time_limit_s, "memory": memory_kind(s.memory_owner),
+                             "budget": getattr(self.ui.engine.info, "budget", None),
+                             "cost_curves": getattr(self.ui.engine.info, "cost_curves", {}),
                              "racer_settings": {m: dataclasses.asdict(t) for m, t in s.racer_settings.items()}}}
 
     def write_log(self, path: Path, wall: float) -> None:

@@ -34,6 +34,8 @@ class EngineInfo:
     threads: int  # PyTorch's CPU threads
     linear_kernels: dict[str, str] = field(default_factory=dict)  # on a CPU: model → its linear kernels, one line
     fast_path: str | None = None  # graphs / compile / eager, or None: the eager dynamic-cache path
+    budget: str = "node"  # the tree budget's rule (``dart_core.engine.budget``)
+    cost_curves: dict[str, Any] = field(default_factory=dict)  # its verify cost curves at load, by streams
 
 
 def engine_info(arena: Any) -> EngineInfo:
@@ -44,4 +46,5 @@ def engine_info(arena: Any) -> EngineInfo:
                       max_context=int(arena.target.max_context), has_store=arena.store is not None,
                       threads=torch.get_num_threads(),
                       linear_kernels={name: plan.describe() for name, plan in plans.items()},
-                      fast_path=getattr(arena.target, "fast_path", None))
+                      fast_path=getattr(arena.target, "fast_path", None), budget=getattr(arena, "budget", "node"),
+                      cost_curves=arena.cost_curves.measured() if getattr(arena, "cost_curves", None) else {})

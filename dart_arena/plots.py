@@ -66,6 +66,11 @@ def _verify_steps(lane: Lane) -> list[Any]:
     return [s for s in lane.steps if not s.prefill]
 
 
+def _sizes(steps: list[Any]) -> list[list[int]]:
+    """Each step's nodes verified and nodes drafted (below the root): the tree budget's choice, step by step."""
+    return [[max(s.tree_size - 1, 0), max(s.drafted_size - 1, 0)] for s in steps]
+
+
 def tau_figure(lanes: Iterable[Lane]) -> go.Figure:
     """Tokens per verify step (accepted drafts + bonus) as dots, the running mean τ as a line."""
     traces: list[dict[str, Any]] = []
@@ -88,8 +93,9 @@ def tau_figure(lanes: Iterable[Lane]) -> go.Figure:
         if lane.method != BASELINE:
             traces.append({"type": "scatter", "x": xs, "y": ys, "mode": "markers", "name": f"{name} per step",
                            "legendgroup": lane.method, "showlegend": False,
-                           "marker": {"color": c, "size": 5, "opacity": 0.45},
-                           "hovertemplate": f"{name} step %{{x}}: %{{y}} tokens<extra></extra>"})
+                           "marker": {"color": c, "size": 5, "opacity": 0.45}, "customdata": _sizes(steps),
+                           "hovertemplate": f"{name} step %{{x}}: %{{y}} tokens<br>%{{customdata[0]}} of "
+                                            "%{customdata[1]} drafted nodes verified<extra></extra>"})
         traces.append({"type": "scatter", "x": xs, "y": mean, "mode": "lines", "name": name,
                        "legendgroup": lane.method,
                        "line": {"color": c, "width": 2.5, "dash": "dot" if lane.method == BASELINE else "solid"},
@@ -107,10 +113,13 @@ def latency_figure(lanes: Iterable[Lane]) -> go.Figure:
             continue
         traces.append({
             "type": "scatter", "x": list(range(1, len(steps) + 1)), "y": [s.draft_ms + s.search_ms for s in steps],
-            "customdata": [[s.draft_ms, s.search_ms, s.verify_ms] for s in steps], "mode": "lines",
+            "customdata": [[s.draft_ms, s.search_ms, s.verify_ms, *n] for s, n in zip(steps, _sizes(steps),
+                                                                                        strict=True)],
+            "mode": "lines",
             "name": f"{lane.label} draft + search", "line": {"color": color(lane.method), "width": 2, "shape": "hv"},
             "hovertemplate": (f"{lane.label} step %{{x}}: %{{y:.2f}} ms<br>draft %{{customdata[0]:.2f}} · "
-                              "search %{customdata[1]:.2f} · verify %{customdata[2]:.2f} ms<extra></extra>")})
+                              "search %{customdata[1]:.2f} · verify %{customdata[2]:.2f} ms<br>%{customdata[3]} of "
+                              "%{customdata[4]} drafted nodes verified<extra></extra>")})
     return _figure(traces, "Drafting latency per step (draft + tree search)", "verify step", "ms",
                    empty=None if traces else "waiting for a prompt")
 

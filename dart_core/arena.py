@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from dart_core.engine.budget import NODE, OFF, Budget, check_budget
+from dart_core.engine.cost_curve import CostCurves
 from dart_core.engine.cpu import auto_dtype_name
 from dart_core.engine.cpu_linear import MODES as CPU_LINEAR_MODES
 from dart_core.engine.cpu_linear import CpuLinearPlan, use_cpu_linears
@@ -20,6 +22,7 @@ from dart_core.engine.loop import BatchStep, Step, stream, stream_batch
 from dart_core.engine.target import FAST_PATH_MODES, FAST_PATH_ROWS, TargetModel
 from dart_core.loading.errors import UserError, loading
 from dart_core.loading.hub import HubFileError, hub_offline, looks_local, resolve_file
+from dart_core.loading.identity import model_identity
 from dart_core.loading.layouts import DTYPE_NAMES
 from dart_core.loading.packaged import ensure_checkpoint, packaged_model
 from dart_core.loading.progress import stage
@@ -190,6 +193,9 @@ class Arena:
     stop_ids: list[int] = field(default_factory=list)
     runners: list[str] = field(default_factory=list)  # enabled racers with a loop of their own (HF generate)
     cpu_linears: dict[str, CpuLinearPlan] = field(default_factory=dict)  # on a CPU: "target" / racer key → plan
+    budget: str = NODE  # the tree budget's rule for every racer that drafts (``dart_core.engine.budget``)
+    cost_curves: CostCurves | None = None  # the target's verify cost (None: measured, not kept, when first needed)
+    budgets: dict[tuple[str, str], Budget] = field(default_factory=dict)  # (racer, rule) → its budget in this run
 
     def drafter(self, method: str) -> Drafter:
         """The drafter of a loaded racer (plain decoding for the baseline); a ValueError names the loaded ones."""
@@ -251,24 +257,44 @@ class Arena:
             raise ValueError(f"{label(method)} keeps no memory across generations; it takes no memory")
         return drafter.remembering(memory)  # type: ignore[attr-defined]
 
+    def budget_for(self, method: str, rule: str | None = None) -> Budget | None:
+        """``method``'s tree budget under ``rule`` (None: the arena's), one per racer and rule for the arena's life,
+        so its calibration learns across the racer's generations; None for a racer that drafts nothing (plain
+        decoding, a racer with its own loop) or under the rule ``off``."""
+        rule = check_budget(self.budget if rule is None else rule)
+        if rule == OFF or method == BASELINE or method in self.runners:
+            return None
+        self.drafter(method)  # an unknown or unloaded racer named
+        if self.cost_curves is None:
+            self.cost_curves = CostCurves(self.target)
+        key = (method, rule)
+        if key not in self.budgets:
+            self.budgets[key] = Budget(rule, self.cost_curves)
+        return self.budgets[key]
+
     def stream(self, method: str, input_ids: Any, memory: Any = None, *, forget: bool = False,
-               **kwargs: Any) -> Iterator[Step]:
+               budget: str | None = None, **kwargs: Any) -> Iterator[Step]:
         """:func:`~dart_core.engine.loop.stream` with ``method``'s drafter; ``settings`` are that racer's;
         ``memory``: what a racer that remembers draws on and feeds (:meth:`new_memory`); ``forget``: race it with
-        its memory off (:meth:`remembering`)."""
+        its memory off (:meth:`remembering`); ``budget``: the tree budget's rule (None: the arena's,
+        :meth:`budget_for`)."""
         kwargs.setdefault("stop_token_ids", self.stop_ids)
         drafter = self.remembering(method, memory, forget=forget)
-        run = racer(method).runner if method in self.runners else None
-        return (run or stream)(self.target, input_ids, drafter, **kwargs)
+        if method in self.runners:
+            return racer(method).runner(self.target, input_ids, drafter, **kwargs)  # type: ignore[misc]
+        return stream(self.target, input_ids, drafter, budget=self.budget_for(method, budget), **kwargs)
 
-    def stream_batch(self, method: str, prompts: Any, memory: Any = None, **kwargs: Any) -> Iterator[BatchStep]:
+    def stream_batch(self, method: str, prompts: Any, memory: Any = None, *, budget: str | None = None,
+                     **kwargs: Any) -> Iterator[BatchStep]:
         """:func:`~dart_core.engine.loop.stream_batch`: ``prompts`` decoded together with ``method``'s
         drafter, one :class:`BatchStep` per target forward (a racer with its own loop, HF ``generate``, batches
-        through ``dart_core.racers.hf_generate.generate_hf_batch`` instead); ``memory`` as in :meth:`stream`."""
+        through ``dart_core.racers.hf_generate.generate_hf_batch`` instead); ``memory`` and ``budget`` as in
+        :meth:`stream` (one budget for the batch's streams)."""
         if method in self.runners:
             raise ValueError(f"{method!r} runs its own decoding loop; batch it with its own function")
         kwargs.setdefault("stop_token_ids", self.stop_ids)
-        return stream_batch(self.target, prompts, self.remembering(method, memory), **kwargs)
+        return stream_batch(self.target, prompts, self.remembering(method, memory),
+                            budget=self.budget_for(method, budget), **kwargs)
 
 
 def load_arena(
@@ -284,6 +310,7 @@ def load_arena(
     fast_path_mode: str = "graphs",
     cpu_linear: str = "auto",
     threads: int | None = None,
+    budget: str = NODE,
     **kwargs: Any,
 ) -> Arena:
     """Load the target once and every drafter on it (their device and dtype follow the target's embedding).
@@ -298,13 +325,15 @@ def load_arena(
     ``ngram_memory``: the racers that search with the store remember the session's answers in an N-gram memory
     consulted with it (``dart_core/ngram/memory.py``); a StoreMissingError before anything loads without ``ngram``.
     ``threads``: PyTorch's CPU threads, set before anything loads (the CPU kernels are timed at load at the thread
-    count in use; None leaves it as it is).
+    count in use; None leaves it as it is). ``budget``: the tree budget's rule (``dart_core.engine.budget``:
+    ``node``, ``position``, ``off``); its verify cost curves are kept in the cache under the target's identity.
     Each drafter reads its own target layers, so drafters whose layers differ share the target too. Whatever
     fails to load is raised as an error that names its file (a :class:`~dart_core.loading.errors.LoadError`, or the
     project's own errors), after the progress bar is closed, so an ``error:`` line printed next starts a line of
     its own."""
     if ngram_memory and not ngram:
         raise StoreMissingError(MEMORY_NEEDS_STORE)
+    check_budget(budget)
     if threads is not None:
         if threads < 1:
             raise ValueError(f"threads must be at least 1, got {threads}")
@@ -327,7 +356,7 @@ def load_arena(
         with loading(base):
             target, tokenizer = load_target(resolved, device=device, dtype=dtype, cpu_linear=None, **kwargs)
         arena = Arena(target=target, tokenizer=tokenizer, stop_ids=stop_token_ids(tokenizer, target.config),
-                      runners=runners)
+                      runners=runners, budget=budget)
         for key, ref in parts.items():
             with loading(ref):
                 arena.drafters[key] = racer(key).load(ref, target)  # type: ignore[misc]
@@ -359,6 +388,11 @@ def load_arena(
     for drafter in arena.drafters.values():
         if rows and fast_path_mode != "compile" and hasattr(drafter, "use_static_cache"):
             drafter.use_static_cache(rows, graphs=fast_path_mode == "graphs")  # type: ignore[attr-defined]
+    arena.cost_curves = CostCurves(target, model=model_identity(base))
+    if budget != OFF and arena.drafters:
+        with stage("verify cost", "the target's verify forwards timed by rows, for the tree budget",
+                   enabled=progress) as line:
+            line.detail = arena.cost_curves.for_streams(1).describe()
     return arena
 
 

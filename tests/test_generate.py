@@ -245,20 +245,26 @@ def test_sampling_keeps_target_distribution(tmp_path: Path) -> None:
 def test_tree_defaults_per_device_and_overrides() -> None:
     import argparse
 
-    from dart_core.options import add_racer_settings_arguments, racer_settings
+    from dart_core.options import add_budget_argument, add_racer_settings_arguments, racer_settings
     from dart_core.racers.registry import racer
 
     dart, eagle3 = racer("dart"), racer("eagle3")
     assert (dart.default_settings("cuda"), eagle3.default_settings("cuda")) == (DartSettings(), Eagle3Settings())
     assert dart.default_settings("cuda:1").max_nodes == 60
-    cpu_dart, cpu_eagle = dart.default_settings(torch.device("cpu")), eagle3.default_settings("cpu")
+    # with the tree budget off, a CPU drafts smaller trees; under the budget (the default) the sizes it cuts from are
+    # the full ones, but EAGLE-3's depth, a drafter forward per level, keeps its CPU default
+    cpu_dart, cpu_eagle = dart.default_settings(torch.device("cpu"), "off"), eagle3.default_settings("cpu", "off")
     assert cpu_dart.max_nodes == 12 and cpu_dart.top_k == DartSettings().top_k
     assert (cpu_eagle.total_tokens, cpu_eagle.depth, cpu_eagle.top_k) == (13, 6, 4)
+    assert dart.default_settings("cpu").max_nodes == 60
+    assert (eagle3.default_settings("cpu").total_tokens, eagle3.default_settings("cpu").depth) == (60, 6)
     p = argparse.ArgumentParser()
     add_racer_settings_arguments(p)
-    got = racer_settings(p.parse_args([]), "cpu")
+    add_budget_argument(p)
+    got = racer_settings(p.parse_args(["--budget", "off"]), "cpu")
     assert (got["dart"], got["eagle3"]) == (cpu_dart, cpu_eagle)
-    got = racer_settings(p.parse_args(["--dart-nodes", "33", "--eagle3-depth", "3"]), "cpu")
+    assert racer_settings(p.parse_args([]), "cpu")["dart"].max_nodes == 60
+    got = racer_settings(p.parse_args(["--budget", "off", "--dart-nodes", "33", "--eagle3-depth", "3"]), "cpu")
     assert got["dart"].max_nodes == 33 and got["dart"].beam_width == cpu_dart.beam_width
     assert got["eagle3"] == Eagle3Settings(13, 3, 4)
     got = racer_settings(p.parse_args(["--dart-nodes", "33", "--dart-ngram-weight", "0"]), "cuda")

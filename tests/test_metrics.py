@@ -204,7 +204,7 @@ def test_the_engine_verifies_the_rigged_trees_as_planned(rigged: dict[tuple[int,
     from dart_core.arena import load_arena
 
     arena = load_arena(BUNDLE / "target", **{KEY: "builtin"}, device="cpu", dtype="float32",
-                       progress=False)
+                       progress=False, budget="off")  # the rigged trees verified as planned: no budget cuts them
     for ids, plan in rigged.items():
         ar = list(arena.stream("ar", list(ids), max_new_tokens=NEW_TOKENS))
         assert ar[-1].stop_reason == "max_new_tokens"  # the budget, not a stop token, ends these prompts
@@ -220,7 +220,8 @@ def test_the_generate_cli_prints_the_hand_computed_metrics(rigged: Any, capsys: 
 
     expected = by_hand(PLANS[0])
     argv = ["--base", str(BUNDLE / "target"), f"--{KEY}", "builtin", "--methods", f"{KEY},ar", "--raw",
-            "--prompt", PROMPTS[0], "--max-new-tokens", str(NEW_TOKENS), "--no-stream", "--device", "cpu"]
+            "--prompt", PROMPTS[0], "--max-new-tokens", str(NEW_TOKENS), "--no-stream", "--device", "cpu",
+            "--budget", "off"]
     assert main([*argv, "--json"]) == 0
     rows = {r["method"]: r for r in json.loads(capsys.readouterr().out)}
     close(rows[KEY], expected)
@@ -243,7 +244,7 @@ def test_bench_e2e_pools_the_prompts_in_its_table_json_and_report(rigged: Any, t
     out = tmp_path / "out"
     assert bench_main(["e2e", "--base", str(BUNDLE / "target"), f"--{KEY}", "builtin", "--methods", f"{KEY},ar",
                        "--prompts", str(prompts), "--raw", "--warmup", "0", "--no-hf-generate", "--max-new-tokens",
-                       str(NEW_TOKENS), "--device", "cpu", "--out", str(out), "--no-progress"]) == 0
+                       str(NEW_TOKENS), "--device", "cpu", "--out", str(out), "--no-progress", "--budget", "off"]) == 0
     printed = capsys.readouterr().out
     assert "mismatches: 0" in printed
     pooled = by_hand(*PLANS)
@@ -280,7 +281,7 @@ def test_the_page_cards_plot_and_api_result_show_the_hand_computed_metrics(rigge
     from dart_core.arena import load_arena
 
     off = {r.key: False for r in model_free_racers()}  # only the rigged racer and AR: the cards are computed by hand
-    arena = load_arena(BUNDLE / "target", **{KEY: "builtin"}, **off, device="cpu", progress=False)
+    arena = load_arena(BUNDLE / "target", **{KEY: "builtin"}, **off, device="cpu", progress=False, budget="off")
     ui = ArenaUI(LocalEngine(arena), AppConfig(chat=False, update_every=0.0))
     assert ui.methods == [KEY, "ar"] and ui.control_labels[4:] == []
     final = list(ui.run(PROMPTS[0], new_conversation(), 0.0, 1.0, 0, NEW_TOKENS, session="m"))[-1]

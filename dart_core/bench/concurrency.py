@@ -40,13 +40,13 @@ from dart_core.bench.e2e import (
     load_racers,
     reported,
     resolve_sources,
+    rows_settings,
 )
 from dart_core.drafters.settings import shrink_for_streams
 from dart_core.engine.acceptance import SamplingConfig
 from dart_core.engine.cpu import available_ram
 from dart_core.engine.graphs import bucket
 from dart_core.engine.greedy_check import compare
-from dart_core.engine.loop import stream_batch
 from dart_core.engine.stream_slots import GRAPH_STREAMS
 from dart_core.engine.timing import sync
 from dart_core.loading.chat import encode_prompt
@@ -54,14 +54,22 @@ from dart_core.options import (
     add_mode_arguments,
     add_model_arguments,
     add_racer_settings_arguments,
-    racer_settings,
     runtime_options,
 )
 from dart_core.options.limits import loaded_problem, prompts_problem, target_limits
-from dart_core.race import command_line, method_width, models_identity, racer_figures, results_dir, run_record
+from dart_core.race import (
+    command_line,
+    method_width,
+    models_identity,
+    racer_figures,
+    results_dir,
+    row_label,
+    row_racer,
+    run_record,
+)
 from dart_core.racers.hf_generate import KEY as HF_KEY
 from dart_core.racers.hf_generate import generate_hf_batch
-from dart_core.racers.registry import BASELINE, color, label, racer
+from dart_core.racers.registry import BASELINE, color, racer
 
 DEFAULT_STREAMS = "1,2,4,8"
 MEMORY_SHARE = 0.8  # a sweep may plan its largest batch's caches and logits within this share of the free memory
@@ -88,7 +96,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=0, help="stream i of a batch samples with seed + i (its prompt's index)")
     g.add_argument("--shrink-trees", action="store_true",
                    help="divide each racer's tree (or chain) size, and a depth that costs a drafter forward per "
-                        "level, by B, rounded up (vLLM-style draft length by load)")
+                        "level, by B, rounded up (vLLM-style draft length by load): the rule before the tree budget, "
+                        "kept for comparison with --budget off (under an automatic budget the batch's streams share "
+                        "one verify, priced by the measured cost curve of B streams)")
     g.add_argument("--out", type=Path, default=None, help="output dir for concurrency.json / concurrency.html "
                    "(default $DART_ARENA_RESULTS or $DART_ARENA_CACHE/bench, in concurrency-<timestamp>/)")
     g.add_argument("--no-html", action="store_true", help="skip the plotly HTML report")
@@ -180,14 +190,17 @@ def _run(args: argparse.Namespace) -> int:
     if longest + args.max_new_tokens > target.max_context:
         raise BenchError(f"{longest} prompt + {args.max_new_tokens} new tokens exceed the target's context "
                          f"({target.max_context}): lower --max-new-tokens")
-    settings = racer_settings(args, target.device)
+    try:
+        settings, budgets = rows_settings(args, methods, target.device)
+    except ValueError as e:
+        raise BenchError(str(e)) from None
     need = batch_memory(target, streams, longest + args.max_new_tokens, 64)
     free = free_memory(target.device)
     if free is not None and need > MEMORY_SHARE * free:
         raise BenchError(f"--streams {streams[-1]}: the batch's KV caches and verify logits need about "
                          f"{need / 2**30:.1f} GiB, over {MEMORY_SHARE:.0%} of the {free / 2**30:.1f} GiB free on "
                          f"{target.device}; lower --streams, --max-new-tokens or --limit")
-    runner = _Runner(arena, settings, sampling, args)
+    runner = _Runner(arena, settings, budgets, sampling, args)
     for m in order:  # every B once: on the fast path each B's bucket records its CUDA graphs here, not in the race
         for b in streams if target.fast_path == "graphs" else [min(2, streams[-1])]:
             for _ in range(args.warmup):
@@ -217,6 +230,9 @@ def _run(args: argparse.Namespace) -> int:
                                                    if results[m]["speedup_vs_ar"] is not None))
     bar.close()
     report = _report(args, src, arena, methods, settings, prompts, encoded, streams, by_streams, sampling, chat)
+    report["config"]["budgets"] = budgets
+    report["budgets"] = {m: budget.report() for m, rule in budgets.items()
+                         if (budget := arena.budget_for(row_racer(m), rule)) is not None}
     print_table(report)
     _write(args, report)
     mismatches = sum(f.get("mismatches", 0) for r in by_streams.values() for f in r.values())
@@ -227,8 +243,10 @@ class _Runner:
     """Runs one racer on one batch of prompts and times it: the batch's wall clock, each stream's first token
     and last token, and its steps."""
 
-    def __init__(self, arena: Any, settings: dict[str, Any], sampling: Any, args: argparse.Namespace) -> None:
+    def __init__(self, arena: Any, settings: dict[str, Any], budgets: dict[str, str], sampling: Any,
+                 args: argparse.Namespace) -> None:
         self.arena, self.racer_settings, self.sampling, self.args = arena, settings, sampling, args
+        self.budgets = budgets  # row -> its tree budget rule: one budget for the batch's streams
         self.bar: Any = None
 
     def settings(self, method: str, streams: int) -> Any:
@@ -261,11 +279,11 @@ class _Runner:
             gens = [torch.Generator(device=device).manual_seed(self.args.seed + i) for i in index]
         forwards = []
         # a racer that remembers runs cold: a fresh memory per batch, never its answers at another B to the same prompts
-        memory = arena.new_memory(method) if arena.remembers(method) else None
-        for step in stream_batch(arena.target, prompts, arena.remembering(method, memory),
-                                 settings=self.settings(method, streams),
-                                 sampling=self.sampling, max_new_tokens=n, stop_token_ids=arena.stop_ids,
-                                 generators=gens):
+        key = row_racer(method)
+        memory = arena.new_memory(key) if arena.remembers(key) else None
+        for step in arena.stream_batch(key, prompts, memory, settings=self.settings(method, streams),
+                                       budget=self.budgets.get(method), sampling=self.sampling, max_new_tokens=n,
+                                       stop_token_ids=arena.stop_ids, generators=gens):
             now = (time.perf_counter() - start) * 1e3
             forwards.append({"rows": step.rows, "wall_ms": step.wall_ms, "width": step.width,
                              "committed": step.committed, "verify_ms": next(iter(step.steps.values())).verify_ms})
@@ -350,7 +368,7 @@ def _report(args: argparse.Namespace, src: Any, arena: Any, methods: list[str], 
                    "mean_prompt_tokens": statistics.fmean(len(ids) for ids in encoded)},
         "environment": environment(arena),
         "by_streams": by_streams,
-        "crossover": {m: crossover(by_streams, m) for m in methods if racer(m).drafts},
+        "crossover": {m: crossover(by_streams, m) for m in methods if racer(row_racer(m)).drafts},
     }
 
 
@@ -404,8 +422,8 @@ def speedup_figure(report: dict[str, Any]) -> Any:
     for m in cfg["methods"]:
         for col, key in ((1, "speedup_vs_ar"), (2, "tokens_per_s")):
             fig.add_trace(go.Scatter(x=xs, y=[report["by_streams"][str(b)][m].get(key) for b in xs],
-                                     mode="lines+markers", name=label(m), legendgroup=m, showlegend=col == 1,
-                                     line={"color": color(m)}), row=1, col=col)
+                                     mode="lines+markers", name=row_label(m), legendgroup=m,
+                                     showlegend=col == 1, line={"color": color(row_racer(m))}), row=1, col=col)
     fig.add_hline(y=1.0, line_dash="dash", line_color="gray", annotation_text="break-even", row=1, col=1)
     fig.update_xaxes(type="log", tickvals=xs, title_text="streams (B)")
     fig.update_layout(template="plotly_white", height=440,

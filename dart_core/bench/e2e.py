@@ -43,6 +43,7 @@ from dart_core.bench.e2e_table import best_racer, category_lines, print_table, s
 from dart_core.bundle import build_command
 from dart_core.data.datasets import DATASETS, DatasetError, load_dataset
 from dart_core.engine.acceptance import SamplingConfig
+from dart_core.engine.budget import NODE
 from dart_core.engine.cpu import cpu_description
 from dart_core.engine.greedy_check import TopLogits, compare
 from dart_core.engine.loop import Step
@@ -55,7 +56,7 @@ from dart_core.options import (
     add_mode_arguments,
     add_model_arguments,
     add_racer_settings_arguments,
-    racer_settings,
+    given_settings,
     resolve_models,
     runtime_options,
 )
@@ -76,6 +77,7 @@ from dart_core.race import (
     results_dir,
     row_label,
     row_racer,
+    row_settings,
     run_record,
 )
 from dart_core.racers.registry import BASELINE, RACERS, model_free_asked, racer
@@ -213,8 +215,23 @@ def read_prompts(path: Path, limit: int = 0) -> list[dict[str, str]]:
     return out
 
 
+def rows_settings(args: argparse.Namespace, rows: list[str], device: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """Each drafting row's settings and tree budget rule (``dart_core.race.rows.row_settings``: the racer's defaults
+    for ``device`` under the row's rule, the command line's options, the row's own items)."""
+    settings, budgets = {}, {}
+    for row in rows:
+        key = row_racer(row)
+        if not racer(key).drafts:
+            continue
+        settings[row], budgets[row] = row_settings(
+            row, lambda rule, key=key: given_settings(args, key, racer(key).default_settings(device, rule)),
+            getattr(args, "budget", NODE))
+    return settings, budgets
+
+
 def step_record(s: Step) -> dict[str, Any]:
-    return {"tokens": list(s.tokens), "accepted": s.accepted, "tree_size": s.tree_size, "prefill": s.prefill,
+    return {"tokens": list(s.tokens), "accepted": s.accepted, "tree_size": s.tree_size,
+            "drafted_size": s.drafted_size, "prefill": s.prefill,
             "draft_ms": round(s.draft_ms, 4), "search_ms": round(s.search_ms, 4), "verify_ms": round(s.verify_ms, 4),
             "stop_reason": s.stop_reason}
 
@@ -303,16 +320,16 @@ def _run(args: argparse.Namespace) -> int:
         raise BenchError(problem)
     chat = src.chat and bool(getattr(arena.tokenizer, "chat_template", None))
     n_turns = args.turns if src.dataset is not None else 1
-    settings = {m: t for m, t in racer_settings(args, arena.target.device).items() if racer(m).drafts}
-    print("settings: " + "; ".join(f"{m} {dataclasses.asdict(t)}" for m, t in settings.items() if m in methods))
+    rows = memory_rows(methods, arena.remembers, getattr(args, "memory", "both"), arena.forgets)
+    settings, budgets = rows_settings(args, rows, arena.target.device)
+    print("settings: " + "; ".join(f"{m} {dataclasses.asdict(t)}, budget {budgets[m]}" for m, t in settings.items()))
     if torch.device(arena.target.device).type == "cpu":
         print(f"cpu: {cpu_description() or 'unknown (no /proc/cpuinfo)'}, {torch.get_num_threads()} thread(s)")
     for name, plan in arena.cpu_linears.items():
         print(f"{name}: {plan.describe()}")
     sampling = SamplingConfig(args.temperature, args.top_p, args.top_k)
-    runs = Conversations(arena, settings, args, sampling, n_turns)
+    runs = Conversations(arena, settings, budgets, args, sampling, n_turns)
     encoded = [encode_prompt(arena.tokenizer, p["prompt"], chat=chat, system=args.system) for p in prompts]
-    rows = memory_rows(methods, arena.remembers, getattr(args, "memory", "both"), arena.forgets)
     # AR runs first on each prompt so the other rows are checked against it as soon as they finish.
     order = ([BASELINE] if BASELINE in rows else []) + [m for m in rows if m != BASELINE]
     tallies = []
@@ -324,7 +341,8 @@ def _run(args: argparse.Namespace) -> int:
     tally = tallies[0]
     for r, other in enumerate(tallies[1:], 1):
         tally.absorb(other, seed=args.seed + r * SEED_STRIDE)
-    report = _report(args, src, arena, prompts, rows, tally, sampling, chat=chat, settings=settings)
+    report = _report(args, src, arena, prompts, rows, tally, sampling, chat=chat, settings=settings,
+                     budgets=budgets)
     if len(tallies) > 1:
         report["by_seed"] = by_seed
         report["spread"] = seed_spread(by_seed, rows)
@@ -358,12 +376,18 @@ def load_racers(args: argparse.Namespace, src: Sources, runtime: dict[str, Any])
     from dart_core.arena import load_arena
 
     asked = args.methods.split(",") if args.methods else None
+    if asked:
+        try:  # a row of settings checked before anything loads
+            rows_settings(args, asked, "cpu")
+        except ValueError as e:
+            raise BenchError(str(e)) from None
+    racers = list(dict.fromkeys(row_racer(m) for m in asked)) if asked else None
     arena = load_arena(src.base, ngram=src.ngram, small_ngram=src.small_ngram, ngram_memory=src.ngram_memory,
                        progress=not args.no_progress, hf=args.hf_generate, **runtime, **src.drafters,
-                       **model_free_asked(asked))
+                       **model_free_asked(racers))
     methods = asked or arena.methods
     for m in methods:
-        arena.drafter(m)  # a clear error for a method that is not loaded
+        arena.drafter(row_racer(m))  # a clear error for a method that is not loaded
     if src.dataset is not None and not getattr(arena.tokenizer, "chat_template", None):
         raise BenchError(f"--dataset {src.dataset}: its questions are chat prompts and need a chat model, but the "
                          f"tokenizer of {src.base} has no chat template. Pass --base with a chat (instruct) model.")
@@ -435,7 +459,8 @@ def _check(tally: Tally, p: dict[str, Any], k: int, m: str, tag: dict[str, Any],
 
 
 def _report(args: argparse.Namespace, src: Sources, arena: Any, prompts: list[dict[str, Any]], methods: list[str],
-            tally: Tally, sampling: SamplingConfig, *, chat: bool, settings: dict[str, Any]) -> dict[str, Any]:
+            tally: Tally, sampling: SamplingConfig, *, chat: bool, settings: dict[str, Any],
+            budgets: dict[str, str]) -> dict[str, Any]:
     """``e2e.json``: the config as run, the environment, what each figure means, the summaries, the greedy
     check's findings and every prompt's steps."""
     n_turns = tally.n_turns
@@ -459,13 +484,16 @@ def _report(args: argparse.Namespace, src: Sources, arena: Any, prompts: list[di
                    "resolved": {"base": src.base, **src.drafters, "ngram": src.ngram,
                                 "prompts": str(src.prompts) if src.prompts is not None else None,
                                 "dataset": src.dataset, "turns": n_turns, "chat": chat,
-                                "racer_settings": {m: dataclasses.asdict(t) for m, t in settings.items()}},
+                                "racer_settings": {m: dataclasses.asdict(t) for m, t in settings.items()},
+                                "budgets": budgets},
                    "methods": methods,
                    "racers": list(dict.fromkeys(row_racer(m) for m in methods)),
                    "row_labels": {m: row_label(m, remembers=row_racer(m) in remembering) for m in methods},
                    "remembering": remembering,
                    "n_prompts": len(prompts)},
         "environment": environment(arena),
+        "budgets": {m: budget.report() for m, rule in budgets.items()
+                    if (budget := arena.budget_for(row_racer(m), rule)) is not None},
         "notes": {"tokens_per_s": "engine stopwatches: all emitted tokens over the sum of that method's step times "
                                   "(draft + tree search + verify), prefill included",
                   "tokens_per_s_wall": "all emitted tokens over the wall-clock time around each whole generation "

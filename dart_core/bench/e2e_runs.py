@@ -33,12 +33,13 @@ class Turn:
 
 class Conversations:
     """One row's generations on one prompt (a row: a racer, cold or warm for one that remembers;
-    ``dart_core.race.rows``): each turn's steps and wall-clock ms, every row with the same seed, its racer's
-    settings and the run's sampling. Owns the warm rows' memories: whoever runs the races owns them."""
+    ``dart_core.race.rows``): each turn's steps and wall-clock ms, every row with the same seed, its own settings
+    and tree budget rule, and the run's sampling. Owns the warm rows' memories: whoever runs the races owns them."""
 
-    def __init__(self, arena: Any, settings: dict[str, Any], args: argparse.Namespace, sampling: SamplingConfig,
-                 n_turns: int) -> None:
-        self.arena, self.racer_settings, self.n_turns, self.system = arena, settings, n_turns, args.system
+    def __init__(self, arena: Any, settings: dict[str, Any], budgets: dict[str, str], args: argparse.Namespace,
+                 sampling: SamplingConfig, n_turns: int) -> None:
+        self.arena, self.row_settings, self.n_turns, self.system = arena, settings, n_turns, args.system
+        self.budgets = budgets  # row -> its tree budget rule
         self.sampling = sampling
         self.kwargs = {"sampling": sampling, "max_new_tokens": args.max_new_tokens, "max_length": args.max_length}
         self.memories: dict[str, Any] = {}  # warm row -> the memory of its answers in this run
@@ -65,7 +66,8 @@ class Conversations:
         start = time.perf_counter()
         generator = torch.Generator(device=self.arena.target.feature_device).manual_seed(seed)
         steps = list(self.arena.stream(key, ids, memory=memory, forget=row_variant(row) == OFF, generator=generator,
-                                       settings=self.racer_settings.get(key), **self.kwargs))
+                                       settings=self.row_settings.get(row), budget=self.budgets.get(row),
+                                       **self.kwargs))
         return Turn(ids, steps, (time.perf_counter() - start) * 1e3, held)
 
     def converse(self, row: str, p: dict[str, Any], first: list[int], seed: int, *,

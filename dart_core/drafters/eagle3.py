@@ -34,7 +34,8 @@ class Eagle3Settings:
 
     total_tokens: int = knob(60, 2, 512, "tree nodes, root included", label="total", flag="total", cpu=13, ui=True,
                              size=True)
-    depth: int = knob(7, 1, 32, "expansion depth (one drafter forward per level)", cpu=6, ui=True, size=True)
+    depth: int = knob(7, 1, 32, "expansion depth (one drafter forward per level)", cpu=6, ui=True, size=True,
+                      cut=False)
     top_k: int = knob(10, 1, 64, "candidates per node", label="top-k", flag="top-k", cpu=4, ui=True)
 
 

@@ -14,18 +14,23 @@ from typing import Any
 
 import torch
 
+from dart_core.engine.budget import NODE, OFF, check_budget
+
 
 # ------------------------------------------------------------------------------------------------ settings
 def knob(default: Any, low: float, high: float, help: str, *, label: str | None = None, flag: str | None = None,
-         cpu: Any = None, ui: bool = False, size: bool = False) -> Any:
+         cpu: Any = None, ui: bool = False, size: bool = False, cut: bool | None = None) -> Any:
     """A settings field with its bounds (inclusive) and help. ``flag``: the CLI suffix (``--<racer>-<flag>``,
     default the field name with dashes); ``cpu``: the default on a CPU when it differs; ``ui``: shown as a slider
     in the app (``label`` is its caption). A ``bool`` default makes a switch (bounds 0..1): ``--<racer>-<flag>`` /
     ``--no-<racer>-<flag>`` on the command lines, never a slider. ``size``: a field that sizes the racer's tree
     or chain, or its drafting work (the nodes; EAGLE-3's depth, a drafter forward per level), which
-    :func:`shrink_for_streams` scales down under load."""
+    :func:`shrink_for_streams` scales down under load. ``cut``: a size field whose nodes the tree budget can cut
+    after drafting (default: every size field), so under an automatic budget it stays at its full default; a size
+    whose drafting work comes first (EAGLE-3's depth) keeps its CPU default."""
     return field(default=default, metadata={"low": low, "high": high, "help": help, "label": label, "flag": flag,
-                                            "cpu": cpu, "ui": ui, "size": size})
+                                            "cpu": cpu, "ui": ui, "size": size,
+                                            "cut": size if cut is None else cut})
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,7 @@ class Knob:
     cpu: Any
     ui: bool
     size: bool = False
+    cut: bool = False
 
 
 def knobs(settings_type: type) -> Iterator[Knob]:
@@ -53,15 +59,19 @@ def knobs(settings_type: type) -> Iterator[Knob]:
             continue
         kind = type(f.default)
         yield Knob(f.name, f.default, kind, m["low"], m["high"], m["help"], m["label"] or f.name.replace("_", " "),
-                   m["flag"] or f.name.replace("_", "-"), m["cpu"], m["ui"], m.get("size", False))
+                   m["flag"] or f.name.replace("_", "-"), m["cpu"], m["ui"], m.get("size", False), m.get("cut", False))
 
 
-def settings_for(settings_type: type, device: str | torch.device) -> Any:
-    """The defaults for a device: on a CPU a verify forward costs time in proportion to its nodes, so some
-    racers default to smaller trees there (each field's ``cpu``)."""
+def settings_for(settings_type: type, device: str | torch.device, budget: str = NODE) -> Any:
+    """The defaults for a device under a tree budget rule (``dart_core.engine.budget``): on a CPU a verify forward
+    costs time in proportion to its nodes, so with the budget ``off`` some racers default to smaller trees there
+    (each field's ``cpu``); under an automatic budget a size field the budget cuts stays at its full default, the
+    most it cuts from each step."""
     if torch.device(device).type != "cpu":
         return settings_type()
-    return settings_type(**{k.name: k.cpu for k in knobs(settings_type) if k.cpu is not None})
+    sized = check_budget(budget) != OFF
+    return settings_type(**{k.name: k.cpu for k in knobs(settings_type) if k.cpu is not None
+                            and not (sized and k.cut)})
 
 
 def check_settings(settings: Any, what: str = "") -> Any:

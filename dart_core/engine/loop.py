@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from dart_core.engine.acceptance import SamplingConfig, accept, processed_probs
+from dart_core.engine.budget import Budget, StreamBudget
 from dart_core.engine.drafter import Drafter, DraftInput, PlainDecoding, finish_generation
 from dart_core.engine.greedy_check import top_logits_of
 from dart_core.engine.prompt import check_prompt, context_limit
@@ -50,6 +51,7 @@ class Step:
     accepted_nodes: list[int] = field(default_factory=list, repr=False)
     # greedy only: the target's best (ids, logits) behind each emitted token (``greedy_check``)
     top_logits: list[tuple[tuple[int, ...], tuple[float, ...]]] = field(default_factory=list, repr=False)
+    drafted_size: int = 0  # nodes the drafter proposed, root included, before the budget's cut (0: no draft)
 
     @property
     def total_ms(self) -> float:
@@ -125,6 +127,7 @@ class _Stream:
     feats: torch.Tensor | None = None
     new_ids: list[int] = field(default_factory=list)
     ended: bool = False
+    budget: StreamBudget | None = None
 
     def end(self, drafter: Drafter) -> None:
         """The stream is over (done, or its generation closed early): a drafter that remembers is told, once."""
@@ -159,9 +162,10 @@ def _decode(
     stop_token_ids: Iterable[int],
     generators: Sequence[torch.Generator | None],
     interrupt: Callable[[], bool] | None,
+    budget: Budget | None = None,
 ) -> Iterator[BatchStep]:
-    """The loop itself: a prefill of every prompt, then steps of draft → one verify of every live stream's tree →
-    each stream's acceptance, commit and emit, until every stream has ended."""
+    """The loop itself: a prefill of every prompt, then steps of draft → the budget's cut → one verify of every
+    live stream's tree → each stream's acceptance, commit and emit, until every stream has ended."""
     sampling = sampling or SamplingConfig()
     drafter = drafter if drafter is not None else PlainDecoding()
     stops = frozenset(int(t) for t in stop_token_ids)
@@ -170,7 +174,8 @@ def _decode(
     for p, gen in zip(prompts, generators, strict=True):
         prompt, limit = checked_request(target, p, max_new_tokens, max_length)
         streams.append(_Stream(prompt=prompt, limit=limit, dstate=drafter.new_state(settings), generator=gen,
-                               context=np.zeros(limit + 1, dtype=np.int32)))
+                               context=np.zeros(limit + 1, dtype=np.int32),
+                               budget=budget.new_stream() if budget is not None else None))
     try:
         state = target.new_state(len(streams))
         with Stopwatch(target.device) as sw:
@@ -206,11 +211,19 @@ def _decode(
                     trees.append(proposal.tree.truncate(room - 1) if proposal is not None
                                  else DraftTree([s.new_ids[-1]], [-1]))
                     proposals.append(proposal)
+                as_drafted = trees
+                if budget is not None and any(p is not None for p in proposals):
+                    trees = budget.cut(as_drafted, [streams[b].budget for b in live],
+                                       sum(p.draft_ms + p.search_ms for p in proposals if p is not None))
                 with Stopwatch(target.device) as sw:
                     logits, tfeats = target.verify_rows(state, trees, layers)
                     results = [accept(tree, lg, sampling, streams[b].generator)
                                for b, tree, lg in zip(live, trees, logits, strict=True)]
                     target.commit_rows(state, [r.nodes for r in results])
+                if budget is not None:
+                    budget.observe_forward(len(live), max(t.size for t in trees), sw.ms)
+                    for b, tree, r, p in zip(live, as_drafted, results, proposals, strict=True):
+                        budget.observe(tree if p is not None else None, streams[b].budget, r.tokens)
             out, still = {}, []
             for i, b in enumerate(live):
                 s, tree, r, proposal = streams[b], trees[i], results[i], proposals[i]
@@ -224,7 +237,8 @@ def _decode(
                               tree_size=tree.size if drafted else 0, draft_ms=proposal.draft_ms if drafted else 0.0,
                               search_ms=proposal.search_ms if drafted else 0.0, verify_ms=sw.ms, stop_reason=reason,
                               tree=tree if drafted else None, accepted_nodes=r.nodes if drafted else [],
-                              top_logits=top_logits_of(logits[i][picked[: len(tokens)]]) if greedy else [])
+                              top_logits=top_logits_of(logits[i][picked[: len(tokens)]]) if greedy else [],
+                              drafted_size=as_drafted[i].size if drafted else 0)
                 if not reason:
                     still.append(b)
                 else:
@@ -250,15 +264,18 @@ def stream(
     stop_token_ids: Iterable[int] = (),
     generator: torch.Generator | None = None,
     interrupt: Callable[[], bool] | None = None,
+    budget: Budget | None = None,
 ) -> Iterator[Step]:
     """Decode one prompt with ``drafter`` (None: plain decoding) and its ``settings`` (None: its defaults).
 
     Stops on a stop token (emitted, then nothing after it), ``max_new_tokens``, or the context limit
     ``min(max_length, target context)`` on prompt + output. A prompt that does not fit raises ValueError.
     ``interrupt``: asked between the chunks of a long prompt's prefill (:meth:`TargetModel.prefill_rows`), which
-    raises :class:`~dart_core.engine.target.Interrupted` when it says stop; between steps the caller decides."""
+    raises :class:`~dart_core.engine.target.Interrupted` when it says stop; between steps the caller decides.
+    ``budget``: the racer's :class:`~dart_core.engine.budget.Budget`, which cuts each drafted tree where it stops
+    paying (None: every tree verified as drafted)."""
     for batch in _decode(target, [input_ids], drafter, settings, sampling, max_new_tokens, max_length,
-                         stop_token_ids, [generator], interrupt):
+                         stop_token_ids, [generator], interrupt, budget):
         yield batch.steps[0]
 
 
@@ -274,17 +291,19 @@ def stream_batch(
     stop_token_ids: Iterable[int] = (),
     generators: Sequence[torch.Generator | None] | None = None,
     interrupt: Callable[[], bool] | None = None,
+    budget: Budget | None = None,
 ) -> Iterator[BatchStep]:
     """Decode ``prompts`` together (one drafter, one drafter state per stream): one :class:`BatchStep` per target
     forward. ``generators``: one per stream for sampling (None: torch's global RNG). Each stream stops as
-    :func:`stream` does; ``interrupt`` as there."""
+    :func:`stream` does; ``interrupt`` as there; ``budget``: one for the batch, its streams' nodes competing for
+    one verify."""
     if not prompts:
         raise ValueError("stream_batch: no prompts given")
     gens = list(generators) if generators is not None else [None] * len(prompts)
     if len(gens) != len(prompts):
         raise ValueError(f"stream_batch: {len(gens)} generators for {len(prompts)} prompts")
     return _decode(target, prompts, drafter, settings, sampling, max_new_tokens, max_length, stop_token_ids, gens,
-                   interrupt)
+                   interrupt, budget)
 
 
 def generate(target: TargetModel, input_ids: Any, drafter: Drafter | None = None,

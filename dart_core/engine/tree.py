@@ -161,11 +161,19 @@ class DraftTree:
         """The subtree of nodes at depth <= ``max_depth`` (still parents-first): used near the context limit or
         the token budget, where deeper drafts could not be emitted anyway."""
         keep = np.flatnonzero(self.depths <= max(int(max_depth), 0))
-        if keep.size == self.size:
-            return self
+        return self if keep.size == self.size else self.keep(keep)
+
+    def keep(self, nodes: Any) -> DraftTree:
+        """The subtree of ``nodes`` (ascending indices, the root and each kept node's parent among them), still
+        parents-first: a tree cut by the budget."""
+        keep = np.asarray(nodes, dtype=np.int64)
+        if keep.ndim != 1 or keep.size == 0 or keep[0] != 0 or np.any(np.diff(keep) <= 0) or keep[-1] >= self.size:
+            raise ValueError("DraftTree.keep takes ascending node indices starting at the root")
         index = np.full(self.size, -1, dtype=np.int64)
         index[keep] = np.arange(keep.size)
         parents = np.where(self.parents[keep] >= 0, index[np.maximum(self.parents[keep], 0)], -1)
+        if np.any(parents[1:] < 0):
+            raise ValueError("DraftTree.keep: a kept node's parent is not kept")
         scores = None if self.scores is None else self.scores[keep]
         return DraftTree(self.tokens[keep], parents, scores)
 

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from dart_core.drafters.settings import check_settings
+from dart_core.engine.budget import NODE
 from dart_core.racers.registry import RACERS, drafting_racers, racer
 
 
@@ -51,5 +52,7 @@ def given_settings(args: argparse.Namespace, key: str, settings: Any) -> Any:
 
 
 def racer_settings(args: argparse.Namespace, device: str | torch.device) -> dict[str, Any]:
-    """Per racer key: its settings for ``device`` with the options the user set applied (:func:`given_settings`)."""
-    return {r.key: given_settings(args, r.key, r.default_settings(device)) for r in RACERS}
+    """Per racer key: its settings for ``device`` and ``--budget`` with the options the user set applied
+    (:func:`given_settings`)."""
+    budget = getattr(args, "budget", NODE)
+    return {r.key: given_settings(args, r.key, r.default_settings(device, budget)) for r in RACERS}

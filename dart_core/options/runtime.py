@@ -1,4 +1,5 @@
-"""Where and how the models run: ``--device``, ``--dtype``, ``--threads``, ``--cpu-linear`` and the fast path,
+"""Where and how the models run: ``--device``, ``--dtype``, ``--threads``, ``--cpu-linear``, the fast path and the
+tree budget (``--budget``),
 declared here once for every command line and the app, and turned into :func:`~dart_core.arena.load_arena`'s
 arguments by :func:`runtime_options` (the thread count goes to the load, which sets it before any CPU kernel is
 timed). Torch-free at import: the training command line sets OpenMP's environment before torch loads."""
@@ -8,6 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from dart_core.engine.budget import BUDGET_HELP, BUDGETS, NODE
 from dart_core.engine.cpu import AUTO_DTYPE_HELP
 
 DEVICE_HELP = "cpu, cuda, cuda:N, or auto (spread the target over all GPUs); default: cuda if available"
@@ -66,13 +68,19 @@ def add_fast_path_arguments(group: Any, *, rows: bool = True) -> None:
     group.add_argument("--fast-path-mode", choices=FAST_PATH_MODES, default="graphs", help=FAST_PATH_MODE_HELP)
 
 
+def add_budget_argument(group: Any) -> None:
+    group.add_argument("--budget", choices=BUDGETS, default=NODE, help=BUDGET_HELP)
+
+
 def add_runtime_arguments(group: Any, *, device_help: str = DEVICE_HELP, threads_help: str = THREADS_HELP) -> None:
-    """Every flag :func:`runtime_options` reads: device, dtype, CPU linear kernel, fast path, threads."""
+    """Every flag :func:`runtime_options` reads: device, dtype, CPU linear kernel, fast path, threads, the tree
+    budget."""
     add_device_argument(group, help=device_help)
     add_dtype_argument(group)
     add_cpu_linear_argument(group)
     add_fast_path_arguments(group)
     add_threads_argument(group, help=threads_help)
+    add_budget_argument(group)
 
 
 def check_threads(threads: int | None) -> int | None:
@@ -95,4 +103,5 @@ def app_threads(threads: int | None, device_type: str) -> int | None:
 def runtime_options(args: argparse.Namespace) -> dict[str, Any]:
     """The flags of :func:`add_runtime_arguments` as :func:`~dart_core.arena.load_arena`'s keyword arguments."""
     return {"device": args.device, "dtype": args.dtype, "cpu_linear": args.cpu_linear, "fast_path": args.fast_path,
-            "fast_path_mode": args.fast_path_mode, "threads": check_threads(args.threads)}
+            "fast_path_mode": args.fast_path_mode, "threads": check_threads(args.threads),
+            "budget": getattr(args, "budget", NODE)}

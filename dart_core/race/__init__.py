@@ -16,6 +16,8 @@ from dart_core.race.rows import (
     row_key,
     row_label,
     row_racer,
+    row_setting_items,
+    row_settings,
     row_variant,
 )
 from dart_core.race.run import Race
@@ -71,6 +73,8 @@ __all__ = [
     "row_key",
     "row_label",
     "row_racer",
+    "row_setting_items",
+    "row_settings",
     "row_variant",
     "run_record",
     "suggest_command",

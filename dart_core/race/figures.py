@@ -28,11 +28,25 @@ def racer_figures(steps: Sequence[Step], wall_ms: float | None = None) -> dict[s
         "search_ms_per_step": st.search_ms_per_step,
         "verify_ms_per_step": st.verify_ms_per_step,
         **st.acceptance(),
+        **tree_sizes(steps),
     }
     if wall_ms is not None:
         out["tokens_per_s_wall"] = st.new_tokens / (wall_ms / 1e3) if wall_ms > 0 else 0.0
         out["wall_ms"] = wall_ms
     return out
+
+
+def tree_sizes(steps: Sequence[Step]) -> dict[str, Any]:
+    """The nodes below the root verified per verify step (its mean and histogram: index k counts steps of k
+    nodes, 0 a step without a draft) and drafted per step before the tree budget's cut (its mean)."""
+    body = [s for s in steps if not s.prefill]
+    verified = [max(s.tree_size - 1, 0) for s in body]
+    drafted = [max(s.drafted_size - 1, 0) for s in body]
+    hist = [0] * (max(verified, default=-1) + 1)
+    for n in verified:
+        hist[n] += 1
+    return {"nodes_per_step": sum(verified) / len(body) if body else 0.0,
+            "drafted_nodes_per_step": sum(drafted) / len(body) if body else 0.0, "nodes_histogram": hist}
 
 
 def ratio(mine: float | None, ar: float | None) -> float | None:

@@ -24,6 +24,7 @@ from dart_core.drafters.ngram_only import NgramOnlyDrafter, NgramOnlySettings
 from dart_core.drafters.prompt_lookup import PromptLookupDrafter, PromptLookupSettings
 from dart_core.drafters.settings import knobs, settings_for
 from dart_core.drafters.suffix import SuffixDrafter, SuffixSettings
+from dart_core.engine.budget import NODE
 from dart_core.engine.drafter import Drafter, NoSettings, PlainDecoding
 from dart_core.racers.hf_generate import KEY as HF_KEY
 from dart_core.racers.hf_generate import stream_hf_generate
@@ -85,9 +86,10 @@ class Racer:
         """Whether it cannot draft without the N-gram store (a model-free racer that drafts with it)."""
         return self.model_free and self.uses_store
 
-    def default_settings(self, device: str | torch.device = "cuda") -> Any:
-        """Its settings' defaults on ``device`` (smaller trees on a CPU where its fields say so)."""
-        return settings_for(self.settings_type, device)
+    def default_settings(self, device: str | torch.device = "cuda", budget: str = NODE) -> Any:
+        """Its settings' defaults on ``device`` under the tree ``budget`` rule (with the budget off, smaller trees on
+        a CPU where its fields say so)."""
+        return settings_for(self.settings_type, device, budget)
 
     def knobs(self) -> list[Any]:
         return list(knobs(self.settings_type))
