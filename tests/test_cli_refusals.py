@@ -80,6 +80,12 @@ E2E_CASES = [
     (["--top-p", "2"], "--top-p must be in (0, 1] (1.0 = off), got 2.0"),
     (["--dart-nodes", "0"], "--dart: tree size must be between 1 and"),
     (["--threads", "999"], f"argument --threads: 999: must be between 1 and {usable_cores()}, the CPU cores"),
+    (["--methods", "ar,dart:tree=3"], "--methods: row 'dart:tree=3': DART has no setting 'tree' (its settings: "
+                                      "budget, top_k"),
+    (["--methods", "dart:max_nodes=0"], "--methods: row 'dart:max_nodes=0': tree size must be between 1 and 512"),
+    (["--methods", "dart:budget=auto"], "budget must be one of node, position, off, got 'auto'"),
+    (["--methods", "nosuch:max_nodes=3"], "'nosuch:max_nodes=3' is no racer; known: dart, eagle3"),
+    (["--budget", "auto"], "argument --budget: invalid choice: 'auto'"),
 ]
 
 
@@ -103,6 +109,7 @@ def test_e2e_refuses_a_prompt_longer_than_any_that_fits_before_loading(big_promp
     (["long", "--limit", "-3"], "--limit must be at least 0 (0: every prompt), got -3"),
     (["concurrency", "--limit", "-1"], "--limit must be at least 0 (0: every prompt), got -1"),
     (["concurrency", "--methods", "nosuch"], "'nosuch' is no racer; known: "),
+    (["concurrency", "--methods", "dart:nodes=lots"], "row 'dart:nodes=lots': nodes: expected an integer"),
     (["concurrency", "--warmup", "-1"], "--warmup must be at least 0, got -1"),
     (["verify-cost", "--threads", "0"], "argument --threads: 0: must be between 1 and"),
     (["app", "--limit", "-1"], "--limit must be at least 0 (0: every prompt), got -1"),
@@ -124,6 +131,7 @@ def test_the_other_benchmarks_refuse_a_bad_value_before_loading(argv: list[str],
     (["--max-new-tokens", "100000"], "--max-new-tokens 100,000 is more than the target's context of 1,024 tokens"),
     (["--max-length", "0"], "--max-length must be at least 1, got 0"),
     (["--methods", "nosuch"], "--methods nosuch: 'nosuch' is no racer; known: dart, eagle3"),
+    (["--methods", "dart:max_nodes=12"], "'dart:max_nodes=12' is no racer; known: dart"),  # rows: the benchmarks'
     (["--top-k", "-1"], "--top-k must be an integer >= 0 (0 = off), got -1"),
     (["--prompt", "y" * (TINY_CHARS + 1)], f"--prompt: the prompt is {TINY_CHARS + 1:,} characters long"),
 ])

@@ -151,6 +151,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
     g.add_argument("--debug", action="store_true", help="show the traceback of an error (by default one line)")
     add_racer_settings_arguments(p)
+    p.set_defaults(methods_take_rows=True)  # --methods takes rows of a racer's settings (dart_core.race.rows)
 
 
 @dataclass

@@ -192,17 +192,28 @@ def new_tokens_problem(max_new_tokens: int | None, limits: TargetLimits) -> str 
     return None
 
 
-def methods_problem(methods: str | None) -> str | None:
-    """A ``--methods`` name that is no racer of the registry, with the names it knows."""
+def methods_problem(methods: str | None, rows: bool = False) -> str | None:
+    """A ``--methods`` name that is no racer of the registry, with the names it knows; with ``rows`` (the
+    benchmarks) a row of a racer's settings (``dart:max_nodes=12``) is checked against that racer's settings."""
     if not methods:  # unset or empty: every loaded racer
         return None
-    from dart_core.racers.registry import RACERS
+    from dart_core.racers.registry import RACERS, racer
 
     known = [r.key for r in RACERS]
     for name in methods.split(","):  # as the commands split it: no spaces
+        key, sep, _ = name.partition(":")
+        if rows and sep and key in known:
+            from dart_core.race.rows import row_settings
+
+            try:
+                row_settings(name, lambda rule, key=key: racer(key).default_settings("cpu", rule), "node")
+            except ValueError as e:
+                return f"--methods: {e}"
+            continue
         if name not in known:
             shown = f"{name!r}" if name else "an empty name"
-            return f"--methods {methods}: {shown} is no racer; known: {', '.join(known)}"
+            rows_hint = " (or a row of a racer's settings, e.g. dart:max_nodes=12)" if rows else ""
+            return f"--methods {methods}: {shown} is no racer; known: {', '.join(known)}{rows_hint}"
     return None
 
 
@@ -260,8 +271,9 @@ def given_prompts(args: argparse.Namespace) -> list[tuple[str, str]]:
 def flag_problem(args: argparse.Namespace) -> str | None:
     """The first flag value that cannot run, as one line naming the value and its limit; None when every value
     checkable before loading is fine. Reads the target's small files only when a limit needs them."""
-    problem = (floor_problem(args) or methods_problem(getattr(args, "methods", None)) or sampling_problem(args)
-               or settings_problem(args))
+    problem = (floor_problem(args)
+               or methods_problem(getattr(args, "methods", None), getattr(args, "methods_take_rows", False))
+               or sampling_problem(args) or settings_problem(args))
     if problem is not None:
         return problem
     prompts = given_prompts(args)
