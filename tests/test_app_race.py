@@ -247,3 +247,17 @@ def test_tree_figure_marks_the_accepted_path() -> None:
     fig = plots.tree_figure(Step("dart", [1], 0, 200, 0, 0, 0, tree=big, accepted_nodes=[0, 1, 3, 7]), str)
     assert len(fig.data[-1].x) <= plots.TREE_MAX_NODES and "showing" in fig.layout.title.text
     assert "no draft tree" in plots.tree_figure(None, str).layout.annotations[0].text
+
+
+def test_the_tau_and_drafting_plots_show_each_steps_nodes_verified_of_drafted() -> None:
+    """The tree budget's choice, step by step: the τ dots and the drafting line carry (verified, drafted) nodes."""
+    from dart_core.race import Lane
+
+    lane = Lane("dart", steps=[Step("dart", [1], 0, 0, 0.0, 0.0, 5.0, prefill=True),
+                               Step("dart", [2, 3], 1, 5, 1.0, 0.2, 9.0, drafted_size=13),
+                               Step("dart", [4], 0, 1, 1.0, 0.2, 6.0, drafted_size=13)])
+    dots = next(t for t in plots.tau_figure([lane]).data if t.mode == "markers")
+    assert [list(c) for c in dots.customdata] == [[4, 12], [0, 12]]
+    assert "drafted nodes verified" in dots.hovertemplate
+    line = plots.latency_figure([lane]).data[0]
+    assert [list(c)[3:] for c in line.customdata] == [[4, 12], [0, 12]]

@@ -86,6 +86,19 @@ def test_shrunk_trees_stay_lossless(tmp_path: Path) -> None:
     assert all(f["mismatches"] == 0 for f in report["by_streams"]["2"].values())
 
 
+def test_rows_share_one_budget_per_batch_and_stay_lossless(tmp_path: Path) -> None:
+    """The automatic budget's row beside today's fixed trees (``dart:budget=off``), at B = 1 and 2: lossless, each
+    row's rule in the JSON, the automatic row's cost curves measured per batch size."""
+    out = tmp_path / "run"
+    assert main(["concurrency", *COMMON, "--limit", "2", "--streams", "1,2", "--max-new-tokens", "10",
+                 "--methods", "dart,dart:budget=off", "--no-hf-generate", "--out", str(out)]) == 0
+    report = json.loads((out / "concurrency.json").read_text())
+    assert report["config"]["budgets"] == {"dart": "node", "dart:budget=off": "off"}
+    assert all(f["mismatches"] == 0 for r in report["by_streams"].values() for f in r.values())
+    assert set(report["budgets"]["dart"]["cost_curves"]) == {"1", "2"}
+    assert set(report["crossover"]) == {"dart", "dart:budget=off"}
+
+
 def test_the_sweep_runs_on_the_fast_path(tmp_path: Path) -> None:
     """``--fast-path`` on a CPU: the static caches' graph path, uncaptured, every B of the sweep (the GPU check's
     concurrency sweep in small): lossless, and the run data says which path raced."""

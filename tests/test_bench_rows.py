@@ -255,3 +255,32 @@ def test_per_category_takes_the_first_prompts_of_each_category(chat_bundle: Path
     assert e2e.first_of_each_category(two_turn_set, 0) == two_turn_set
     with pytest.raises(e2e.BenchError, match="--per-category takes a count"):
         e2e.load_prompts(e2e.Sources("", {}, None, False, None, True, dataset="mt-bench"), 0, per_category=-1)
+
+
+def test_rows_of_settings_race_beside_the_racer_with_their_own_budget(chat_bundle: Path, tmp_path: Path) -> None:
+    """``--methods ar,dart,dart:max_nodes=3,dart:budget=position``: three DART rows on the same prompts, each lossless;
+    the hand-sized row verifies at most its three nodes (its budget off), the others cut what they draft; the JSON
+    names each row's rule and reports each automatic budget (its cost curve, calibration and sizes chosen)."""
+    rows = ["ar", "dart", "dart:max_nodes=3", "dart:budget=position"]
+    assert _run(chat_bundle, tmp_path / "out", "--methods", ",".join(rows), "--warmup", "0", "--no-html",
+                limit=3, new=12) == 0
+    report = json.loads((tmp_path / "out/e2e.json").read_text())
+    assert report["config"]["methods"] == rows and report["mismatches"] == []
+    assert report["config"]["resolved"]["budgets"] == {"dart": "node", "dart:max_nodes=3": "off",
+                                                       "dart:budget=position": "position"}
+    assert report["config"]["resolved"]["racer_settings"]["dart:max_nodes=3"]["max_nodes"] == 3
+    assert report["config"]["resolved"]["racer_settings"]["dart"]["max_nodes"] == 60  # the most a step's cut keeps
+    summary = report["summary"]
+    assert len(summary["dart:max_nodes=3"]["nodes_histogram"]) <= 4
+    assert summary["dart:max_nodes=3"]["nodes_per_step"] == summary["dart:max_nodes=3"]["drafted_nodes_per_step"]
+    for row in ("dart", "dart:budget=position"):
+        assert summary[row]["nodes_per_step"] <= summary[row]["drafted_nodes_per_step"]
+        assert sum(summary[row]["nodes_histogram"]) == summary[row]["verify_steps"]
+    assert set(report["budgets"]) == {"dart", "dart:budget=position"}
+    budget = report["budgets"]["dart"]
+    assert budget["rule"] == "node" and budget["cost_curves"]["1"]["ms_by_rows"]["1"] > 0
+    assert budget["calibration"]["by_depth"][0]["depth"] == 1
+    assert report["config"]["row_labels"]["dart:max_nodes=3"] == "DART (max_nodes=3)"
+    for entry in report["prompts"]:
+        steps = entry["methods"]["dart"]["steps"]
+        assert all(s["tree_size"] <= s["drafted_size"] for s in steps if not s["prefill"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,12 +24,14 @@ from dart_core.engine.budget import (
     NODE,
     OFF,
     POSITION,
+    PROBE_EVERY,
     Budget,
     Calibration,
     StreamBudget,
     matched_nodes,
 )
 from dart_core.engine.cost_curve import CostCurve, CostCurves, curve_dir
+from dart_core.engine.drafter import Proposal
 from dart_core.engine.loop import generate, generate_batch
 from dart_core.engine.monotone import non_increasing_fit
 from dart_core.engine.tree import DraftTree
@@ -313,3 +316,47 @@ def test_depths_beyond_the_calibrated_ones_share_the_last() -> None:
     assert d.max() == DEPTHS - 1
     budget = Budget(POSITION, curves({1: 1.0, 64: 1.0}))
     assert budget.cut([chain], [budget.new_stream()], 0.0)[0] is chain
+
+
+class WrongGuesses:
+    """A drafter whose chain of two drafts is (almost) never the target's, and which checks that it is shown every
+    row of the context once, also after steps it was not called."""
+
+    key = "wrong"
+    settings_type = object
+    feature_layers = None
+
+    def __init__(self, vocab: int) -> None:
+        self.vocab, self.calls = vocab, 0
+
+    def new_state(self, settings: object = None) -> dict[str, int]:
+        return {"seen": 0}
+
+    def propose(self, state: dict[str, int], step: Any) -> Proposal:
+        state["seen"] += len(step.token_ids)
+        assert state["seen"] == len(step.context) - 1, "a row was lost or shown twice"
+        assert step.features is not None and step.features.shape[0] == len(step.token_ids)
+        self.calls += 1
+        root = int(step.context[-1])
+        return Proposal(DraftTree([root, (root * 7 + 3) % self.vocab, (root * 5 + 1) % self.vocab], [-1, 0, 1]),
+                        draft_ms=4.0, search_ms=0.0)
+
+
+def test_a_stream_whose_drafting_does_not_pay_decodes_plainly_and_probes_now_and_then(arena) -> None:
+    drafter = WrongGuesses(arena.target.vocab_size)
+    budget = Budget(NODE, curves({1: 10.0, 2: 11.0, 3: 12.0, 64: 100.0}))
+    prompt = [5, 9, 13, 21, 30, 2, 7]
+    plain, _ = generate(arena.target, prompt, None, max_new_tokens=40)
+    got, steps = generate(arena.target, prompt, drafter, max_new_tokens=40, budget=budget)
+    assert got == plain
+    body = [s for s in steps if not s.prefill]
+    drafted = [s for s in body if s.drafted_size]
+    assert drafter.calls == len(drafted) and sum(s.accepted for s in body) <= 2
+    assert len(drafted) <= len(body) // PROBE_EVERY + 3, "a drafter that never pays keeps drafting"
+    assert len(drafted) >= len(body) // PROBE_EVERY, "it stopped probing"
+    assert budget.report()["undrafted_steps"] == len(body) - len(drafted)
+    # a drafter that pays keeps drafting every step
+    keen = Budget(NODE, curves({1: 10.0, 64: 10.5}))
+    stream = keen.new_stream()
+    keen.paid_for(stream, accepted=2, draft_ms=1.0, rows=5)
+    assert all(keen.drafts(stream, 1) for _ in range(3 * PROBE_EVERY))

@@ -44,6 +44,8 @@ DEPTHS = 16  # depths calibrated apart; deeper nodes share the last
 # a node's confidence: how far its score falls below its parent's, binned at these steps (log-probability units)
 STEP_EDGES = np.array([0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 9.0])
 PRIOR_WEIGHT = 2.0  # pseudo-observations of each cell's prior
+PAID_RATE = 0.2  # how fast a stream's record of what drafting paid follows its steps
+PROBE_EVERY = 8  # a stream whose drafting does not pay still drafts every this many steps, to see if it pays again
 STREAM_PRIOR_WEIGHT = 8.0  # pseudo-observations a stream's per-position estimate borrows from the racer's
 
 
@@ -145,10 +147,16 @@ class Calibration:
 @dataclass
 class StreamBudget:
     """One stream's own side of the budget: its per-position acceptance counts (the ``position`` rule's
-    estimates, borrowing the racer's as a prior) and the last tree it drafted."""
+    estimates, borrowing the racer's as a prior) and what its drafting has paid lately."""
 
     reached: np.ndarray = field(default_factory=lambda: np.zeros(DEPTHS))
     accepted: np.ndarray = field(default_factory=lambda: np.zeros(DEPTHS))
+    # what its drafting has paid lately (moving averages over its drafted steps; None before the first): tokens
+    # accepted from drafts, drafting ms, rows verified; and the steps it has not drafted since
+    gain: float | None = None
+    draft_ms: float = 0.0
+    rows: float = 1.0
+    undrafted: int = 0
 
 
 def _options_node(probs: np.ndarray) -> tuple[list[int], list[float], np.ndarray]:
@@ -171,9 +179,48 @@ class Budget:
         self.racer_reached = np.zeros(DEPTHS)
         self.racer_accepted = np.zeros(DEPTHS)
         self.sizes: list[int] = []  # nodes verified per stream per step (root excluded), for reports
+        self.paid: tuple[float, float, float] | None = None  # what drafting paid the racer lately (StreamBudget)
+        self.drafted_steps = 0
+        self.undrafted_steps = 0  # steps a stream decoded plainly because its drafting did not pay
 
     def new_stream(self) -> StreamBudget:
-        return StreamBudget()
+        """A stream's side, starting from what drafting paid the racer's earlier streams."""
+        stream = StreamBudget()
+        if self.paid is not None:
+            stream.gain, stream.draft_ms, stream.rows = self.paid
+        return stream
+
+    def drafts(self, stream: StreamBudget, streams: int) -> bool:
+        """Whether ``stream`` (one of ``streams`` in the batch) drafts this step: unless what its drafting paid
+        lately (tokens accepted over the drafting and the extra rows' share of the verify) falls below plain
+        decoding's rate, when it decodes plainly and saves the drafting too, drafting again every
+        :data:`PROBE_EVERY` steps to see whether it pays again."""
+        if self.rule == OFF or stream.gain is None:
+            return True
+        curve = self.curves.for_streams(streams)
+        plain = curve.ms(1)
+        extra = stream.draft_ms + max(curve.ms(max(1, round(stream.rows))) - plain, 0.0) / streams
+        if stream.gain * plain > extra or stream.undrafted + 1 >= PROBE_EVERY:
+            stream.undrafted = 0
+            return True
+        stream.undrafted += 1
+        self.undrafted_steps += 1
+        return False
+
+    def paid_for(self, stream: StreamBudget, accepted: int, draft_ms: float, rows: int) -> None:
+        """A drafted step of ``stream``: ``accepted`` drafts after ``draft_ms`` of drafting, ``rows`` verified."""
+        if self.rule == OFF:
+            return
+        now = (float(accepted), float(draft_ms), float(rows))
+        if stream.gain is None:
+            stream.gain, stream.draft_ms, stream.rows = now
+        else:
+            stream.gain += PAID_RATE * (now[0] - stream.gain)
+            stream.draft_ms += PAID_RATE * (now[1] - stream.draft_ms)
+            stream.rows += PAID_RATE * (now[2] - stream.rows)
+        old = self.paid or now
+        self.paid = tuple(o + PAID_RATE * (n - o) for o, n in zip(old, now, strict=True))  # type: ignore[assignment]
+        self.drafted_steps += 1
 
     def position_rates(self, stream: StreamBudget) -> np.ndarray:
         """The ``position`` rule's per-position acceptance estimates of one stream (its counts over the racer's)."""
@@ -246,5 +293,6 @@ class Budget:
     def report(self) -> dict[str, Any]:
         """The rule, the curves used, the calibration and the sizes chosen (a histogram), for the run data."""
         sizes = np.bincount(np.asarray(self.sizes, dtype=np.int64)) if self.sizes else np.zeros(0, dtype=np.int64)
-        return {"rule": self.rule, "cost_curves": self.curves.measured(),
+        return {"rule": self.rule, "cost_curves": self.curves.measured(), "drafted_steps": self.drafted_steps,
+                "undrafted_steps": self.undrafted_steps,
                 "calibration": self.calibration.report(), "size_histogram": sizes.tolist()}

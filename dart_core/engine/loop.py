@@ -201,12 +201,16 @@ def _decode(
         while live:
             width, committed = state.width, sum(state.lengths)
             with Stopwatch(target.device) as wall:
-                trees, proposals = [], []
+                trees, proposals, unseen = [], [], []
                 for b in live:
                     s = streams[b]
                     room = min(s.limit - s.length, max_new_tokens - s.emitted)  # tokens this step may still emit
+                    # a stream whose drafting does not pay decodes plainly, its drafter shown the rows later
+                    drafts = budget is None or budget.drafts(s.budget, len(live))  # type: ignore[arg-type]
+                    unseen.append(not drafts)
                     proposal = drafter.propose(s.dstate, DraftInput(s.feats, torch.tensor(s.new_ids),
-                                                                     s.context[: s.length], stops, len(s.prompt)))
+                                                                     s.context[: s.length], stops, len(s.prompt))
+                                               ) if drafts else None
                     # no draft: the bare root, one token decoded (with the drafter's features, if any)
                     trees.append(proposal.tree.truncate(room - 1) if proposal is not None
                                  else DraftTree([s.new_ids[-1]], [-1]))
@@ -221,17 +225,24 @@ def _decode(
                                for b, tree, lg in zip(live, trees, logits, strict=True)]
                     target.commit_rows(state, [r.nodes for r in results])
                 if budget is not None:
-                    budget.observe_forward(len(live), max(t.size for t in trees), sw.ms)
+                    width = max(t.size for t in trees)
+                    budget.observe_forward(len(live), width, sw.ms)
                     for b, tree, r, p in zip(live, as_drafted, results, proposals, strict=True):
                         budget.observe(tree if p is not None else None, streams[b].budget, r.tokens)
+                        if p is not None:
+                            budget.paid_for(streams[b].budget, r.accepted, p.draft_ms + p.search_ms, width)
             out, still = {}, []
             for i, b in enumerate(live):
                 s, tree, r, proposal = streams[b], trees[i], results[i], proposals[i]
                 tokens, reason = s.emit(list(r.tokens), stops, max_new_tokens)
                 picked = torch.tensor(r.nodes, device=logits[i].device)
                 f = tfeats[i]
-                s.feats = f[picked.to(f.device)] if f is not None else None
-                s.new_ids = list(r.tokens)
+                feats = f[picked.to(f.device)] if f is not None else None
+                if unseen[i]:  # the drafter was not called: these rows join the ones it has yet to see
+                    s.feats = None if feats is None or s.feats is None else torch.cat([s.feats, feats])
+                    s.new_ids = [*s.new_ids, *r.tokens]
+                else:
+                    s.feats, s.new_ids = feats, list(r.tokens)
                 drafted = proposal is not None
                 out[b] = Step(method=method, tokens=tokens, accepted=min(r.accepted, len(tokens)),
                               tree_size=tree.size if drafted else 0, draft_ms=proposal.draft_ms if drafted else 0.0,
