@@ -29,6 +29,7 @@ from dart_core.engine.budget import (
     Calibration,
     StreamBudget,
     matched_nodes,
+    rank_order,
 )
 from dart_core.engine.cost_curve import CostCurve, CostCurves, curve_dir
 from dart_core.engine.drafter import Proposal
@@ -102,10 +103,9 @@ def test_the_monotone_fit_is_the_least_squares_one() -> None:
 # ------------------------------------------------------------------------------------------ the cut
 def brute_force_best(trees: list[DraftTree], budget: Budget, stream_budgets: list[StreamBudget],
                      draft_ms: float) -> float:
-    """The best expected tokens per ms over every width m: each stream its best prefix-closed set of at most
-    m - 1 nodes (node rule) or its whole depths (position rule); returns that rate."""
-    import itertools
-
+    """The best expected tokens per ms over every width m: each stream keeps, under the node rule, its best nodes
+    by the drafter's score (a node's key capped at its parent's, ties to the lower index), at most m - 1 of them;
+    under the position rule its whole depths within m rows; returns that rate."""
     curve = budget.curves.for_streams(len(trees))
     best = 0.0
     for m in range(1, max(t.size for t in trees) + 1):
@@ -113,13 +113,11 @@ def brute_force_best(trees: list[DraftTree], budget: Budget, stream_budgets: lis
         for tree, sb in zip(trees, stream_budgets, strict=True):
             if budget.rule == NODE:
                 p = budget.calibration.path_probabilities(tree)
-                top = 0.0
-                for k in range(min(m, tree.size)):
-                    for chosen in itertools.combinations(range(1, tree.size), k):
-                        kept = {0, *chosen}
-                        if all(int(tree.parents[i]) in kept for i in chosen):
-                            top = max(top, sum(p[i] for i in chosen))
-                worth += 1 + top
+                key = [float(tree.scores[0])]
+                for i in range(1, tree.size):
+                    key.append(min(float(tree.scores[i]), key[int(tree.parents[i])]))
+                ranked = sorted(range(1, tree.size), key=lambda i: (-key[i], i))
+                worth += 1 + sum(p[i] for i in ranked[: m - 1])
             else:
                 survival = np.cumprod(budget.position_rates(sb))
                 depths = tree.depths
@@ -152,8 +150,7 @@ def test_the_cut_reaches_the_best_rate_any_choice_could(rule: str) -> None:
             assert all(any(f[: len(k)] == k for f in full.token_paths()) for k in kept.token_paths())
             if rule == NODE:
                 p = budget.calibration.path_probabilities(full)
-                kept_probs = sorted(p[1:].tolist(), reverse=True)[: kept.size - 1]
-                worth += 1 + sum(kept_probs)
+                worth += 1 + sum(p[i] for i in rank_order(full, p)[: kept.size - 1])
             else:
                 survival = np.cumprod(budget.position_rates(sb))
                 worth += 1 + float(survival[: int(kept.depths.max())].sum())
@@ -249,10 +246,10 @@ def test_sampling_keeps_the_target_distribution_with_the_budget_cutting() -> Non
     third dear, so every first verify is cut to two nodes of its chain."""
     case = second_token_case()
     drafter = PromptLookupDrafter()
-    budget = Budget(NODE, curves({1: 1.0, 3: 1.0, 4: 50.0, 64: 100.0}))
     gen = torch.Generator().manual_seed(0)
     counts, cut, n = np.zeros(case.vocab), 0, 800
-    for _ in range(n):
+    for _ in range(n):  # a fresh budget each time: a first step always drafts (no record says it does not pay)
+        budget = Budget(NODE, curves({1: 1.0, 3: 1.0, 4: 50.0, 64: 100.0}))
         got, steps = generate(case.target, case.prompt, drafter, sampling=case.sampling, max_new_tokens=5,
                               generator=gen, settings=PromptLookupSettings(num_tokens=3), budget=budget)
         counts[got[1]] += 1
@@ -360,3 +357,15 @@ def test_a_stream_whose_drafting_does_not_pay_decodes_plainly_and_probes_now_and
     stream = keen.new_stream()
     keen.paid_for(stream, accepted=2, draft_ms=1.0, rows=5)
     assert all(keen.drafts(stream, 1) for _ in range(3 * PROBE_EVERY))
+
+
+def test_one_streams_chain_is_priced_by_the_chain_curve() -> None:
+    """A chain needs no mask and costs less: with chains free and trees dear, the cut keeps the chain part of the
+    score order and stops where the next node would branch."""
+    tree = DraftTree([1, 2, 3, 4], [-1, 0, 0, 1], [0.0, -0.01, -0.02, -0.03])  # order: node 1, 2 (branch), 3
+    given = {1: CostCurve(1, {1: 10.0, 2: 1000.0, 64: 2000.0}, refine_rate=0.0),
+             (1, True): CostCurve(1, {1: 10.0, 64: 10.0}, refine_rate=0.0, chain=True)}
+    budget = Budget(NODE, CostCurves(target=None, given=given))
+    kept = budget.cut([tree], [budget.new_stream()], 0.0)[0]
+    assert kept.tokens.tolist() == [1, 2] and kept.is_chain
+    assert [int(i) for i in rank_order(tree, budget.calibration.path_probabilities(tree))] == [1, 2, 3]

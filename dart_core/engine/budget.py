@@ -159,12 +159,28 @@ class StreamBudget:
     undrafted: int = 0
 
 
-def _options_node(probs: np.ndarray) -> tuple[list[int], list[float], np.ndarray]:
-    """Cuts of a tree under the node rule: the best n nodes for every n (rows n + 1, worth 1 + their
-    probabilities), and the nodes in rank order."""
-    order = np.lexsort((np.arange(probs.size - 1), -probs[1:])) + 1  # ties: parents come first
+def rank_order(tree: DraftTree, probs: np.ndarray) -> np.ndarray:
+    """The non-root nodes in the order the node rule keeps them: by the drafter's own score where the tree has
+    scores (the search's ranking, which the calibration only prices), else by calibrated probability; each node's
+    key is capped at its parent's and ties go to the lower index, so every prefix of the order is a tree."""
+    key = (tree.scores if tree.scores is not None else probs).astype(np.float64).copy()
+    for i in range(1, tree.size):
+        key[i] = min(key[i], key[tree.parents[i]])
+    return np.lexsort((np.arange(tree.size - 1), -key[1:])) + 1
+
+
+def _options_node(tree: DraftTree, probs: np.ndarray) -> tuple[list[int], list[float], np.ndarray, list[bool]]:
+    """Cuts of a tree under the node rule: its first n nodes in :func:`rank_order` for every n (rows n + 1, worth 1
+    + their probabilities, whether they form a chain), and the order."""
+    order = rank_order(tree, probs)
     worth = 1.0 + np.concatenate([[0.0], np.cumsum(probs[order])])
-    return list(range(1, probs.size + 1)), worth.tolist(), order
+    depths = tree.depths[order]
+    seen: set[int] = set()
+    chains = [True]
+    for d in depths.tolist():
+        chains.append(chains[-1] and d not in seen)
+        seen.add(d)
+    return list(range(1, tree.size + 1)), worth.tolist(), order, chains
 
 
 class Budget:
@@ -197,7 +213,7 @@ class Budget:
         :data:`PROBE_EVERY` steps to see whether it pays again."""
         if self.rule == OFF or stream.gain is None:
             return True
-        curve = self.curves.for_streams(streams)
+        curve = self.curves.for_streams(streams, chain=True)
         plain = curve.ms(1)
         extra = stream.draft_ms + max(curve.ms(max(1, round(stream.rows))) - plain, 0.0) / streams
         if stream.gain * plain > extra or stream.undrafted + 1 >= PROBE_EVERY:
@@ -228,33 +244,40 @@ class Budget:
         w = np.minimum(self.racer_reached + PRIOR_WEIGHT, STREAM_PRIOR_WEIGHT)
         return (stream.accepted + w * prior) / (stream.reached + w)
 
-    def _options(self, tree: DraftTree, stream: StreamBudget) -> tuple[list[int], list[float], Any]:
+    def _options(self, tree: DraftTree, stream: StreamBudget) -> tuple[list[int], list[float], Any, list[bool]]:
         if self.rule == NODE:
-            return _options_node(self.calibration.path_probabilities(tree))
+            return _options_node(tree, self.calibration.path_probabilities(tree))
         survival = np.cumprod(self.position_rates(stream))
         depths = tree.depths
         top = int(depths.max())
-        rows = [int((depths <= d).sum()) for d in range(top + 1)]
+        per_depth = np.bincount(depths, minlength=top + 1)
+        rows = np.cumsum(per_depth).tolist()
         worth = [1.0 + float(survival[: min(d, DEPTHS)].sum() + survival[-1] * max(0, d - DEPTHS))
                  for d in range(top + 1)]
-        return rows, worth, None
+        return rows, worth, None, [bool(np.all(per_depth[: d + 1] == 1)) for d in range(top + 1)]
 
     def cut(self, trees: Sequence[DraftTree], streams: Sequence[StreamBudget], draft_ms: float) -> list[DraftTree]:
         """The trees to verify this step: each drafted tree cut to the size that, with every stream's cut, gives
         the most expected tokens per millisecond of drafting (``draft_ms``, already spent) and verify."""
         if self.rule == OFF:
             return list(trees)
+        single = len(trees) == 1  # one stream's chain needs no mask, and costs less than a tree (cost_curve)
         curve = self.curves.for_streams(len(trees))
+        chain_curve = self.curves.for_streams(1, chain=True) if single else curve
         options = [self._options(t, s) for t, s in zip(trees, streams, strict=True)]
-        widths = sorted({r for rows, _, _ in options for r in rows})
+        widths = sorted({r for rows, _, _, _ in options for r in rows})
         best, best_rate = widths[0], -1.0
         for m in widths:
-            worth = sum(w[int(np.searchsorted(rows, m, side="right")) - 1] for rows, w, _ in options)
-            rate = worth / (draft_ms + curve.ms(m))
+            worth, chain = 0.0, single
+            for rows, w, _, chains in options:
+                k = int(np.searchsorted(rows, m, side="right")) - 1
+                worth += w[k]
+                chain = chain and chains[k]
+            rate = worth / (draft_ms + (chain_curve if chain else curve).ms(m))
             if rate > best_rate * (1 + 1e-9):
                 best, best_rate = m, rate
         out = []
-        for tree, (rows, _, order) in zip(trees, options, strict=True):
+        for tree, (rows, _, order, _) in zip(trees, options, strict=True):
             k = int(np.searchsorted(rows, best, side="right")) - 1
             if rows[k] >= tree.size:
                 out.append(tree)
@@ -285,10 +308,11 @@ class Budget:
         self.racer_reached += reached
         self.racer_accepted += accepted
 
-    def observe_forward(self, streams: int, rows: int, ms: float) -> None:
-        """Follow the machine: the verify step of ``streams`` streams of ``rows`` rows took ``ms``."""
+    def observe_forward(self, streams: int, rows: int, ms: float, chain: bool = False) -> None:
+        """Follow the machine: the verify step of ``streams`` streams of ``rows`` rows (one stream's chain) took
+        ``ms``."""
         if self.rule != OFF:
-            self.curves.for_streams(streams).observe(rows, ms)
+            self.curves.for_streams(streams, chain).observe(rows, ms)
 
     def report(self) -> dict[str, Any]:
         """The rule, the curves used, the calibration and the sizes chosen (a histogram), for the run data."""

@@ -66,7 +66,7 @@ class CostCurve:
     the steps really took (:meth:`observe`). ``source``: ``measured`` or ``cache``."""
 
     def __init__(self, streams: int, ms_by_rows: dict[int, float], source: str = "measured",
-                 refine_rate: float = REFINE_RATE) -> None:
+                 refine_rate: float = REFINE_RATE, chain: bool = False) -> None:
         if streams < 1:
             raise ValueError(f"a cost curve needs at least one stream, got {streams}")
         if not ms_by_rows or min(ms_by_rows) < 1:
@@ -74,7 +74,7 @@ class CostCurve:
         bad = [r for r, ms in ms_by_rows.items() if not (np.isfinite(ms) and ms > 0)]
         if bad:
             raise ValueError(f"a cost curve's ms must be positive and finite, not at rows {bad}")
-        self.streams, self.source = streams, source
+        self.streams, self.source, self.chain = streams, source, chain
         self.rows = np.array(sorted(ms_by_rows), dtype=np.float64)
         self.measured_ms = np.array([ms_by_rows[r] for r in sorted(ms_by_rows)], dtype=np.float64)
         self.points = self.measured_ms.copy()  # the curve now: measured, then refined
@@ -114,26 +114,28 @@ class CostCurve:
         """One line: the curve in ms at a few row counts, and whether it was measured now or read back."""
         points = ", ".join(f"{r}: {ms:.1f}" for r, ms in self.ms_by_rows.items()
                            if r in (1, 4, 8, 16, 32, 64) or r == int(self.rows[-1]))
-        return f"verify cost, {self.streams} stream(s), ms by rows per stream ({self.source}): {points}"
+        what = "one stream's chain" if self.chain else f"{self.streams} stream(s)' trees"
+        return f"verify cost, {what}, ms by rows per stream ({self.source}): {points}"
 
     def as_json(self) -> dict[str, Any]:
-        return {"streams": self.streams, "source": self.source, "steps_observed": self.observed,
+        return {"streams": self.streams, "chain": self.chain, "source": self.source, "steps_observed": self.observed,
                 "measured_ms": {str(int(r)): float(ms) for r, ms in zip(self.rows, self.measured_ms, strict=True)},
                 "ms_by_rows": {str(r): ms for r, ms in self.ms_by_rows.items()}}
 
 
-def _tree(n: int, vocab: int, rng: np.random.Generator) -> DraftTree:
-    """A binary tree of n nodes: past two nodes it needs the tree mask, as a drafted tree does."""
-    return DraftTree(rng.integers(0, vocab, size=n), (np.arange(n) - 1) // 2)
+def _tree(n: int, vocab: int, rng: np.random.Generator, chain: bool) -> DraftTree:
+    """A chain of n nodes (one stream's chain needs no mask: the model's own causal attention), or a binary tree
+    (past two nodes it needs the tree mask, as a branching tree does)."""
+    return DraftTree(rng.integers(0, vocab, size=n), np.arange(-1, n - 1) if chain else (np.arange(n) - 1) // 2)
 
 
 def measure_curve(target: Any, streams: int = 1, rows: tuple[int, ...] = ROWS, *, prefix: int = PREFIX,
-                  repeats: int = REPEATS) -> CostCurve:
-    """Time verify steps of ``streams`` trees of each row count after ``prefix`` committed tokens per stream (each
-    step commits its root, as a step without accepted drafts does); the median of ``repeats`` after a warm-up,
-    fitted non-decreasing in the rows. Row counts whose forward would pass :data:`MAX_BATCH_ROWS` or the target's
-    context (a static cache's rows on the fast path, its power-of-two buckets included) are left out: the curve
-    extends past its last point along its slope."""
+                  repeats: int = REPEATS, chain: bool = False) -> CostCurve:
+    """Time verify steps of ``streams`` trees (or one stream's chain) of each row count after ``prefix`` committed
+    tokens per stream (each step commits its root, as a step without accepted drafts does); the median of
+    ``repeats`` after a warm-up, fitted non-decreasing in the rows. Row counts whose forward would pass
+    :data:`MAX_BATCH_ROWS` or the target's context (a static cache's rows on the fast path, its power-of-two
+    buckets included) are left out: the curve extends past its last point along its slope."""
     rng = np.random.default_rng(0)
     limit = int(target.max_context) - 1
     commits = len(rows) * (repeats + 1)
@@ -146,7 +148,7 @@ def measure_curve(target: Any, streams: int = 1, rows: tuple[int, ...] = ROWS, *
     times: dict[int, list[float]] = {n: [] for n in sizes}
     for _ in range(repeats + 1):  # round robin over the sizes: a machine's drift reaches every size alike
         for n in sizes:
-            trees = [_tree(n, target.vocab_size, rng) for _ in range(streams)]
+            trees = [_tree(n, target.vocab_size, rng, chain) for _ in range(streams)]
             with Stopwatch(target.device) as sw:  # what the loop clocks: forward, acceptance, commit
                 logits, _ = target.verify_rows(state, trees)
                 results = [accept(t, lg, GREEDY) for t, lg in zip(trees, logits, strict=True)]
@@ -155,60 +157,67 @@ def measure_curve(target: Any, streams: int = 1, rows: tuple[int, ...] = ROWS, *
     out = {n: max(statistics.median(t[1:]), 1e-3) for n, t in times.items()}
     # a forward of more rows never costs less: the medians' noise is smoothed by the non-decreasing fit
     fit = -non_increasing_fit(-np.asarray(list(out.values())), np.ones(len(out)))
-    return CostCurve(streams, dict(zip(out, fit.tolist(), strict=True)))
+    return CostCurve(streams, dict(zip(out, fit.tolist(), strict=True)), chain=chain)
 
 
-def curve_key(target: Any, model: str | None, streams: int) -> str:
+def curve_key(target: Any, model: str | None, streams: int, chain: bool = False) -> str:
     """What a curve depends on, as one string: the model, its device, dtype and fast path, the CPU kernels and
     threads, the machine and torch; ``model`` names the target (its identity), None: a curve not kept."""
     plan = getattr(target, "cpu_linears", None)
     parts = [f"v{VERSION}", str(model), str(target.device), str(target.dtype), str(getattr(target, "fast_path", None)),
              plan.describe() if plan is not None else "", f"threads={torch.get_num_threads()}", machine_words(),
-             f"torch={torch.__version__}", f"streams={streams}"]
+             f"torch={torch.__version__}", f"streams={streams}", "chain" if chain else "tree"]
     return "\n".join(parts)
 
 
 @dataclass
 class CostCurves:
-    """The curves of one loaded target, one per batch size, measured when first needed (or read from the cache
-    when ``model`` names the target: its identity); ``given``: curves to use instead of measuring (tests)."""
+    """The curves of one loaded target: one per batch size of branching trees (B streams always need the mask),
+    and one stream's chain, which needs none and costs less; each measured when first needed (or read from the
+    cache when ``model`` names the target: its identity). ``given``: curves to use instead of measuring (tests),
+    by batch size, or by (1, True) for the chain's."""
 
     target: Any
     model: str | None = None
-    given: dict[int, CostCurve] = field(default_factory=dict)
+    given: dict[Any, CostCurve] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self._curves: dict[int, CostCurve] = dict(self.given)
+        self._curves: dict[tuple[int, bool], CostCurve] = {
+            (k, False) if isinstance(k, int) else k: c for k, c in self.given.items()}
 
-    def for_streams(self, streams: int) -> CostCurve:
-        """The curve of a verify of ``streams`` streams."""
-        curve = self._curves.get(streams)
+    def for_streams(self, streams: int, chain: bool = False) -> CostCurve:
+        """The curve of a verify of ``streams`` streams' trees, or (``chain``, one stream) of one chain; without a
+        chain curve of its own, a chain is priced as a tree."""
+        key = (streams, chain and streams == 1)
+        curve = self._curves.get(key)
         if curve is None:
-            curve = self._curves[streams] = self._cached_or_measured(streams)
+            if key[1] and self.target is None:  # hand-given curves without a chain's: the tree's
+                return self.for_streams(streams)
+            curve = self._curves[key] = self._cached_or_measured(*key)
             log.info(curve.describe())
         return curve
 
     def measured(self) -> dict[str, Any]:
         """Every curve used so far, for a benchmark's JSON and the page's run data."""
-        return {str(b): c.as_json() for b, c in sorted(self._curves.items())}
+        return {f"{b}{'-chain' if chain else ''}": c.as_json() for (b, chain), c in sorted(self._curves.items())}
 
-    def path(self, streams: int) -> Path:
-        """The file that keeps the curve of ``streams`` streams (named by a digest of :func:`curve_key`)."""
-        key = curve_key(self.target, self.model, streams)
+    def path(self, streams: int, chain: bool = False) -> Path:
+        """The file that keeps a curve (named by a digest of :func:`curve_key`)."""
+        key = curve_key(self.target, self.model, streams, chain)
         return curve_dir() / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
 
-    def _cached_or_measured(self, streams: int) -> CostCurve:
-        key = curve_key(self.target, self.model, streams)
-        path = self.path(streams)
+    def _cached_or_measured(self, streams: int, chain: bool) -> CostCurve:
+        key = curve_key(self.target, self.model, streams, chain)
+        path = self.path(streams, chain)
         if self.model is not None and path.is_file():
             try:
                 data = json.loads(path.read_text())
                 if data.get("key") == key:
                     return CostCurve(streams, {int(r): float(ms) for r, ms in data["measured_ms"].items()},
-                                     "cache")
+                                     "cache", chain=chain)
             except (OSError, ValueError, KeyError, TypeError, AttributeError):
                 log.warning("the cached verify cost curve %s is unreadable: measuring it again", path)
-        curve = measure_curve(self.target, streams)
+        curve = measure_curve(self.target, streams, chain=chain)
         if self.model is not None:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)

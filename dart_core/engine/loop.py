@@ -226,7 +226,7 @@ def _decode(
                     target.commit_rows(state, [r.nodes for r in results])
                 if budget is not None:
                     width = max(t.size for t in trees)
-                    budget.observe_forward(len(live), width, sw.ms)
+                    budget.observe_forward(len(live), width, sw.ms, chain=len(trees) == 1 and trees[0].is_chain)
                     for b, tree, r, p in zip(live, as_drafted, results, proposals, strict=True):
                         budget.observe(tree if p is not None else None, streams[b].budget, r.tokens)
                         if p is not None:
