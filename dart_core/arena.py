@@ -390,9 +390,8 @@ def load_arena(
             drafter.use_static_cache(rows, graphs=fast_path_mode == "graphs")  # type: ignore[attr-defined]
     arena.cost_curves = CostCurves(target, model=model_identity(base))
     if budget != OFF and arena.drafters:
-        with stage("verify cost", "the target's verify steps timed by rows, a chain's and a tree's, for the tree "
-                   "budget", enabled=progress) as line:
-            arena.cost_curves.for_streams(1, chain=True)
+        with stage("verify cost", "the target's verify steps timed by rows, for the tree budget",
+                   enabled=progress) as line:
             line.detail = arena.cost_curves.for_streams(1).describe()
     return arena
 

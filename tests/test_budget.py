@@ -340,28 +340,33 @@ class WrongGuesses:
 
 
 def test_a_stream_whose_drafting_does_not_pay_decodes_plainly_and_probes_now_and_then(arena) -> None:
+    """In a batch, a stream whose drafts are never accepted stops drafting (saving the drafting too), drafts again
+    every PROBE_EVERY steps, and its drafter is still shown every row once; one stream alone always drafts."""
     drafter = WrongGuesses(arena.target.vocab_size)
-    budget = Budget(NODE, curves({1: 10.0, 2: 11.0, 3: 12.0, 64: 100.0}))
-    prompt = [5, 9, 13, 21, 30, 2, 7]
-    plain, _ = generate(arena.target, prompt, None, max_new_tokens=40)
-    got, steps = generate(arena.target, prompt, drafter, max_new_tokens=40, budget=budget)
-    assert got == plain
-    body = [s for s in steps if not s.prefill]
-    drafted = [s for s in body if s.drafted_size]
-    assert drafter.calls == len(drafted) and sum(s.accepted for s in body) <= 2
-    assert len(drafted) <= len(body) // PROBE_EVERY + 3, "a drafter that never pays keeps drafting"
-    assert len(drafted) >= len(body) // PROBE_EVERY, "it stopped probing"
-    assert budget.report()["undrafted_steps"] == len(body) - len(drafted)
+    budget = Budget(NODE, curves({1: 10.0, 2: 11.0, 3: 12.0, 64: 100.0}, (1, 2)))
+    prompts = [[5, 9, 13, 21, 30, 2, 7], [8, 1, 4, 4, 17]]
+    tokens, steps = generate_batch(arena.target, prompts, drafter, max_new_tokens=40, budget=budget)
+    assert tokens == [generate(arena.target, p, None, max_new_tokens=40)[0] for p in prompts]
+    for b in range(2):
+        body = [bs.steps[b] for bs in steps if b in bs.steps and not bs.steps[b].prefill]
+        drafted = [s for s in body if s.drafted_size]
+        assert sum(s.accepted for s in body) <= 2
+        assert len(drafted) <= len(body) // PROBE_EVERY + 3, "a drafter that never pays keeps drafting"
+        assert len(drafted) >= len(body) // PROBE_EVERY, "it stopped probing"
+    assert budget.report()["undrafted_steps"] > 40
+    alone = Budget(NODE, curves({1: 10.0, 2: 11.0, 3: 12.0, 64: 100.0}))
+    _, one = generate(arena.target, prompts[0], drafter, max_new_tokens=20, budget=alone)
+    assert all(s.drafted_size for s in one if not s.prefill)
     # a drafter that pays keeps drafting every step
-    keen = Budget(NODE, curves({1: 10.0, 64: 10.5}))
+    keen = Budget(NODE, curves({1: 10.0, 64: 10.5}, (2,)))
     stream = keen.new_stream()
     keen.paid_for(stream, accepted=2, draft_ms=1.0, rows=5)
-    assert all(keen.drafts(stream, 1) for _ in range(3 * PROBE_EVERY))
+    assert all(keen.drafts(stream, 2) for _ in range(3 * PROBE_EVERY))
 
 
 def test_one_streams_chain_is_priced_by_the_chain_curve() -> None:
-    """A chain needs no mask and costs less: with chains free and trees dear, the cut keeps the chain part of the
-    score order and stops where the next node would branch."""
+    """A chain needs no mask and may cost less: with chains free and trees dear, the cut keeps the chain part of
+    the score order and stops where the next node would branch; a chain's curve starts at the tree's points."""
     tree = DraftTree([1, 2, 3, 4], [-1, 0, 0, 1], [0.0, -0.01, -0.02, -0.03])  # order: node 1, 2 (branch), 3
     given = {1: CostCurve(1, {1: 10.0, 2: 1000.0, 64: 2000.0}, refine_rate=0.0),
              (1, True): CostCurve(1, {1: 10.0, 64: 10.0}, refine_rate=0.0, chain=True)}
@@ -369,3 +374,5 @@ def test_one_streams_chain_is_priced_by_the_chain_curve() -> None:
     kept = budget.cut([tree], [budget.new_stream()], 0.0)[0]
     assert kept.tokens.tolist() == [1, 2] and kept.is_chain
     assert [int(i) for i in rank_order(tree, budget.calibration.path_probabilities(tree))] == [1, 2, 3]
+    derived = curves({1: 10.0, 8: 30.0}).for_streams(1, chain=True)
+    assert derived.chain and derived.ms_by_rows == {1: 10.0, 8: 30.0} and "a tree's" in derived.source

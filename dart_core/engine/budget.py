@@ -207,11 +207,13 @@ class Budget:
         return stream
 
     def drafts(self, stream: StreamBudget, streams: int) -> bool:
-        """Whether ``stream`` (one of ``streams`` in the batch) drafts this step: unless what its drafting paid
-        lately (tokens accepted over the drafting and the extra rows' share of the verify) falls below plain
-        decoding's rate, when it decodes plainly and saves the drafting too, drafting again every
-        :data:`PROBE_EVERY` steps to see whether it pays again."""
-        if self.rule == OFF or stream.gain is None:
+        """Whether ``stream`` (one of ``streams`` in the batch) drafts this step: in a batch, unless what its
+        drafting paid lately (tokens accepted over the drafting and the extra rows' share of the verify) falls below
+        plain decoding's rate, when it decodes plainly and saves the drafting too, drafting again every
+        :data:`PROBE_EVERY` steps to see whether it pays again. One stream always drafts: its cut already falls to
+        the bare root when nothing pays, and a skipped step's lost tokens cost more than its drafting saves
+        (measured: docs/benchmarks.md)."""
+        if self.rule == OFF or stream.gain is None or streams == 1:
             return True
         curve = self.curves.for_streams(streams, chain=True)
         plain = curve.ms(1)

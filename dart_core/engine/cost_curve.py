@@ -173,9 +173,10 @@ def curve_key(target: Any, model: str | None, streams: int, chain: bool = False)
 @dataclass
 class CostCurves:
     """The curves of one loaded target: one per batch size of branching trees (B streams always need the mask),
-    and one stream's chain, which needs none and costs less; each measured when first needed (or read from the
-    cache when ``model`` names the target: its identity). ``given``: curves to use instead of measuring (tests),
-    by batch size, or by (1, True) for the chain's."""
+    each measured when first needed (or read from the cache when ``model`` names the target: its identity), and one
+    stream's chain, which needs no mask and may cost less: it starts at the tree curve's points and follows its
+    own steps (a separate measurement at load was lost in the machine's noise: docs/benchmarks.md). ``given``:
+    curves to use instead of measuring (tests), by batch size, or by (1, True) for the chain's."""
 
     target: Any
     model: str | None = None
@@ -190,9 +191,12 @@ class CostCurves:
         chain curve of its own, a chain is priced as a tree."""
         key = (streams, chain and streams == 1)
         curve = self._curves.get(key)
+        if curve is None and key[1]:  # a chain starts at the tree's price and learns its own from its steps
+            tree = self.for_streams(streams)
+            curve = self._curves[key] = CostCurve(streams, dict(zip(tree.rows.astype(int).tolist(),
+                                                                    tree.measured_ms.tolist(), strict=True)),
+                                                  f"{tree.source}, a tree's", tree.refine_rate, chain=True)
         if curve is None:
-            if key[1] and self.target is None:  # hand-given curves without a chain's: the tree's
-                return self.for_streams(streams)
             curve = self._curves[key] = self._cached_or_measured(*key)
             log.info(curve.describe())
         return curve
