@@ -11,6 +11,7 @@ import torch
 
 from dart_core.arena import Arena, load_arena
 from dart_core.engine.acceptance import SamplingConfig
+from dart_core.engine.budget import OFF
 from dart_core.engine.loop import Step
 from dart_core.racers.registry import RACERS, UPSTREAM, checkpoint_racers, racer
 
@@ -70,24 +71,30 @@ class DartModel:
 
     def generate(self, method: str, input_ids: torch.Tensor, temperature: float = 0.0, top_p: float = 1.0,
                  top_k: int = 0, max_new_token_num: int = 512, max_length: int | None = 2048, seed: int | None = None,
-                 settings: Any = None) -> torch.Tensor:
-        """``method``'s output ids ``[1, prompt + new]``; ``settings``: that racer's (None: its defaults)."""
+                 settings: Any = None, budget: str | None = None) -> torch.Tensor:
+        """``method``'s output ids ``[1, prompt + new]``; ``settings``: that racer's (None: its defaults);
+        ``budget``: the tree budget's rule (None: the arena's, or fixed trees when ``seed`` is given: the budget
+        sizes trees by this machine's timings, and a tree of another size draws other samples, so a seed alone
+        would not reproduce a sampled output)."""
+        if budget is None and seed is not None:
+            budget = OFF
         sampling = SamplingConfig(temperature=temperature, top_p=top_p, top_k=top_k)
         generator = None
         if seed is not None:
             generator = torch.Generator(device=self.arena.target.feature_device).manual_seed(seed)
         steps = list(self.arena.stream(method, input_ids, sampling=sampling, max_new_tokens=max_new_token_num,
-                                       max_length=max_length, generator=generator, settings=settings))
+                                       max_length=max_length, generator=generator, settings=settings,
+                                       budget=budget))
         self.last_steps = steps
         new = torch.tensor([[t for s in steps for t in s.tokens]], dtype=torch.long, device=input_ids.device)
         return torch.cat([input_ids.reshape(1, -1).long(), new], dim=1)
 
     def dart_generate(self, input_ids: torch.Tensor, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
                       max_new_token_num: int = 512, max_length: int | None = 2048, seed: int | None = None,
-                      settings: Any = None) -> torch.Tensor:
+                      settings: Any = None, budget: str | None = None) -> torch.Tensor:
         """The reference's entry point."""
         return self.generate(UPSTREAM, input_ids, temperature, top_p, top_k, max_new_token_num, max_length, seed,
-                             settings)
+                             settings, budget)
 
     def __getattr__(self, name: str) -> Any:
         """``<key>_generate`` for every racer (``eagle3_generate``, ``ar_generate``, …)."""

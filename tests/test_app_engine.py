@@ -25,11 +25,13 @@ if not (BUNDLE / "target" / "config.json").is_file():
     pytest.skip("the embedded bundle assets/tiny is missing", allow_module_level=True)
 
 # the model-free racers off: these tests are about the engine process, and every race here runs each loaded racer;
-# float32, where every racer's greedy text is plain decoding's token for token (bf16's near-ties may flip)
+# float32, where every racer's greedy text is plain decoding's token for token (bf16's near-ties may flip); fixed
+# trees (the budget off), so that a race there and a race here verify the same trees step for step (the budget
+# sizes them by each process's timings)
 LOAD = dict(base=str(BUNDLE / "target"), dart=str(BUNDLE / "dart"), eagle3=str(BUNDLE / "eagle3"),
             ngram=str(BUNDLE / "ngram" / "small.ngram"), device="cpu", dtype="float32", progress=False,
-            **{r.dest: False for r in model_free_racers()})
-TREES = {m: racer(m).default_settings("cpu") for m in ("dart", "eagle3")}
+            budget="off", **{r.dest: False for r in model_free_racers()})
+TREES = {m: racer(m).default_settings("cpu", "off") for m in ("dart", "eagle3")}
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dart_core.engine.acceptance import SamplingConfig
+from dart_core.engine.budget import OFF
 from dart_core.engine.metrics import summarize
 
 
@@ -46,12 +47,13 @@ class SweepPlan:
 
 def race_tau(arena: Any, prompts: list[list[int]], methods: tuple[str, ...], max_new_tokens: int) -> dict[str, Any]:
     """Each racer's τ (tokens per verify forward, pooled over the prompts) and its wall tokens/s, greedy, on the
-    arena's current store."""
+    arena's current store, with fixed trees (the tree budget off): the budget sizes trees by this machine's timings,
+    which would make the stores' τ differ by more than their tries."""
     out: dict[str, Any] = {}
     for m in methods:
         steps, tokens, start = [], 0, time.perf_counter()
         for ids in prompts:
-            run = list(arena.stream(m, ids, sampling=SamplingConfig(), max_new_tokens=max_new_tokens))
+            run = list(arena.stream(m, ids, sampling=SamplingConfig(), max_new_tokens=max_new_tokens, budget=OFF))
             steps += run
             tokens += sum(len(s.tokens) for s in run)
         seconds = time.perf_counter() - start
