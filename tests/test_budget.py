@@ -20,6 +20,7 @@ from dart_core.arena import load_arena
 from dart_core.drafters.prompt_lookup import PromptLookupDrafter, PromptLookupSettings
 from dart_core.engine.budget import (
     BUDGETS,
+    DEPTH_WINDOW,
     DEPTHS,
     NODE,
     OFF,
@@ -238,6 +239,52 @@ def test_a_steep_curve_cuts_trees_and_the_output_stays_the_targets(arena) -> Non
     tokens, _ = generate_batch(arena.target, prompts, arena.drafter("dart"), max_new_tokens=20, budget=batch,
                                settings=racer("dart").default_settings("cpu", NODE))
     assert tokens == [generate(arena.target, p, None, max_new_tokens=20)[0] for p in prompts]
+
+
+def test_the_depth_drafted_follows_the_cuts_one_level_deeper() -> None:
+    """A stream drafts one level below the deepest of its last cuts: none before its first cut or with the budget
+    off, the old cuts forgotten after the window."""
+    budget, stream = Budget(NODE, curves({1: 1.0, 64: 1.0})), StreamBudget()
+    assert budget.depth_limit(stream) is None
+    chain = DraftTree([1, 2, 3, 4], [-1, 0, 1, 2], [0.0, -0.1, -0.2, -0.3])
+    budget.cut([chain], [stream], 0.0)  # free rows: all three levels kept
+    assert budget.depth_limit(stream) == 4
+    dear = Budget(NODE, curves({1: 1.0, 2: 1000.0}))
+    for _ in range(DEPTH_WINDOW - 1):
+        dear.cut([chain], [stream], 0.0)  # the bare root kept
+    assert dear.depth_limit(stream) == 4  # the deep cut is still in the window
+    dear.cut([chain], [stream], 0.0)
+    assert dear.depth_limit(stream) == 1
+    assert Budget(OFF, curves({1: 1.0})).depth_limit(stream) is None
+
+
+class LevelsSeen:
+    """EAGLE-3 as the loop sees it, noting each step's depth limit and the depth of the tree it drafted."""
+
+    def __init__(self, drafter: Any) -> None:
+        self.drafter, self.seen = drafter, []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.drafter, name)
+
+    def propose(self, state: Any, step: Any) -> Any:
+        proposal = self.drafter.propose(state, step)
+        self.seen.append((step.depth_limit, int(proposal.tree.depths.max())))
+        return proposal
+
+
+def test_eagle3_drafts_only_the_levels_the_cuts_keep_and_stays_lossless(arena) -> None:
+    prompt = [3, 4, 5, 6, 3, 4, 5, 6, 3, 4]
+    plain, _ = generate(arena.target, prompt, None, max_new_tokens=30)
+    settings = racer("eagle3").default_settings("cpu", NODE)
+    spy = LevelsSeen(arena.drafter("eagle3"))
+    got, _ = generate(arena.target, prompt, spy, max_new_tokens=30, settings=settings,
+                      budget=Budget(NODE, curves({1: 1.0, 2: 1.5, 3: 40.0, 64: 900.0})))
+    assert got == plain
+    assert spy.seen[0][0] is None  # no cut yet: every level its settings draft
+    later = spy.seen[1:]
+    assert later and all(limit is not None and depth <= max(limit, 2) for limit, depth in later)
+    assert any(limit < settings.depth for limit, _ in later), "a curve this steep keeps shallow trees"
 
 
 def test_sampling_keeps_the_target_distribution_with_the_budget_cutting() -> None:

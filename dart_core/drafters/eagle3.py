@@ -219,13 +219,17 @@ class Eagle3Drafter(DrafterLayer):
 
     @torch.no_grad()
     def propose(self, state: DrafterState, step: DraftInput) -> Proposal:
-        """The decoding loop's entry: a timed ``draft_tree`` (its cost is all drafting; no separate search)."""
+        """The decoding loop's entry: a timed ``draft_tree`` (its cost is all drafting; no separate search). Its
+        levels stop at the budget's ``depth_limit`` (a tree of L levels takes L - 1 forwards after the context pass),
+        saving the forwards of levels the budget's cuts would drop; on the fast path's captured graphs the depth stays
+        the settings' (another depth would be another graph, captured mid-race)."""
         s: Eagle3Settings = state.settings
         k = min(s.top_k, self.config.draft_vocab_size)
         rows = self._static_rows(len(step.token_ids)) if state.slot is not None and state.length else None
         with Stopwatch(self.device) as draft:
             if rows is None:
-                tree = self.draft_tree(step.features, step.token_ids, s.total_tokens, s.depth, s.top_k, state)
+                depth = s.depth if step.depth_limit is None else max(1, min(s.depth, step.depth_limit - 1))
+                tree = self.draft_tree(step.features, step.token_ids, s.total_tokens, depth, s.top_k, state)
             else:
                 tokens, parents, scores = (x.cpu().numpy() for x in self._static_call(state, step, rows, s.depth, k))
                 tree = _assemble(int(step.token_ids[-1]), tokens, parents, scores.astype(np.float32),

@@ -21,6 +21,7 @@ target's own for as many positions as they run, so each drafted node whose paren
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -47,6 +48,7 @@ PRIOR_WEIGHT = 2.0  # pseudo-observations of each cell's prior
 PAID_RATE = 0.2  # how fast a stream's record of what drafting paid follows its steps
 PROBE_EVERY = 8  # a stream whose drafting does not pay still drafts every this many steps, to see if it pays again
 STREAM_PRIOR_WEIGHT = 8.0  # pseudo-observations a stream's per-position estimate borrows from the racer's
+DEPTH_WINDOW = 8  # a stream's last cuts whose deepest kept level bounds how deep it drafts next (one level more)
 
 
 def check_budget(budget: str) -> str:
@@ -157,6 +159,8 @@ class StreamBudget:
     draft_ms: float = 0.0
     rows: float = 1.0
     undrafted: int = 0
+    # the deepest level each of its last cuts kept (0: the bare root), for :meth:`Budget.depth_limit`
+    kept_depths: deque[int] = field(default_factory=lambda: deque(maxlen=DEPTH_WINDOW))
 
 
 def rank_order(tree: DraftTree, probs: np.ndarray) -> np.ndarray:
@@ -225,6 +229,14 @@ class Budget:
         self.undrafted_steps += 1
         return False
 
+    def depth_limit(self, stream: StreamBudget) -> int | None:
+        """How deep ``stream`` drafts this step: one level below the deepest its last :data:`DEPTH_WINDOW` cuts
+        kept, so a drafter paying a forward per level saves the levels its cuts drop, and still drafts the next
+        level, where the calibration learns whether it pays (None: no cut yet, or the rule ``off``)."""
+        if self.rule == OFF or not stream.kept_depths:
+            return None
+        return max(stream.kept_depths) + 1
+
     def paid_for(self, stream: StreamBudget, accepted: int, draft_ms: float, rows: int) -> None:
         """A drafted step of ``stream``: ``accepted`` drafts after ``draft_ms`` of drafting, ``rows`` verified."""
         if self.rule == OFF:
@@ -279,7 +291,7 @@ class Budget:
             if rate > best_rate * (1 + 1e-9):
                 best, best_rate = m, rate
         out = []
-        for tree, (rows, _, order, _) in zip(trees, options, strict=True):
+        for tree, stream, (rows, _, order, _) in zip(trees, streams, options, strict=True):
             k = int(np.searchsorted(rows, best, side="right")) - 1
             if rows[k] >= tree.size:
                 out.append(tree)
@@ -287,6 +299,7 @@ class Budget:
                 out.append(tree.keep(np.sort(np.concatenate([[0], order[: rows[k] - 1]]))))
             else:
                 out.append(tree.truncate(k))
+            stream.kept_depths.append(int(out[-1].depths.max()))
         self.sizes.extend(t.size - 1 for t in out)
         return out
 

@@ -31,10 +31,10 @@ from dart_core.loading.hub import cache_root
 
 log = logging.getLogger(__name__)
 
-ROWS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # rows per stream timed for a curve
+ROWS = (1, 2, 4, 6, 8, 12, 16, 24, 32, 64)  # rows per stream timed for a curve (the steps refine between them)
 MAX_BATCH_ROWS = 512  # rows of one timed forward at most (B streams x rows): past it a curve stops
 PREFIX = 192  # committed tokens per stream before the timed forwards
-REPEATS = 5  # timed forwards per row count, after one warm-up
+REPEATS = 3  # timed forwards per row count, after one warm-up
 GREEDY = SamplingConfig()
 VERSION = 2  # of the cached file's layout and of what a point times
 REFINE_RATE = 0.2  # how far a step's measured ms moves the curve's points around it

@@ -32,13 +32,17 @@ class DraftInput:
     ``feature_layers``, concatenated) of the rows new since its last call, ``token_ids`` the token that FOLLOWS
     each of those rows (the last one is the tree's root), ``context`` every token of prompt and output so far
     (root last), ``stop_ids`` the ids that end the generation, ``prompt_length`` how many of ``context``'s first
-    tokens are the prompt (None: not told; every one but the root on the first call)."""
+    tokens are the prompt (None: not told; every one but the root on the first call), ``depth_limit`` how deep the
+    tree budget expects a tree to pay (a hint a drafter may take)."""
 
     features: torch.Tensor | None  # [n, F]; None when the drafter reads no layers
     token_ids: torch.Tensor  # [n]
     context: np.ndarray  # int32 [m]
     stop_ids: frozenset[int] = frozenset()
     prompt_length: int | None = None
+    # the deepest tree level worth drafting this step (None: as deep as the settings go): the tree budget's late cuts
+    # kept nothing below the level above it; a drafter that pays a forward per level (EAGLE-3) stops there
+    depth_limit: int | None = None
 
 
 @runtime_checkable

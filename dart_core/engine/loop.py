@@ -208,8 +208,10 @@ def _decode(
                     # a stream whose drafting does not pay decodes plainly, its drafter shown the rows later
                     drafts = budget is None or budget.drafts(s.budget, len(live))  # type: ignore[arg-type]
                     unseen.append(not drafts)
+                    limit = budget.depth_limit(s.budget) if budget is not None else None  # type: ignore[arg-type]
                     proposal = drafter.propose(s.dstate, DraftInput(s.feats, torch.tensor(s.new_ids),
-                                                                     s.context[: s.length], stops, len(s.prompt))
+                                                                     s.context[: s.length], stops, len(s.prompt),
+                                                                     limit)
                                                ) if drafts else None
                     # no draft: the bare root, one token decoded (with the drafter's features, if any)
                     trees.append(proposal.tree.truncate(room - 1) if proposal is not None
