@@ -299,7 +299,8 @@ class Budget:
                 out.append(tree.keep(np.sort(np.concatenate([[0], order[: rows[k] - 1]]))))
             else:
                 out.append(tree.truncate(k))
-            stream.kept_depths.append(int(out[-1].depths.max()))
+            if tree.size > 1:  # a stream that drafted (one decoding plainly keeps its record)
+                stream.kept_depths.append(int(out[-1].depths.max()))
         self.sizes.extend(t.size - 1 for t in out)
         return out
 
