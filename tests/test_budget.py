@@ -306,6 +306,20 @@ def test_sampling_keeps_the_target_distribution_with_the_budget_cutting() -> Non
 
 
 # ------------------------------------------------------------------------------------------ the curve's cache
+def test_batch_sizes_between_powers_of_two_are_priced_between_their_curves() -> None:
+    """A batch whose streams end one by one passes through every size: those between two powers of two take the
+    curve between theirs (nothing measured for them); ``prepare`` names the powers a batch of up to B will use."""
+    given = {b: CostCurve(b, {1: 10.0 * b, 8: 20.0 * b}, refine_rate=0.0) for b in (1, 2, 4, 8)}
+    mine = CostCurves(target=None, given=given)
+    three = mine.for_streams(3)
+    assert three.source == "between 2 and 4 streams'"
+    assert three.ms(1) == pytest.approx(30.0) and three.ms(8) == pytest.approx(60.0) and three.ms(4) > three.ms(1)
+    assert mine.for_streams(3) is three  # refined from then on as its own
+    assert mine.for_streams(6).ms(8) == pytest.approx(120.0)
+    assert [c.streams for c in mine.prepare(5)] == [1, 2, 4, 8]
+    assert [c.streams for c in mine.prepare(1)] == [1]
+
+
 def test_the_curve_is_measured_once_kept_and_read_back(arena, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("DART_ARENA_CACHE", str(tmp_path))
     mine = CostCurves(arena.target, model="tiny-test-model")

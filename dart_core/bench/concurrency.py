@@ -16,7 +16,8 @@ on the target's static caches, B streams on a cache of the next power of two row
 the warm-up. Writes ``concurrency.json`` (``by_streams``: {B: {racer: figures}}, ``crossover``:
 {racer: B or null}) and ``concurrency.html`` (speedup and tokens/s against B, one line per racer, the 1.0 line
 marked). A racer that remembers earlier answers (suffix decoding) runs cold here: each batch on a fresh empty
-memory (its warm row is ``bench e2e``'s).
+memory (its warm row is ``bench e2e``'s). Under an automatic tree budget the verify cost curves of the batch sizes
+are measured (or read from the cache) before the races, outside their clocks.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from dart_core.engine.greedy_check import compare
 from dart_core.engine.stream_slots import GRAPH_STREAMS
 from dart_core.engine.timing import sync
 from dart_core.loading.chat import encode_prompt
+from dart_core.loading.progress import stage
 from dart_core.options import (
     add_mode_arguments,
     add_model_arguments,
@@ -202,6 +204,12 @@ def _run(args: argparse.Namespace) -> int:
                          f"{need / 2**30:.1f} GiB, over {MEMORY_SHARE:.0%} of the {free / 2**30:.1f} GiB free on "
                          f"{target.device}; lower --streams, --max-new-tokens or --limit")
     runner = _Runner(arena, settings, budgets, sampling, args)
+    if any(arena.budget_for(row_racer(m), rule) is not None for m, rule in budgets.items()):
+        with stage("verify cost", f"the target's verify steps timed by rows for batches of up to {streams[-1]} "
+                                  "streams, outside the races' clocks (kept in the cache)",
+                   enabled=not args.no_progress) as line:
+            curves = arena.cost_curves.prepare(streams[-1])
+            line.detail = "; ".join(c.describe() for c in curves[1:]) or "one stream's, at load"
     for m in order:  # every B once: on the fast path each B's bucket records its CUDA graphs here, not in the race
         for b in streams if target.fast_path == "graphs" else [min(2, streams[-1])]:
             for _ in range(args.warmup):

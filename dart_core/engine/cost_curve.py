@@ -196,10 +196,35 @@ class CostCurves:
             curve = self._curves[key] = CostCurve(streams, dict(zip(tree.rows.astype(int).tolist(),
                                                                     tree.measured_ms.tolist(), strict=True)),
                                                   f"{tree.source}, a tree's", tree.refine_rate, chain=True)
+        if curve is None and streams & (streams - 1):  # between two powers of two: between their curves
+            curve = self._curves[key] = self._between(streams)
         if curve is None:
             curve = self._curves[key] = self._cached_or_measured(*key)
             log.info(curve.describe())
         return curve
+
+    def prepare(self, streams: int) -> list[CostCurve]:
+        """Measure (or read back) now the curves a batch of up to ``streams`` streams will use, so that none is
+        measured inside a timed run: one per power of two up to ``streams`` rounded up (a batch's streams leave it as
+        they end, and the sizes between are priced between the powers' curves)."""
+        out, b = [], 1
+        while True:
+            out.append(self.for_streams(b))
+            if b >= streams:
+                return out
+            b *= 2
+
+    def _between(self, streams: int) -> CostCurve:
+        """A batch of ``streams`` streams, not a power of two, priced between the curves of the powers of two
+        around it (linear in the streams at every row count either measured): a batch whose streams end one by one
+        would otherwise measure a curve for each size it passes through."""
+        lo = 1 << (streams.bit_length() - 1)
+        hi = lo * 2
+        low, high = self.for_streams(lo), self.for_streams(hi)
+        t = (streams - lo) / (hi - lo)
+        rows = sorted({int(r) for r in low.rows} | {int(r) for r in high.rows})
+        points = {r: low.ms(r) + t * (high.ms(r) - low.ms(r)) for r in rows}
+        return CostCurve(streams, points, f"between {lo} and {hi} streams'", low.refine_rate)
 
     def measured(self) -> dict[str, Any]:
         """Every curve used so far, for a benchmark's JSON and the page's run data."""
