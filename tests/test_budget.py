@@ -6,6 +6,7 @@ curve measured once, kept in the cache and read back, an unreadable file measure
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from typing import Any
@@ -306,6 +307,17 @@ def test_sampling_keeps_the_target_distribution_with_the_budget_cutting() -> Non
 
 
 # ------------------------------------------------------------------------------------------ the curve's cache
+def test_a_batch_stream_drafts_only_while_its_drafting_beats_the_batchs_plain_rate() -> None:
+    """Every stream of a batch waits for one stream's drafting: it drafts while its tokens per ms of drafting (and
+    its share of the wider verify) beat the batch's plain rate, B tokens a plain step, not one stream's."""
+    budget = Budget(NODE, curves({1: 100.0, 64: 100.0}, (1, 4)))  # rows free: only the drafting counts
+    stream = StreamBudget(gain=1.0, draft_ms=30.0, rows=5.0)
+    assert budget.drafts(stream, 1)  # one stream always drafts
+    assert budget.drafts(StreamBudget(gain=1.0, draft_ms=20.0, rows=5.0), 4)  # 1 token / 20 ms > 4 / 100 ms
+    assert not budget.drafts(stream, 4)  # 1 token / 30 ms < 4 tokens / 100 ms: a plain step, the drafting saved
+    assert budget.undrafted_steps == 1
+
+
 def test_batch_sizes_between_powers_of_two_are_priced_between_their_curves() -> None:
     """A batch whose streams end one by one passes through every size: those between two powers of two take the
     curve between theirs (nothing measured for them); ``prepare`` names the powers a batch of up to B will use."""
@@ -338,6 +350,15 @@ def test_the_curve_is_measured_once_kept_and_read_back(arena, tmp_path, monkeypa
     assert CostCurves(arena.target, model="another-model").for_streams(2).source == "measured"
     assert CostCurves(arena.target).for_streams(1).source == "measured"  # no identity: nothing kept
     assert len(list(curve_dir().glob("*.json"))) == 2
+    # the kernels' timings differ at every load: the kernels chosen name the curve, not the timings
+    plan = arena.target.cpu_linears
+    assert plan is not None and plan.timings
+    timed = dataclasses.replace(plan, timings={k: {r: ms * 1.5 for r, ms in v.items()}
+                                               for k, v in plan.timings.items()})
+    monkeypatch.setattr(arena.target, "cpu_linears", timed)
+    assert CostCurves(arena.target, model="tiny-test-model").for_streams(2).source == "cache"
+    monkeypatch.setattr(arena.target, "cpu_linears", dataclasses.replace(plan, many_rows="other"))
+    assert CostCurves(arena.target, model="tiny-test-model").for_streams(2).source == "measured"
 
 
 # ------------------------------------------------------------------------------------------ settings and rows

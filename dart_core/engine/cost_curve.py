@@ -161,11 +161,13 @@ def measure_curve(target: Any, streams: int = 1, rows: tuple[int, ...] = ROWS, *
 
 
 def curve_key(target: Any, model: str | None, streams: int, chain: bool = False) -> str:
-    """What a curve depends on, as one string: the model, its device, dtype and fast path, the CPU kernels and
-    threads, the machine and torch; ``model`` names the target (its identity), None: a curve not kept."""
+    """What a curve depends on, as one string: the model, its device, dtype and fast path, the CPU kernels chosen
+    (not the timings that chose them, which differ at every load) and threads, the machine and torch; ``model``
+    names the target (its identity), None: a curve not kept."""
     plan = getattr(target, "cpu_linears", None)
     parts = [f"v{VERSION}", str(model), str(target.device), str(target.dtype), str(getattr(target, "fast_path", None)),
-             plan.describe() if plan is not None else "", f"threads={torch.get_num_threads()}", machine_words(),
+             f"cpu kernels: 1 row {plan.one_row}, many rows {plan.many_rows}" if plan is not None else "",
+             f"threads={torch.get_num_threads()}", machine_words(),
              f"torch={torch.__version__}", f"streams={streams}", "chain" if chain else "tree"]
     return "\n".join(parts)
 
