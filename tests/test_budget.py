@@ -307,14 +307,14 @@ def test_sampling_keeps_the_target_distribution_with_the_budget_cutting() -> Non
 
 
 # ------------------------------------------------------------------------------------------ the curve's cache
-def test_a_batch_stream_drafts_only_while_its_drafting_beats_the_batchs_plain_rate() -> None:
-    """Every stream of a batch waits for one stream's drafting: it drafts while its tokens per ms of drafting (and
-    its share of the wider verify) beat the batch's plain rate, B tokens a plain step, not one stream's."""
+def test_a_batch_stream_drafts_only_while_its_drafting_pays() -> None:
+    """A batch's stream drafts while its tokens per ms of drafting (and its share of the wider verify) beat a plain
+    step's rate; one stream always drafts."""
     budget = Budget(NODE, curves({1: 100.0, 64: 100.0}, (1, 4)))  # rows free: only the drafting counts
-    stream = StreamBudget(gain=1.0, draft_ms=30.0, rows=5.0)
-    assert budget.drafts(stream, 1)  # one stream always drafts
-    assert budget.drafts(StreamBudget(gain=1.0, draft_ms=20.0, rows=5.0), 4)  # 1 token / 20 ms > 4 / 100 ms
-    assert not budget.drafts(stream, 4)  # 1 token / 30 ms < 4 tokens / 100 ms: a plain step, the drafting saved
+    slow = StreamBudget(gain=1.0, draft_ms=120.0, rows=5.0)
+    assert budget.drafts(slow, 1)  # one stream always drafts
+    assert budget.drafts(StreamBudget(gain=1.0, draft_ms=30.0, rows=5.0), 4)  # 1 token / 30 ms > 1 / 100 ms
+    assert not budget.drafts(slow, 4)  # 1 token / 120 ms < 1 / 100 ms: a plain step, the drafting saved
     assert budget.undrafted_steps == 1
 
 

@@ -212,18 +212,18 @@ class Budget:
 
     def drafts(self, stream: StreamBudget, streams: int) -> bool:
         """Whether ``stream`` (one of ``streams`` in the batch) drafts this step: in a batch, unless what its
-        drafting paid lately (tokens accepted over the drafting and the extra rows' share of the verify, both of
-        which every stream of the batch waits for) falls below the batch's plain decoding rate (``streams`` tokens a
-        plain step), when it decodes plainly and saves the drafting too, drafting again every :data:`PROBE_EVERY`
-        steps to see whether it pays again. One stream always drafts: its cut already falls to the bare root when
-        nothing pays, and a skipped step's lost tokens cost more than its drafting saves (measured:
-        docs/benchmarks.md)."""
+        drafting paid lately (tokens accepted over the drafting and the extra rows' share of the verify) falls below
+        one stream's plain decoding rate, when it decodes plainly and saves the drafting too, drafting again every
+        :data:`PROBE_EVERY` steps to see whether it pays again. Not against the whole batch's plain rate: one stream
+        skipping saves its drafting, not the verify's width, which the widest tree sets (measured: it lost to the
+        fixed trees, docs/benchmarks.md). One stream always drafts: its cut already falls to the bare root when
+        nothing pays, and a skipped step's lost tokens cost more than its drafting saves."""
         if self.rule == OFF or stream.gain is None or streams == 1:
             return True
         curve = self.curves.for_streams(streams, chain=True)
         plain = curve.ms(1)
         extra = stream.draft_ms + max(curve.ms(max(1, round(stream.rows))) - plain, 0.0) / streams
-        if stream.gain * plain > streams * extra or stream.undrafted + 1 >= PROBE_EVERY:
+        if stream.gain * plain > extra or stream.undrafted + 1 >= PROBE_EVERY:
             stream.undrafted = 0
             return True
         stream.undrafted += 1
