@@ -78,7 +78,7 @@ PYEOF
 
 case "${1:-}" in
   setup) setup ;;
-  demo) setup; shift; "$PY" -m dart_arena "$@" ;;
+  demo) setup; shift; exec "$PY" -m dart_arena "$@" ;;  # exec: a signal to the demo reaches the app itself
   test)
     setup
     "$PY" -m ruff check .

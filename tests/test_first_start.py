@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -96,6 +97,10 @@ def check_first_start(cmd: list[str], tmp: Path, name: str) -> str:
         result = race_once(url)
     finally:
         stop_process(proc, timeout=20)
+    # stopped as a terminal's Ctrl-C stops it: nothing it started still serves (a server outliving its script
+    # would keep a core and 400 MB busy on a developer's machine after every run of this test)
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0, f"{name}: something still serves on port {port}"
     text = read(log)
     methods = result["methods"]
     for key in ("dart", "eagle3", "dflash", "dflash-tree", "ar"):

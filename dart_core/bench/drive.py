@@ -15,7 +15,7 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,14 +113,30 @@ def app_process(cmd: list[str], port: int, log_path: Path,
 
 def stop_process(proc: subprocess.Popen[bytes], timeout: float = 15) -> None:
     """Stop the app as Ctrl-C would (SIGINT: it closes its model process), killed if it has not ended in
-    ``timeout`` seconds."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=timeout)
+    ``timeout`` seconds. A process that leads its own session (``start_new_session``, e.g. a shell script that
+    starts the app) is signalled with its whole group, as a terminal's Ctrl-C is, so no child outlives it."""
+    if proc.poll() is not None:
+        return
+    try:
+        group = os.getpgid(proc.pid) == proc.pid
+    except OSError:
+        group = False
+
+    def signal_it(sig: int) -> None:
+        with suppress(ProcessLookupError):
+            if group:
+                os.killpg(proc.pid, sig)
+            else:
+                proc.send_signal(sig)
+
+    signal_it(signal.SIGINT)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        signal_it(signal.SIGKILL)
+        proc.wait(timeout=timeout)
+    if group:  # the leader ended: a child still in its group is stopped with it
+        signal_it(signal.SIGKILL)
 
 
 # ------------------------------------------------------------------------------------------------ drivers
