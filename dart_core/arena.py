@@ -192,6 +192,7 @@ class Arena:
     store: NgramStore | None = None
     stop_ids: list[int] = field(default_factory=list)
     runners: list[str] = field(default_factory=list)  # enabled racers with a loop of their own (HF generate)
+    engines: dict[str, Any] = field(default_factory=dict)  # runner key -> its outside engine (``Racer.setup``)
     cpu_linears: dict[str, CpuLinearPlan] = field(default_factory=dict)  # on a CPU: "target" / racer key → plan
     budget: str = NODE  # the tree budget's rule for every racer that drafts (``dart_core.engine.budget``)
     cost_curves: CostCurves | None = None  # the target's verify cost (None: measured, not kept, when first needed)
@@ -388,6 +389,14 @@ def load_arena(
     for drafter in arena.drafters.values():
         if rows and fast_path_mode != "compile" and hasattr(drafter, "use_static_cache"):
             drafter.use_static_cache(rows, graphs=fast_path_mode == "graphs")  # type: ignore[attr-defined]
+    made: dict[Any, Any] = {}  # racers that share an engine (llama.cpp's two rows) set it up once
+    for r in (racer(key) for key in runners):
+        if r.setup is not None and r.setup not in made:
+            with stage(r.label, "the target's weights for its own engine", enabled=progress) as line:
+                made[r.setup] = r.setup(target, tokenizer, model_identity(base))
+                line.detail = made[r.setup].summary()
+        if r.setup is not None:
+            arena.engines[r.key] = made[r.setup]
     arena.cost_curves = CostCurves(target, model=model_identity(base))
     if budget != OFF and arena.drafters:
         with stage("verify cost", "the target's verify steps timed by rows, for the tree budget",

@@ -3,6 +3,8 @@
 #   bash scripts/dev.sh setup   create/refresh .venv and (re)build the package when sources or the module list changed
 #   bash scripts/dev.sh demo    the project's main job: the comparison app on the default bundle (assets/smollm2, a
 #                               chat model); args go to python -m dart_arena (--bundle assets/tiny: the stdlib toy)
+#   bash scripts/dev.sh llamacpp  setup, then the optional llama.cpp racer (llama-cpp-python, built from source for
+#                               this CPU once: a few minutes on 2 cores; kept per CPU in the user cache)
 #   bash scripts/dev.sh test    lint + the whole test suite, on DART_TEST_WORKERS pytest-xdist workers (2); args go
 #                               to pytest (-n 0: one process)
 # Needs only Python >= 3.10 and a C++20 compiler; cmake/ninja come from PyPI when the system has none.
@@ -76,8 +78,40 @@ except PackagedModelError as e:
 PYEOF
 }
 
+# llama-cpp-python (the `llamacpp` extra) compiles llama.cpp with -march=native: a wheel built on one CPU can
+# crash with an illegal instruction on another, and pip's own wheel cache does not tell CPUs apart. So the wheel is
+# built here, without the multimodal library the racer never loads, into a folder of the user cache named by the
+# version, the build flags and this CPU's instruction sets, and installed from there.
+LLAMACPP_VERSION=0.3.36
+LLAMACPP_CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF"
+llamacpp() {
+  local cpu key dir
+  cpu=$(grep -m1 -E '^(flags|Features)' /proc/cpuinfo 2>/dev/null || uname -m)
+  key=$(printf '%s\n%s\n%s' "$LLAMACPP_VERSION" "$LLAMACPP_CMAKE_ARGS" "$cpu" | "$PY" -c \
+    "import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest()[:16])")
+  dir="${DART_ARENA_CACHE:-$HOME/.cache/dart_arena}/wheels/llama_cpp_python-$LLAMACPP_VERSION-$key"
+  if "$PY" -c "import importlib.metadata as m,sys; sys.exit(m.version('llama_cpp_python') != sys.argv[1])" \
+      "$LLAMACPP_VERSION" 2>/dev/null && [ -f "$VENV/.llamacpp-$key" ]; then
+    return 0
+  fi
+  if ! ls "$dir"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+    echo "==> building llama-cpp-python $LLAMACPP_VERSION for this CPU (compiles llama.cpp once: minutes)"
+    mkdir -p "$dir"
+    local started=$SECONDS
+    CMAKE_ARGS="$LLAMACPP_CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc 2>/dev/null || echo 2)" \
+      "$PY" -m pip wheel -q --no-deps --no-cache-dir --no-binary llama-cpp-python -w "$dir" \
+      "llama-cpp-python==$LLAMACPP_VERSION"
+    echo "==> built in $((SECONDS - started)) s: $dir"
+  fi
+  echo "==> installing llama-cpp-python $LLAMACPP_VERSION from $dir"
+  "$PY" -m pip install -q "$dir"/llama_cpp_python-*.whl
+  rm -f "$VENV"/.llamacpp-*
+  touch "$VENV/.llamacpp-$key"
+}
+
 case "${1:-}" in
   setup) setup ;;
+  llamacpp) setup; llamacpp ;;
   demo) setup; shift; exec "$PY" -m dart_arena "$@" ;;  # exec: a signal to the demo reaches the app itself
   test)
     setup
@@ -88,5 +122,5 @@ case "${1:-}" in
     # worksteal evens out the few long tests
     "$PY" -m pytest -n "${DART_TEST_WORKERS:-2}" --dist worksteal "$@"
     ;;
-  *) echo "usage: bash scripts/dev.sh {setup|demo|test} [args...]" >&2; exit 2 ;;
+  *) echo "usage: bash scripts/dev.sh {setup|llamacpp|demo|test} [args...]" >&2; exit 2 ;;
 esac

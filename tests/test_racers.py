@@ -32,7 +32,7 @@ def test_every_racer_has_checked_defaults_and_bounded_settings() -> None:
             check_settings(r.default_settings(device), r.label)
         for k in r.knobs():
             assert k.low <= k.default <= k.high and (k.cpu is None or k.low <= k.cpu <= k.high), (r.key, k.name)
-    names = "dart, eagle3, dflash, dflash-tree, prompt-lookup, ngram-only, suffix, hf, ar"
+    names = "dart, eagle3, dflash, dflash-tree, prompt-lookup, ngram-only, suffix, hf, llamacpp, llamacpp-lookup, ar"
     with pytest.raises(ValueError, match=f"unknown method 'nope'; the racers are {names}"):
         racer("nope")
     dart = racer("dart").settings_type

@@ -80,7 +80,7 @@ from dart_core.race import (
     row_settings,
     run_record,
 )
-from dart_core.racers.registry import BASELINE, RACERS, model_free_asked, racer
+from dart_core.racers.registry import BASELINE, RACERS, model_free_asked, racer, runners_asked
 
 
 class BenchError(Exception):
@@ -255,6 +255,8 @@ def environment(arena: Any) -> dict[str, Any]:
             getattr(d, "graphs_captured", 0) for d in arena.drafters.values())
         env["capture_seconds"] = round(arena.target.capture_seconds + sum(
             getattr(d, "capture_seconds", 0.0) for d in arena.drafters.values()), 3)
+    if arena.engines:  # outside engines raced (llama.cpp): their version, build, file and settings
+        env["outside_engines"] = {key: engine.describe() for key, engine in arena.engines.items()}
     plans = getattr(arena, "cpu_linears", {})
     if plans:
         env["cpu_linears"] = {name: dataclasses.asdict(plan) for name, plan in plans.items()}
@@ -385,7 +387,7 @@ def load_racers(args: argparse.Namespace, src: Sources, runtime: dict[str, Any])
     racers = list(dict.fromkeys(row_racer(m) for m in asked)) if asked else None
     arena = load_arena(src.base, ngram=src.ngram, small_ngram=src.small_ngram, ngram_memory=src.ngram_memory,
                        progress=not args.no_progress, hf=args.hf_generate, **runtime, **src.drafters,
-                       **model_free_asked(racers))
+                       **model_free_asked(racers), **runners_asked(racers))
     methods = asked or arena.methods
     for m in methods:
         arena.drafter(row_racer(m))  # a clear error for a method that is not loaded

@@ -9,7 +9,7 @@ from typing import Any
 
 from dart_core.engine.acceptance import SamplingConfig
 from dart_core.race import ACCEPTANCE_HEADER, acceptance_cells, method_width, per_position_lines, row_racer
-from dart_core.racers.registry import racer
+from dart_core.racers.registry import PEER, racer
 
 SPREAD_FIGURES = ("tau", "tokens_per_s_wall", "speedup_vs_ar", "draft_acceptance_rate")
 
@@ -103,14 +103,17 @@ def print_table(summary: dict[str, dict[str, Any]], methods: list[str], n: int, 
     print(f"\n{heading}{n} prompts, {mode}; tok/s include the prefill (eng: sum of the engine's step stopwatches, "
           "wall: clock around each generation)\nvs AR by wall tok/s; ms are means per verify step")
     w = method_width(methods)
+    peer = any("speedup_vs_peer" in summary[m] for m in methods)  # llama.cpp raced: each row against it too
     print(f"{'method':<{w}} {'tokens':>7} {'steps':>6} {'tau':>6} {ACCEPTANCE_HEADER} {'tok/s eng':>9} "
-          f"{'tok/s wall':>10} {'vs AR wall':>10} {'draft ms':>9} {'search ms':>10} {'verify ms':>10}")
+          f"{'tok/s wall':>10} {'vs AR wall':>10}" + (f" {'vs ' + racer(PEER).label:>12}" if peer else "")
+          + f" {'draft ms':>9} {'search ms':>10} {'verify ms':>10}")
     for m in methods:
         s = summary[m]
         speed = f"{s['speedup_vs_ar']:.2f}x" if s["speedup_vs_ar"] else "-"
+        vs_peer = f" {s['speedup_vs_peer']:>11.2f}x" if s.get("speedup_vs_peer") else f" {'-':>12}"
         print(f"{m:<{w}} {s['tokens']:>7} {s['verify_steps']:>6} {s['tau']:>6.2f} {acceptance_cells(s)} "
-              f"{s['tokens_per_s']:>9.1f} {s['tokens_per_s_wall']:>10.1f} {speed:>10} {s['draft_ms_per_step']:>9.2f} "
-              f"{s['search_ms_per_step']:>10.2f} {s['verify_ms_per_step']:>10.2f}")
+              f"{s['tokens_per_s']:>9.1f} {s['tokens_per_s_wall']:>10.1f} {speed:>10}" + (vs_peer if peer else "")
+              + f" {s['draft_ms_per_step']:>9.2f} {s['search_ms_per_step']:>10.2f} {s['verify_ms_per_step']:>10.2f}")
     for line in memory_lines(summary, methods, labels or {}):
         print(line)
     for line in per_position_lines({m: summary[m] for m in methods}):

@@ -9,7 +9,7 @@ from typing import Any
 
 from dart_core.engine.loop import Step
 from dart_core.engine.metrics import summarize
-from dart_core.racers.registry import BASELINE
+from dart_core.racers.registry import BASELINE, PEER
 
 
 def racer_figures(steps: Sequence[Step], wall_ms: float | None = None) -> dict[str, Any]:
@@ -56,8 +56,11 @@ def ratio(mine: float | None, ar: float | None) -> float | None:
 
 def add_speedups(summary: Mapping[str, dict[str, Any]]) -> None:
     """Each racer's ``speedup_vs_ar`` over plain decoding's row in ``summary``: by the wall clock where the figures
-    have one (the engine's stopwatches then in ``speedup_vs_ar_engine``), else by the stopwatches."""
+    have one (the engine's stopwatches then in ``speedup_vs_ar_engine``), else by the stopwatches; where the peer
+    engine raced (llama.cpp: ``registry.PEER``), each racer's ``speedup_vs_peer`` over it too, by the same clock."""
     ar = summary.get(BASELINE) or {}
+    peer = summary.get(PEER)
+    clock = "tokens_per_s_wall" if "tokens_per_s_wall" in ar else "tokens_per_s"
     for s in summary.values():
         if s is None:
             continue
@@ -67,6 +70,8 @@ def add_speedups(summary: Mapping[str, dict[str, Any]]) -> None:
             s["speedup_vs_ar_engine"] = engine
         else:
             s["speedup_vs_ar"] = engine
+        if peer:
+            s["speedup_vs_peer"] = ratio(s.get(clock), peer.get(clock))
 
 
 def summarize_racers(pooled: Mapping[str, Sequence[Step]],

@@ -28,6 +28,9 @@ from dart_core.engine.budget import NODE
 from dart_core.engine.drafter import Drafter, NoSettings, PlainDecoding
 from dart_core.racers.hf_generate import KEY as HF_KEY
 from dart_core.racers.hf_generate import stream_hf_generate
+from dart_core.racers.llamacpp import KEY as LLAMACPP_KEY
+from dart_core.racers.llamacpp import LOOKUP_KEY as LLAMACPP_LOOKUP_KEY
+from dart_core.racers.llamacpp import setup_llamacpp, stream_llamacpp, stream_llamacpp_lookup
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,10 @@ class Racer:
     racer's drafter made on the loaded target alone (no checkpoint: no model flag, bundle folder or launch-check
     piece; loaded with every target, and when it ``uses_store``, wherever a store is: the store is all it drafts
     from); ``ticked``: the page's Racers picker ticks it by default (a model-free racer that lengthens the first
-    race is left for the visitor to tick)."""
+    race is left for the visitor to tick); ``setup``: a runner's outside engine, made once at load on the target
+    (with its tokenizer and the model's identity: the llama.cpp model on the target's weights), where a missing
+    install or a target it cannot serve is refused before any race; what it returns says what the benchmark records
+    of it (``describe()``) and the load's line (``summary()``)."""
 
     key: str
     label: str
@@ -60,6 +66,7 @@ class Racer:
     checkpoint: CheckpointFormat | None = None
     build: Callable[[Any], Drafter] | None = None
     ticked: bool = True
+    setup: Callable[[Any, Any, str | None], Any] | None = None
 
     @property
     def dest(self) -> str:
@@ -119,9 +126,16 @@ RACERS: list[Racer] = [
           build=SuffixDrafter.for_target, settings_type=SuffixSettings, ticked=False),
     Racer(HF_KEY, "HF generate", "#64748b", "transformers' own generate() on the same weights: the real alternative",
           runner=stream_hf_generate, opt_in=True),
+    Racer(LLAMACPP_KEY, "llama.cpp", "#78716c", "llama.cpp (llama-cpp-python) decoding the same weights, written to "
+          "GGUF in the target's dtype: the CPU user's real alternative", runner=stream_llamacpp,
+          setup=setup_llamacpp, opt_in=True),
+    Racer(LLAMACPP_LOOKUP_KEY, "llama.cpp lookup", "#a8a29e", "llama-cpp-python's own prompt-lookup speculative "
+          "decoding on the same GGUF", runner=stream_llamacpp_lookup, setup=setup_llamacpp, opt_in=True,
+          ticked=False),
     Racer("ar", "AR", "#94a3b8", "plain autoregressive decoding: one target forward per token"),
 ]
 BASELINE = "ar"  # the racer every speedup is measured against
+PEER = LLAMACPP_KEY  # the outside engine every speedup is also measured against, when it races (speedup_vs_peer)
 UPSTREAM = "dart"  # the racer the reference implementation's facade stands for (DartModel.dart_generate)
 PLAIN = PlainDecoding()
 
@@ -173,6 +187,13 @@ def model_free_asked(methods: Iterable[str] | None) -> dict[str, bool | None]:
     each loads where it can."""
     names = None if methods is None else set(methods)
     return {r.key: None if names is None else r.key in names for r in model_free_racers()}
+
+
+def runners_asked(methods: Iterable[str] | None) -> dict[str, bool]:
+    """``load_arena``'s switches of the racers with an engine of their own to set up (llama.cpp): on when named in
+    ``methods`` (they are opt-in: ``None``, every loaded racer, leaves them off)."""
+    names = set(methods or ())
+    return {r.key: True for r in RACERS if r.setup is not None and r.key in names}
 
 
 def runner_racers() -> Iterator[Racer]:
