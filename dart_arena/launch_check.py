@@ -56,7 +56,7 @@ def run_app_check(args: argparse.Namespace, src: Mapping[str, Any]) -> int | Non
                            small_ngram=bool(args.use_small_ngram), device=args.device, dtype=args.dtype,
                            max_length=args.max_length, host=host, port=args.server_port,
                            chat_template=None if template in TEMPLATE_NOT_CHECKED else args.template_name,
-                           model_free=src.get("model_free"))
+                           model_free=src.get("model_free"), runners=src.get("runners", ()))
     except Exception as e:  # a flaw of the check itself must not block a launch that would work
         log.debug("the launch check failed", exc_info=True)
         text = f"the launch check itself failed ({type(e).__name__}: {str(e)[:300]})"

@@ -211,3 +211,34 @@ def test_bench_e2e_races_llamacpp_beside_ar(tmp_path: Path, monkeypatch: pytest.
     line = next(x for x in capsys.readouterr().err.splitlines() if "for its own engine" in x)
     assert "llama.cpp: the target's weights for its own engine; float32 GGUF" in line and "from the cache" in line
     assert gguf.stat().st_mtime_ns == written
+
+
+def test_bench_concurrency_refuses_the_llamacpp_rows_before_loading(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from dart_core.bench.__main__ import main as bench_main
+
+    bundle = write_bench_bundle(tmp_path / "bundle")
+    code = bench_main(["concurrency", "--bundle", str(bundle), "--streams", "1,2", "--limit", "2", "--methods",
+                       "ar,dart,llamacpp-lookup", "--out", str(tmp_path / "out"), "--no-progress"])
+    printed = capsys.readouterr()
+    assert code != 0 and "llama.cpp lookup decode one stream at a time here" in printed.err + printed.out
+    assert "Loading" not in printed.err  # nothing loaded
+
+
+def test_the_launch_check_names_a_missing_llamacpp_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before any weight loads: the app's llama.cpp column without llama-cpp-python is a problem with its fix."""
+    import importlib.util
+
+    from dart_core.preflight.launch import plan_launch
+
+    bundle = write_bench_bundle(tmp_path / "bundle")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llama_cpp" else real(name, *a))
+    plan = plan_launch(base=str(bundle / "target"), drafters={}, device="cpu", runners=["hf", "llamacpp"])
+    (problem,) = [p for p in plan.problems if "llama" in p.what]
+    assert problem.what == "llama.cpp needs the Python module llama_cpp, which is not installed."
+    assert "dev.sh llamacpp" in problem.fix[0] and problem.fix[1].startswith("--no-compare-llamacpp ")
+    monkeypatch.setattr(importlib.util, "find_spec", real)
+    _llama_cpp()  # installed: no such problem
+    assert not [p for p in plan_launch(base=str(bundle / "target"), drafters={}, device="cpu",
+                                       runners=["llamacpp"]).problems if "llama" in p.what]

@@ -71,7 +71,7 @@ from dart_core.race import (
 )
 from dart_core.racers.hf_generate import KEY as HF_KEY
 from dart_core.racers.hf_generate import generate_hf_batch
-from dart_core.racers.registry import BASELINE, color, racer
+from dart_core.racers.registry import BASELINE, color, racer, runner_racers
 
 DEFAULT_STREAMS = "1,2,4,8"
 MEMORY_SHARE = 0.8  # a sweep may plan its largest batch's caches and logits within this share of the free memory
@@ -174,6 +174,11 @@ def _run(args: argparse.Namespace) -> int:
     if problem is not None:  # refused before the load, untokenized
         raise BenchError(problem)
     streams = parse_streams(args.streams, len(prompts))
+    unbatched = [r.label for r in runner_racers() if r.key != HF_KEY and args.methods
+                 and r.key in {row_racer(m) for m in args.methods.split(",")}]
+    if unbatched:  # refused before anything loads
+        raise BenchError(f"{', '.join(unbatched)} decode one stream at a time here: leave them out of bench "
+                         "concurrency (bench e2e races them)")
     try:
         runtime = runtime_options(args)
         sampling = SamplingConfig(args.temperature, args.top_p, args.top_k)

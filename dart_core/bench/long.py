@@ -125,7 +125,7 @@ def _run(args: argparse.Namespace) -> int:
     from dart_core.options import racer_settings, runtime_options
     from dart_core.options.limits import loaded_problem, prompts_problem, target_limits
     from dart_core.race import command_line, models_identity, results_dir, run_record
-    from dart_core.racers.registry import BASELINE, model_free_asked
+    from dart_core.racers.registry import BASELINE, model_free_asked, runners_asked
 
     src, prompts = sources(args)
     if args.prompt is None:  # a prompt set read before the load; --prompt was checked with the flags
@@ -135,7 +135,7 @@ def _run(args: argparse.Namespace) -> int:
             raise BenchError(problem)
     asked = args.methods.split(",") if args.methods else None
     arena = load_arena(src.base, ngram=src.ngram, small_ngram=src.small_ngram, progress=not args.no_progress,
-                       **runtime_options(args), **src.drafters, **model_free_asked(asked))
+                       **runtime_options(args), **src.drafters, **model_free_asked(asked), **runners_asked(asked))
     methods = asked or arena.methods
     for m in methods:
         arena.drafter(m)  # a clear error for a method that is not loaded

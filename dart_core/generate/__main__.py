@@ -38,7 +38,7 @@ from dart_core.race import (
     per_position_lines,
     verdict_note,
 )
-from dart_core.racers.registry import BASELINE, RACERS, model_free_asked
+from dart_core.racers.registry import BASELINE, RACERS, model_free_asked, runners_asked
 
 EXAMPLES = """examples:
   python -m dart_core.generate --base Qwen/Qwen3-1.7B --dart fvliang/qwen1.7b-dart \\
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     asked = args.methods.split(",") if args.methods else None
     arena = load_arena(models.base, ngram=models.ngram, small_ngram=models.small_ngram,
                        ngram_memory=models.ngram_memory, progress=not args.no_progress,
-                       **runtime_options(args), **models.drafters, **model_free_asked(asked))
+                       **runtime_options(args), **models.drafters, **model_free_asked(asked), **runners_asked(asked))
     methods = asked or arena.methods
     for m in methods:
         arena.drafter(m)  # clear error for a method that is not loaded

@@ -3,9 +3,10 @@ port, and :func:`download` fetches exactly the planned files."""
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from huggingface_hub import snapshot_download
@@ -32,12 +33,14 @@ def plan_launch(
     port: int | None = None,
     chat_template: str | None = None,
     model_free: Mapping[str, bool | None] | None = None,
+    runners: Iterable[str] = (),
 ) -> Plan:
     """Resolve and check every piece of a launch (the target, each drafter given, the N-gram store), the device,
     the memory and the port, reading file listings and metadata only. Problems are collected, never raised.
     ``model_free``: the model-free racers' switches (key → None: loaded where it can be, True: asked for, False:
     off; absent keys are None, as ``load_arena`` takes them); they have no piece to check, but one asked for that
-    drafts from the N-gram store alone is a problem without a store."""
+    drafts from the N-gram store alone is a problem without a store. ``runners``: the racers with a loop of their
+    own asked for; one whose engine needs an optional module that is not installed (llama.cpp) is a problem."""
     from dart_core.racers.registry import model_free_racers, racer
 
     t0 = time.perf_counter()
@@ -78,6 +81,10 @@ def plan_launch(
         elif asked is not False and (ngram or not r.needs_store):
             picker = "" if r.ticked else " (unticked in the app's Racers picker)"
             plan.notes.append(f"{r.label}: model-free, nothing to load{picker}")
+    for r in (racer(key) for key in runners):
+        if r.needs_module and importlib.util.find_spec(r.needs_module) is None:
+            plan.problems.append(Problem(f"{r.label} needs the Python module {r.needs_module}, which is not "
+                                         "installed.", [r.install, f"--no-compare-{r.key}   (race without it)"]))
     plan.memory = estimate_memory(plan, max_length, dtype_bytes)  # even with other problems: all at once
     problem = memory_problem(plan.memory, plan)
     if problem is not None:

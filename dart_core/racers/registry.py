@@ -28,6 +28,7 @@ from dart_core.engine.budget import NODE
 from dart_core.engine.drafter import Drafter, NoSettings, PlainDecoding
 from dart_core.racers.hf_generate import KEY as HF_KEY
 from dart_core.racers.hf_generate import stream_hf_generate
+from dart_core.racers.llamacpp import INSTALL as LLAMACPP_INSTALL
 from dart_core.racers.llamacpp import KEY as LLAMACPP_KEY
 from dart_core.racers.llamacpp import LOOKUP_KEY as LLAMACPP_LOOKUP_KEY
 from dart_core.racers.llamacpp import setup_llamacpp, stream_llamacpp, stream_llamacpp_lookup
@@ -50,7 +51,8 @@ class Racer:
     race is left for the visitor to tick); ``setup``: a runner's outside engine, made once at load on the target
     (with its tokenizer and the model's identity: the llama.cpp model on the target's weights), where a missing
     install or a target it cannot serve is refused before any race; what it returns says what the benchmark records
-    of it (``describe()``) and the load's line (``summary()``)."""
+    of it (``describe()``) and the load's line (``summary()``); ``needs_module``, ``install``: the optional module
+    its engine imports and how to install it, which the launch check looks for before any weight loads."""
 
     key: str
     label: str
@@ -67,6 +69,8 @@ class Racer:
     build: Callable[[Any], Drafter] | None = None
     ticked: bool = True
     setup: Callable[[Any, Any, str | None], Any] | None = None
+    needs_module: str = ""  # a module its engine imports that is an optional install (checked before loading)
+    install: str = ""  # how to install that module
 
     @property
     def dest(self) -> str:
@@ -128,10 +132,10 @@ RACERS: list[Racer] = [
           runner=stream_hf_generate, opt_in=True),
     Racer(LLAMACPP_KEY, "llama.cpp", "#78716c", "llama.cpp (llama-cpp-python) decoding the same weights, written to "
           "GGUF in the target's dtype: the CPU user's real alternative", runner=stream_llamacpp,
-          setup=setup_llamacpp, opt_in=True),
+          setup=setup_llamacpp, opt_in=True, needs_module="llama_cpp", install=LLAMACPP_INSTALL),
     Racer(LLAMACPP_LOOKUP_KEY, "llama.cpp lookup", "#a8a29e", "llama-cpp-python's own prompt-lookup speculative "
           "decoding on the same GGUF", runner=stream_llamacpp_lookup, setup=setup_llamacpp, opt_in=True,
-          ticked=False),
+          ticked=False, needs_module="llama_cpp", install=LLAMACPP_INSTALL),
     Racer("ar", "AR", "#94a3b8", "plain autoregressive decoding: one target forward per token"),
 ]
 BASELINE = "ar"  # the racer every speedup is measured against
