@@ -242,3 +242,55 @@ def test_the_launch_check_names_a_missing_llamacpp_install(tmp_path: Path, monke
     _llama_cpp()  # installed: no such problem
     assert not [p for p in plan_launch(base=str(bundle / "target"), drafters={}, device="cpu",
                                        runners=["llamacpp"]).problems if "llama" in p.what]
+
+
+def test_a_gpu_target_without_a_gpu_build_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    _llama_cpp()
+    import llama_cpp
+
+    from dart_core.racers.llamacpp import LlamaCppError, setup_llamacpp
+
+    class OnGpu:  # what setup reads before anything is written: the device
+        device = torch.device("cuda", 0)
+
+    monkeypatch.setattr(llama_cpp, "llama_supports_gpu_offload", lambda: False)
+    with pytest.raises(LlamaCppError, match=r"runs on cuda.*no GPU backend.*GGML_CUDA=on.*leave the llama\.cpp rows"):
+        setup_llamacpp(OnGpu())  # type: ignore[arg-type]
+
+
+def test_a_bf16_target_races_on_a_bf16_gguf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bfloat16 target is written and decoded in bfloat16 (llama.cpp's own float16 KV cache): its text is the
+    target's up to bf16 rounding, so the greedy check compares it with ties counted apart."""
+    _llama_cpp()
+    from dart_core.engine.greedy_check import compare
+    from dart_core.racers.llamacpp import engine_of, stream_llamacpp
+
+    monkeypatch.setenv("DART_ARENA_CACHE", str(tmp_path))
+    target = TargetModel(tiny_target("qwen3", seed=2).to(torch.bfloat16))
+    engine = engine_of(target)
+    assert engine.describe()["dtype"] == "bfloat16" and engine.path.name.endswith("-bf16.gguf")
+    for prompt in prompts(seed=6)[:3]:
+        want, ref = generate(target, prompt, None, max_new_tokens=16)
+        steps = list(stream_llamacpp(target, prompt, max_new_tokens=16))
+        got = [t for s in steps for t in s.tokens]
+        verdict = compare(want, [t for s in ref for t in s.top_logits], got,
+                          [t for s in steps for t in s.top_logits], torch.bfloat16)
+        assert len(got) == 16 and verdict.kind in ("identical", "tie"), verdict
+
+
+def test_sampling_uses_llamacpps_sampler_seeded_from_the_generator(targets: dict[str, TargetModel]) -> None:
+    _llama_cpp()
+    from dart_core.engine.acceptance import SamplingConfig
+    from dart_core.racers.llamacpp import stream_llamacpp
+
+    target, prompt = targets["qwen3"], prompts(seed=7)[0]
+    hot = SamplingConfig(temperature=1.5, top_p=0.95, top_k=40)
+
+    def run(seed: int) -> list[int]:
+        steps = stream_llamacpp(target, prompt, sampling=hot, max_new_tokens=24,
+                                generator=torch.Generator().manual_seed(seed))
+        return [t for s in steps for t in s.tokens]
+
+    first, again, other = run(1), run(1), run(2)
+    assert first == again and first != other and len(first) == 24
+    assert first != generate(target, prompt, None, max_new_tokens=24)[0]  # not the greedy text
