@@ -294,3 +294,17 @@ def test_sampling_uses_llamacpps_sampler_seeded_from_the_generator(targets: dict
     first, again, other = run(1), run(1), run(2)
     assert first == again and first != other and len(first) == 24
     assert first != generate(target, prompt, None, max_new_tokens=24)[0]  # not the greedy text
+
+
+def test_a_model_without_an_identity_leaves_no_file_behind() -> None:
+    _llama_cpp()
+    import gc
+
+    from dart_core.racers.llamacpp import engine_of, stream_llamacpp
+
+    target = TargetModel(tiny_target("llama", seed=9))
+    folder = engine_of(target).path.parent
+    assert folder.is_dir() and len(list(stream_llamacpp(target, [1, 2, 3], max_new_tokens=4))) == 4
+    del target
+    gc.collect()
+    assert not folder.exists()

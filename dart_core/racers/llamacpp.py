@@ -17,6 +17,7 @@ pool, so interleaved races never share one.
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 import weakref
@@ -152,6 +153,8 @@ def setup_llamacpp(target: TargetModel, tokenizer: Any = None, identity: str | N
                             written_s=time.perf_counter() - started if written else 0.0)
     with engine.lend(False):
         pass
+    if identity is None:  # a model without an identity got a file of its own in a temporary folder: gone with it
+        weakref.finalize(engine, shutil.rmtree, path.parent, True)
     _ENGINES[target] = engine
     return engine
 
