@@ -17,7 +17,10 @@ own conversation with the set's follow-up question, and every figure is also giv
 that remembers earlier answers (suffix decoding) runs as two rows (``dart_core.race.rows``): cold, from an empty
 memory at each conversation's start, and warm (``suffix:warm``), from one memory of its own answers to the run's
 earlier prompts (``--memory`` picks). The ``hf`` row is Hugging Face ``generate`` on the same weights,
-dtype and device (``--no-hf-generate`` drops it): the baseline a user would otherwise run. A greedy output that
+dtype and device (``--no-hf-generate`` drops it): the baseline a user would otherwise run. ``llamacpp`` and
+``llamacpp-lookup``, named in ``--methods`` (the optional extra: ``bash scripts/dev.sh llamacpp``), are llama.cpp
+decoding the same weights written to GGUF, plainly and with its own prompt lookup; with them every row's speedup
+over llama.cpp's plain row ("vs llama.cpp", ``speedup_vs_peer``) stands beside its speedup over AR. A greedy output that
 parts from AR's where the target's best logits lie within the dtype's rounding in both runs counts as a tie, not a
 mismatch (``dart_core.engine.greedy_check``).
 """
