@@ -389,15 +389,15 @@ def load_arena(
     for drafter in arena.drafters.values():
         if rows and fast_path_mode != "compile" and hasattr(drafter, "use_static_cache"):
             drafter.use_static_cache(rows, graphs=fast_path_mode == "graphs")  # type: ignore[attr-defined]
+    identity = model_identity(base)
     made: dict[Any, Any] = {}  # racers that share an engine (llama.cpp's two rows) set it up once
-    for r in (racer(key) for key in runners):
-        if r.setup is not None and r.setup not in made:
+    for r in (r for r in map(racer, runners) if r.setup is not None):
+        if r.setup not in made:
             with stage(r.label, "the target's weights for its own engine", enabled=progress) as line:
-                made[r.setup] = r.setup(target, tokenizer, model_identity(base))
+                made[r.setup] = r.setup(target, tokenizer, identity)
                 line.detail = made[r.setup].summary()
-        if r.setup is not None:
-            arena.engines[r.key] = made[r.setup]
-    arena.cost_curves = CostCurves(target, model=model_identity(base))
+        arena.engines[r.key] = made[r.setup]
+    arena.cost_curves = CostCurves(target, model=identity)
     if budget != OFF and arena.drafters:
         with stage("verify cost", "the target's verify steps timed by rows, for the tree budget",
                    enabled=progress) as line:

@@ -194,11 +194,9 @@ class _Evals:
         self.llm.draft_model = self._draft
 
 
-def _top(llm: Any, row: int | None) -> TopLogits:
+def _top(llama_cpp: Any, llm: Any, row: int | None) -> TopLogits:
     """llama.cpp's best :data:`RECORDED` (ids, logits) of context row ``row`` (None: the last forward's only row)."""
     if row is None:
-        import llama_cpp
-
         logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(llm.n_vocab(),))
     else:
         logits = llm.scores[row]
@@ -227,6 +225,7 @@ def stream_llamacpp(
     :data:`CONTEXT` tokens (a longer answer stops there, as at the target's own limit). Sampling uses llama.cpp's
     own sampler (temperature, top-k, top-p), seeded from ``generator``'s seed."""
     sampling = sampling or SamplingConfig()
+    llama_cpp = llama_cpp_module()
     engine = engine_of(target)
     prompt, limit = checked_request(target, input_ids, max_new_tokens, max_length)
     limit = min(limit, engine.context)
@@ -254,7 +253,7 @@ def stream_llamacpp(
                 j = len(group)
                 group.append(token)
                 if greedy:
-                    tops.append(_top(llm, None if not lookup else start + (len(sent) - 1 if prefill else j)))
+                    tops.append(_top(llama_cpp, llm, None if not lookup else start + (len(sent) - 1 if prefill else j)))
                 emitted += 1
                 reason = stop_reason(token in stops, emitted, max_new_tokens, len(prompt) + emitted, limit)
                 more = not prefill and j + 1 < len(sent) and token == sent[j + 1]
