@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from dart_core import _native
 from dart_core.engine import cpu_linear as CL
 from dart_core.engine.loop import generate
 from dart_core.engine.target import TargetModel
@@ -84,16 +85,18 @@ def test_auto_plan_follows_its_own_timings() -> None:
     model = C.tiny_target("qwen3", vocab=97, hidden=32).float()
     plan = CL.plan_cpu_linears(model, "auto", repeats=1)
     assert plan.reason == "measured" and plan.threads == torch.get_num_threads()
+    assert set(plan.timings) == {CL.STOCK, CL.ONEDNN, CL.NATIVE}
     for rows, chosen in ((1, plan.one_row), (CL.MANY_ROWS, plan.many_rows)):
-        stock, onednn = plan.timings[CL.STOCK][rows], plan.timings[CL.ONEDNN][rows]
-        assert stock > 0 and onednn > 0
-        assert chosen == (CL.ONEDNN if onednn < CL.MARGIN * stock else CL.STOCK)
+        t = {k: plan.timings[k][rows] for k in CL.KERNELS}
+        assert all(ms > 0 for ms in t.values())
+        fastest = min(CL.KERNELS, key=t.__getitem__)
+        assert chosen == (fastest if t[fastest] < CL.MARGIN * t[CL.STOCK] else CL.STOCK)
     assert f"1 row {plan.one_row}" in plan.describe()
 
 
 def test_bad_modes_and_unsuitable_models_are_refused_by_name() -> None:
     model = C.tiny_target("qwen3", vocab=97, hidden=32)
-    with pytest.raises(ValueError, match="cpu_linear must be one of auto, stock, onednn, got 'fast'"):
+    with pytest.raises(ValueError, match="cpu_linear must be one of auto, stock, onednn, native, got 'fast'"):
         CL.use_cpu_linears(model, "fast")
     half = C.tiny_target("qwen3", vocab=97, hidden=32).half()
     with pytest.raises(ValueError, match="float32 or bfloat16, not float16"):
@@ -103,21 +106,24 @@ def test_bad_modes_and_unsuitable_models_are_refused_by_name() -> None:
     assert not any(isinstance(m, CL.DispatchLinear) for m in half.modules())
 
 
-def test_speculative_output_equals_greedy_on_onednn_kernels(tmp_path) -> None:
-    """The central property on the oneDNN kernels: DART and EAGLE-3 drafts verified by the packed target give its
-    own greedy output, token for token (the target's M-row and one-row products both on oneDNN)."""
+@pytest.mark.parametrize("kernel", [CL.ONEDNN, CL.NATIVE])
+def test_speculative_output_equals_greedy_on_onednn_kernels(tmp_path, kernel: str) -> None:
+    """The central property on our kernels (oneDNN's packed, and the native few-row one): DART and EAGLE-3 drafts
+    verified by the target give its own greedy output, token for token, and that output is transformers' own
+    (the target's M-row and one-row products both on the kernel)."""
     from dart_core.drafters.dart import DartDrafter
     from dart_core.drafters.eagle3 import Eagle3Drafter, Eagle3Settings
 
     model = C.tiny_target("qwen3", vocab=97, hidden=32).float()
-    CL.use_cpu_linears(model, CL.ONEDNN)
+    CL.use_cpu_linears(model, kernel)
     target = TargetModel(model)
     drafters = {}
     for kind, cls in (("dart", DartDrafter), ("eagle3", Eagle3Drafter)):
         cfg = C.drafter_config(kind, vocab=97, hidden=32, draft_vocab=48, draft_length=6)
         path = C.write_drafter(tmp_path / kind, cfg, C.random_drafter_state(cfg, kind=kind, seed=7))
         drafters[kind] = cls.from_pretrained(path, target=model)
-        assert CL.use_cpu_linears(drafters[kind], CL.ONEDNN).uses_onednn
+        plan = CL.use_cpu_linears(drafters[kind], kernel)
+        assert plan.one_row == plan.many_rows == kernel
     rng = torch.Generator().manual_seed(3)
     for _ in range(6):
         prompt = torch.randint(0, 97, (int(torch.randint(3, 20, (1,), generator=rng)),), generator=rng).tolist()
@@ -183,3 +189,84 @@ def test_no_packed_copy_without_the_ram_for_it(monkeypatch) -> None:
     assert not any(isinstance(m, CL.DispatchLinear) for m in model.modules())
     monkeypatch.setattr(CL, "available_ram", lambda: 3 * need)
     assert CL.use_cpu_linears(model, CL.ONEDNN).uses_onednn
+
+
+# ----------------------------------------------------------------------------------------------- the native kernel
+@pytest.mark.parametrize("isa", _native.ROW_LINEAR_ISAS)
+@pytest.mark.parametrize("rows", [1, 2, 3, 16, 33])
+@pytest.mark.parametrize("bias", [True, False])
+def test_native_row_linear_computes_f_linear(isa: str, rows: int, bias: bool) -> None:
+    """Every copy of the kernel, odd widths (a tail past the vector width, a short last block of weight rows) and
+    any row count: F.linear's product in float32, and in bfloat16 torch's own rounding of it, within one step."""
+    gen = torch.Generator().manual_seed(rows)
+    x, w = torch.randn(rows, 77, generator=gen), torch.randn(203, 77, generator=gen)
+    b = torch.randn(203, generator=gen) if bias else None
+    out = torch.empty(rows, 203)
+    _native.row_linear(x.numpy(), w.numpy(), None if b is None else b.numpy(), out.numpy(), 2, isa)
+    torch.testing.assert_close(out, F.linear(x, w, b), rtol=1e-5, atol=1e-5)
+    xh, wh, bh = x.bfloat16(), w.bfloat16(), None if b is None else b.bfloat16()
+    outh = torch.empty(rows, 203, dtype=torch.bfloat16)
+    _native.row_linear(CL.numpy_bits(xh), CL.numpy_bits(wh), None if bh is None else CL.numpy_bits(bh),
+                       CL.numpy_bits(outh), 2, isa)
+    exact = F.linear(xh.float(), wh.float(), None if bh is None else bh.float())
+    torch.testing.assert_close(outh.float(), exact, rtol=2 ** -7, atol=1e-2)  # bf16's rounding of the f32 sum
+
+
+def test_native_row_linear_splits_a_large_layer_across_threads_exactly() -> None:
+    """Split over PyTorch's OpenMP team or not, each output is the same sum: the threads only share out rows."""
+    gen = torch.Generator().manual_seed(0)
+    x, w = torch.randn(2, 64, generator=gen), torch.randn(4096, 64, generator=gen)
+    one, many = torch.empty(2, 4096), torch.empty(2, 4096)
+    _native.row_linear(x.numpy(), w.numpy(), None, one.numpy(), 1)
+    _native.row_linear(x.numpy(), w.numpy(), None, many.numpy(), 4)
+    assert torch.equal(one, many)
+
+
+def test_native_row_linear_refuses_bad_arrays_by_name() -> None:
+    import numpy as np
+
+    x, w, out = np.zeros((2, 8), np.float32), np.zeros((4, 8), np.float32), np.zeros((2, 4), np.float32)
+    cases = [
+        ((x, np.zeros((4, 9), np.float32), None, out), "weight must have shape \\[4, 8\\]"),
+        ((x, w, None, np.zeros((2, 5), np.float32)), "out must have shape \\[2, 4\\]"),
+        ((x, w.astype(np.float64), None, out), "weight must be float32"),
+        ((x, w.astype(np.int16), None, out), "x, weight and out must be of one dtype"),
+        ((x, w, np.zeros(3, np.float32), out), "bias must be contiguous with shape \\[4\\]"),
+        ((x, np.asfortranarray(w), None, out), "weight must be C-contiguous"),
+        ((x[:, ::2], w[:, :4], None, out), "x must be C-contiguous"),
+    ]
+    for args, message in cases:
+        with pytest.raises(ValueError, match=message):
+            _native.row_linear(*args)
+    with pytest.raises(ValueError, match="threads must be at least 1"):
+        _native.row_linear(x, w, None, out, 0)
+    with pytest.raises(ValueError, match="isa must be auto"):
+        _native.row_linear(x, w, None, out, 1, "sse9")
+
+
+def test_native_kernel_runs_on_pytorchs_own_openmp_team() -> None:
+    """A second thread pool beside PyTorch's OpenMP team fights it for the cores: the kernel uses the runtime
+    PyTorch loaded, never one of its own, and says why where it cannot."""
+    if "OpenMP" not in torch.__config__.parallel_info():
+        pytest.skip("this PyTorch's threads are not OpenMP's")
+    assert CL.native_threads() == ""
+    assert "omp" in _native.openmp_runtime()
+    assert _native.use_openmp_runtime("/nonexistent/libgomp.so.1") == "the process has not loaded this OpenMP runtime"
+    assert "omp" in _native.openmp_runtime()  # a refused path leaves the runtime in use as it was
+
+
+def test_native_plan_swaps_layers_and_falls_back_where_it_cannot_serve() -> None:
+    lin, swapped = packed_layer(kind=CL.NATIVE)
+    assert isinstance(swapped, CL.DispatchLinear) and swapped.native is not None and swapped.packed is None
+    x = torch.randn(5, 48)
+    with torch.no_grad():
+        torch.testing.assert_close(swapped(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+        wide = torch.randn(CL.NATIVE_MAX_ROWS + 1, 48)  # past the kernel's rows: PyTorch's own, exactly
+        assert swapped.plan.kernel(wide.shape[0]) == CL.STOCK
+        assert torch.equal(swapped(wide), F.linear(wide, lin.weight, lin.bias))
+        lin.weight.mul_(2.0)  # changed in place: the weight itself, never a stale view
+        assert torch.equal(swapped(x), F.linear(x, lin.weight, lin.bias))
+    half = C.tiny_target("qwen3", vocab=97, hidden=32).half()
+    with pytest.raises(ValueError, match="cpu_linear=native: the native kernel reads contiguous float32 or "
+                                         "bfloat16 weights on the CPU, not float16 on cpu"):
+        CL.use_cpu_linears(half, CL.NATIVE)

@@ -20,15 +20,11 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from dart_core import _native
+from dart_core.engine.cpu_linear import numpy_bits
 
 ATTN_IMPLEMENTATION = "dart_cpu_decode"
 # keyword arguments that change what attention computes: the kernel knows none of them
 _UNSUPPORTED_KWARGS = ("softcap", "s_aux", "sinks", "position_bias", "output_attentions")
-
-
-def _bits(t: torch.Tensor) -> Any:
-    """A numpy view of ``t`` (no copy): bfloat16 as its 16 bits, which numpy has no type for."""
-    return (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy()
 
 
 def _keep_rows(mask: torch.Tensor | None, batch: int, length: int) -> torch.Tensor | bool | None:
@@ -75,8 +71,9 @@ def native_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
     if q.stride(-1) != 1:
         q = q.contiguous()
     scale = float(scaling) if scaling is not None else dim ** -0.5
-    _native.decode_attention(_bits(q), _bits(key), _bits(value), None if keep is None else keep.numpy(), scale,
-                     _bits(out.view(batch, kv_heads, group, dim)), torch.get_num_threads())
+    _native.decode_attention(numpy_bits(q), numpy_bits(key), numpy_bits(value),
+                             None if keep is None else keep.numpy(), scale,
+                             numpy_bits(out.view(batch, kv_heads, group, dim)), torch.get_num_threads())
     return out, None
 
 

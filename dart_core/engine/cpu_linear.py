@@ -8,28 +8,41 @@ assumed: :func:`plan_cpu_linears` times both kernels on the model's own layers a
 rows (verify, drafting) and :func:`use_cpu_linears` makes each ``nn.Linear`` dispatch by its input's rows. The
 reordered copy costs the layers' weight memory once more; the stock weights stay (tied weights, ``to()``,
 ``state_dict`` and the one-row path use them). Exact either way: both kernels compute the same products, only their
-summation order differs (a float32 rounding; the greedy check tells such ties from mismatches)."""
+summation order differs (a float32 rounding; the greedy check tells such ties from mismatches).
+
+A third kernel is ours: ``dart_core._native.row_linear`` reads the weights once for a few rows (up to
+``NATIVE_MAX_ROWS``), where PyTorch's one-row kernels read them at about half the memory's speed on two cores. It
+runs on PyTorch's own OpenMP team (:func:`native_threads`): a second set of threads beside that team, which
+spins a while after each op, fought it for the cores and more than doubled a step (measured:
+docs/benchmarks.md#measurements-behind-design-choices)."""
 
 from __future__ import annotations
 
+import functools
+import re
 import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from dart_core import _native
 from dart_core.engine.cpu import available_ram
 
-MODES = ("auto", "stock", "onednn")
+MODES = ("auto", "stock", "onednn", "native")
 # ``--cpu-linear``'s meaning, one sentence for every command's help
-CPU_LINEAR_HELP = ("on a CPU, the linear layers' kernel: auto (the default: PyTorch's own or oneDNN with prepacked "
-                   "weights, whichever ran the model's layers faster at load, timed apart for one row and for "
-                   "several at the thread count in use), stock (PyTorch's own), onednn")
-STOCK, ONEDNN = "stock", "onednn"
+CPU_LINEAR_HELP = ("on a CPU, the linear layers' kernel: auto (the default: PyTorch's own, oneDNN with prepacked "
+                   "weights or our native few-row kernel, whichever ran the model's layers fastest at load, timed "
+                   "apart for one row and for several at the thread count in use), stock (PyTorch's own), onednn, "
+                   "native")
+STOCK, ONEDNN, NATIVE = "stock", "onednn", "native"
+KERNELS = (STOCK, ONEDNN, NATIVE)
+NATIVE_MAX_ROWS = 32  # the most rows the native kernel multiplies: past a wide verify it is a matrix product
 MANY_ROWS = 16  # the rows "more than one" is measured at: a CPU verify tree, a drafter's block
 MEASURE_BYTES = 512 << 20  # weights one timed pass reads at most: past any cache, short on a large model
 MARGIN = 0.95  # oneDNN is chosen only where it is at least 5 % faster: ties keep PyTorch's own kernel
@@ -48,21 +61,27 @@ class CpuLinearPlan:
     reason: str = ""
 
     def kernel(self, rows: int) -> str:
-        return self.one_row if rows == 1 else self.many_rows
+        """The kernel for ``rows`` input rows (past ``NATIVE_MAX_ROWS`` the native kernel gives way to stock)."""
+        kernel = self.one_row if rows == 1 else self.many_rows
+        return STOCK if kernel == NATIVE and rows > NATIVE_MAX_ROWS else kernel
 
     @property
     def uses_onednn(self) -> bool:
         return ONEDNN in (self.one_row, self.many_rows)
+
+    @property
+    def uses_native(self) -> bool:
+        return NATIVE in (self.one_row, self.many_rows)
 
     def describe(self) -> str:
         """One line: each row class's kernel and the timings behind it."""
         def ms(kernel: str, rows: int) -> str:
             t = self.timings.get(kernel, {}).get(rows)
             return f" {t:.1f} ms" if t is not None else ""
-        parts = [f"1 row {self.one_row}" + (f" ({STOCK}{ms(STOCK, 1)}, {ONEDNN}{ms(ONEDNN, 1)})"
-                                             if self.timings else ""),
-                 f"{MANY_ROWS} rows {self.many_rows}" + (f" ({STOCK}{ms(STOCK, MANY_ROWS)}, "
-                                                         f"{ONEDNN}{ms(ONEDNN, MANY_ROWS)})" if self.timings else "")]
+        def timed(rows: int) -> str:
+            return " (" + ", ".join(f"{k}{ms(k, rows)}" for k in KERNELS if k in self.timings) + ")" \
+                if self.timings else ""
+        parts = [f"1 row {self.one_row}{timed(1)}", f"{MANY_ROWS} rows {self.many_rows}{timed(MANY_ROWS)}"]
         return f"CPU linear kernels: {'; '.join(parts)}, {self.threads} thread(s)" + (
             f"; {self.reason}" if self.reason else "")
 
@@ -110,6 +129,20 @@ def _packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | N
     return y.view(*x.shape[:-1], y.shape[-1])
 
 
+def numpy_bits(t: torch.Tensor) -> Any:
+    """A numpy view of ``t`` (no copy), as the native kernels take it: bfloat16 as its 16 bits, which numpy has no
+    type for."""
+    return (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy()
+
+
+def _native_linear(x: torch.Tensor, weight: Any, bias: Any, out_features: int, threads: int) -> torch.Tensor:
+    """``F.linear`` by the native kernel; ``weight`` and ``bias`` as :func:`numpy_bits` views (None: no bias)."""
+    flat = x.reshape(-1, x.shape[-1]).contiguous()
+    y = torch.empty(flat.shape[0], out_features, dtype=x.dtype)
+    _native.row_linear(numpy_bits(flat), weight, bias, numpy_bits(y), threads)
+    return y.view(*x.shape[:-1], out_features)
+
+
 class DispatchLinear(torch.nn.Linear):
     """An ``nn.Linear`` that multiplies by the plan's kernel for its input's rows. It shares the original layer's
     parameters (tied weights stay tied) and falls back to ``F.linear`` wherever the packed copy cannot serve:
@@ -118,6 +151,7 @@ class DispatchLinear(torch.nn.Linear):
 
     plan: CpuLinearPlan
     packed: torch.Tensor | None
+    native: tuple[Any, Any] | None  # the weight and bias as the native kernel reads them
 
     @classmethod
     def wrap(cls, linear: torch.nn.Linear, plan: CpuLinearPlan, packed: torch.Tensor | None) -> DispatchLinear:
@@ -126,19 +160,64 @@ class DispatchLinear(torch.nn.Linear):
         new.in_features, new.out_features = linear.in_features, linear.out_features
         new.weight = linear.weight
         new.bias = linear.bias
-        new.plan = plan
-        new.packed = packed
-        new._packed_as = _stamp(linear.weight)
+        new.set_plan(plan, packed)
         return new
+
+    def set_plan(self, plan: CpuLinearPlan, packed: torch.Tensor | None) -> None:
+        self.plan, self.packed, self._packed_as = plan, packed, _stamp(self.weight)
+        self.native = None
+        if plan.uses_native and _native_can_serve(self.weight, self.bias):
+            native_threads()
+            self.native = (numpy_bits(self.weight.detach()),
+                           numpy_bits(self.bias.detach()) if self.bias is not None else None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // max(1, x.shape[-1])
-        if (self.packed is None or self.plan.kernel(rows) != ONEDNN or x.device.type != "cpu"
+        kernel = self.plan.kernel(rows)
+        if ((kernel == ONEDNN and self.packed is None) or (kernel == NATIVE and self.native is None)
+                or kernel == STOCK or x.device.type != "cpu"
                 or x.dtype != self.weight.dtype or _stamp(self.weight) != self._packed_as
                 or (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad))
                 or (_other_threads and torch.get_num_threads() > 1)):
             return F.linear(x, self.weight, self.bias)
+        if kernel == NATIVE:
+            return _native_linear(x, *self.native, self.out_features, torch.get_num_threads())
         return _packed_linear(x, self.packed, self.bias)
+
+
+def _native_can_serve(weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    """Whether the native kernel can read these parameters in place: on the CPU, float32 or bfloat16, contiguous."""
+    return all(t.device.type == "cpu" and t.dtype in (torch.float32, torch.bfloat16) and t.is_contiguous()
+               for t in (weight, *(() if bias is None else (bias,))))
+
+
+@functools.cache
+def native_threads() -> str:
+    """Has the native kernel run its threads on PyTorch's OpenMP runtime: "" once it does, else why it runs on
+    the caller's thread alone (a PyTorch without OpenMP, or a runtime the native core cannot find). Asked once."""
+    if "OpenMP" not in torch.__config__.parallel_info():
+        return "this PyTorch's threads are not OpenMP's"
+    why = "no OpenMP runtime found in PyTorch's libraries or loaded in this process"
+    for path in _openmp_libraries():
+        why = _native.use_openmp_runtime(path)
+        if not why:
+            return ""
+    return f"the native kernel runs on one thread: {why}"
+
+
+def _openmp_libraries() -> list[str]:
+    """Where PyTorch's OpenMP runtime may be: its wheel's own copy, else what the process has loaded (Linux)."""
+    lib = Path(torch.__file__).parent / "lib"
+    found = [str(p) for pattern in ("libgomp*.so*", "libiomp5*", "libomp*") for p in sorted(lib.glob(pattern))]
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as maps:
+            for line in maps:
+                path = line.split()[-1]
+                if re.search(r"/lib(gomp|iomp5|omp)[^/]*\.(so|dylib)", path) and path not in found:
+                    found.append(path)
+    except OSError:
+        pass
+    return found
 
 
 def _stamp(weight: torch.Tensor) -> tuple[Any, ...]:
@@ -150,62 +229,95 @@ def _linears(module: torch.nn.Module) -> list[tuple[str, torch.nn.Linear]]:
     return [(name, m) for name, m in module.named_modules() if type(m) in (torch.nn.Linear, DispatchLinear)]
 
 
-def _timed_pass(layers: Iterable[tuple[torch.nn.Linear, torch.Tensor | None]], inputs: dict[int, torch.Tensor],
-                kernel: str) -> float:
+Layer = tuple[torch.nn.Linear, torch.Tensor | None, tuple[Any, Any] | None]  # a layer, its packed and native forms
+
+
+def _timed_pass(layers: Iterable[Layer], inputs: dict[int, torch.Tensor], kernel: str, threads: int) -> float:
     start = time.perf_counter()
-    for lin, packed in layers:
+    for lin, packed, native in layers:
         x = inputs[lin.in_features]
         if kernel == ONEDNN and packed is not None:
             _packed_linear(x, packed, lin.bias)
+        elif kernel == NATIVE and native is not None:
+            _native_linear(x, *native, lin.out_features, threads)
         else:
             F.linear(x, lin.weight, lin.bias)
     return (time.perf_counter() - start) * 1e3
 
 
-def _measure(layers: list[tuple[torch.nn.Linear, torch.Tensor | None]], rows: int, repeats: int) -> dict[str, float]:
+def _measure(layers: list[Layer], rows: int, repeats: int, kernels: tuple[str, ...]) -> dict[str, float]:
     """Best-of-``repeats`` ms of one pass over ``layers`` per kernel, the kernels interleaved (a noisy machine
-    slows both alike), after one warm-up pass each."""
+    slows them alike), after one warm-up pass each."""
     dtype = layers[0][0].weight.dtype
+    threads = torch.get_num_threads()
     gen = torch.Generator().manual_seed(0)
-    inputs = {n: torch.randn(rows, n, generator=gen).to(dtype) for n in {lin.in_features for lin, _ in layers}}
-    best = {STOCK: float("inf"), ONEDNN: float("inf")}
+    inputs = {n: torch.randn(rows, n, generator=gen).to(dtype) for n in {lin.in_features for lin, _, _ in layers}}
+    best = dict.fromkeys(kernels, float("inf"))
     for i in range(repeats + 1):
-        for kernel in (STOCK, ONEDNN):
-            ms = _timed_pass(layers, inputs, kernel)
+        for kernel in kernels:
+            ms = _timed_pass(layers, inputs, kernel, threads)
             if i:
                 best[kernel] = min(best[kernel], ms)
     return best
 
 
 def plan_cpu_linears(module: torch.nn.Module, mode: str = "auto", *, repeats: int = 3,
-                     packs: dict[int, torch.Tensor] | None = None) -> CpuLinearPlan:
+                     packs: dict[int, torch.Tensor] | None = None, no_onednn: str = "") -> CpuLinearPlan:
     """The plan for ``module``'s linear layers at the current thread count: ``stock`` (PyTorch's own kernel),
-    ``onednn`` (the reordered weights for every row count), or ``auto``: each row class gets the kernel that
-    ran one pass over the model's layers (up to 512 MB of weights, the largest layer, e.g. the output head,
-    always among them) at least 5 % faster, stock on a tie. Where oneDNN's prepacked linear is missing, or the
-    weights are not on the CPU, the plan is stock and says why. ``packs``: the layers' reordered weights by
-    ``id(weight)`` where already made."""
+    ``onednn`` (the reordered weights for every row count), ``native`` (ours, for every row count up to
+    ``NATIVE_MAX_ROWS``), or ``auto``: each row class gets the kernel that ran one pass over the model's layers
+    (up to 512 MB of weights, the largest layer, e.g. the output head, always among them) fastest, if at least
+    5 % faster than stock; stock on a tie. A kernel that cannot serve the layers (no oneDNN prepacked linear in
+    this PyTorch build, weights off the CPU or of another dtype) is not timed; where none can, the plan is stock
+    and says why. ``packs``: the layers' reordered weights by ``id(weight)`` where already made; ``no_onednn``:
+    why oneDNN must not be timed in ``auto`` (e.g. no RAM for its copy), "" where it may."""
     if mode not in MODES:
         raise ValueError(f"cpu_linear must be one of {', '.join(MODES)}, got {mode!r}")
     threads = torch.get_num_threads()
     linears = [m for _, m in _linears(module)]
     if mode == STOCK:
         return CpuLinearPlan(threads=threads, reason="asked for")
-    why_not = _why_not_onednn(linears)
-    if why_not:
-        if mode == ONEDNN:
-            raise ValueError(f"cpu_linear=onednn: {why_not}")
-        return CpuLinearPlan(threads=threads, reason=why_not)
-    if mode == ONEDNN:
-        return CpuLinearPlan(ONEDNN, ONEDNN, threads=threads, reason="asked for")
+    why_not = {ONEDNN: _why_not_onednn(linears) or (no_onednn if mode == "auto" else ""),
+               NATIVE: _why_not_native(linears)}
+    if mode in why_not:
+        if why_not[mode]:
+            raise ValueError(f"cpu_linear={mode}: {why_not[mode]}")
+        one_thread = native_threads() if mode == NATIVE else ""
+        return CpuLinearPlan(mode, mode, threads=threads,
+                             reason="asked for" + (f"; {one_thread}" if one_thread else ""))
+    kernels = (STOCK, *(k for k in (ONEDNN, NATIVE) if not why_not[k]))
+    if kernels == (STOCK,):
+        return CpuLinearPlan(threads=threads, reason=why_not[ONEDNN])
+    one_thread = native_threads() if NATIVE in kernels else ""
     packs = packs if packs is not None else {}
-    chosen = _measured_layers(linears)
-    layers = [(lin, packs[id(lin.weight)] if id(lin.weight) in packs else _pack(lin.weight)) for lin in chosen]
+    layers: list[Layer] = []
+    for lin in _measured_layers(linears):
+        packed = (packs[id(lin.weight)] if id(lin.weight) in packs else _pack(lin.weight)) \
+            if ONEDNN in kernels else None
+        native = (numpy_bits(lin.weight.detach()), numpy_bits(lin.bias.detach()) if lin.bias is not None else None) \
+            if NATIVE in kernels else None
+        layers.append((lin, packed, native))
     with torch.no_grad():
-        timings = {1: _measure(layers, 1, repeats), MANY_ROWS: _measure(layers, MANY_ROWS, repeats)}
-    pick = {rows: ONEDNN if t[ONEDNN] < MARGIN * t[STOCK] else STOCK for rows, t in timings.items()}
-    by_kernel = {k: {rows: round(t[k], 2) for rows, t in timings.items()} for k in (STOCK, ONEDNN)}
-    return CpuLinearPlan(pick[1], pick[MANY_ROWS], threads=threads, timings=by_kernel, reason="measured")
+        timings = {rows: _measure(layers, rows, repeats, kernels) for rows in (1, MANY_ROWS)}
+    pick = {}
+    for rows, t in timings.items():
+        best = min(kernels, key=lambda k: t[k])
+        pick[rows] = best if t[best] < MARGIN * t[STOCK] else STOCK
+    by_kernel = {k: {rows: round(t[k], 2) for rows, t in timings.items()} for k in kernels}
+    notes = [f"oneDNN not timed: {why_not[ONEDNN]}"] * bool(why_not[ONEDNN]) + [one_thread] * bool(one_thread)
+    return CpuLinearPlan(pick[1], pick[MANY_ROWS], threads=threads, timings=by_kernel,
+                         reason="; ".join(["measured", *notes]))
+
+
+def _why_not_native(linears: list[torch.nn.Linear]) -> str:
+    if not linears:
+        return "no linear layers"
+    for m in linears:
+        if not _native_can_serve(m.weight, m.bias):
+            w = m.weight
+            return (f"the native kernel reads contiguous float32 or bfloat16 weights on the CPU, not "
+                    f"{str(w.dtype).removeprefix('torch.')} on {w.device}")
+    return ""
 
 
 def _why_not_onednn(linears: list[torch.nn.Linear]) -> str:
@@ -261,23 +373,21 @@ def use_cpu_linears(module: torch.nn.Module, mode: str = "auto", *,
     plain = [m for _, m in linears]
     if mode not in MODES:
         raise ValueError(f"cpu_linear must be one of {', '.join(MODES)}, got {mode!r}")
-    why_not = _why_not_onednn(plain) or _ram_problem(plain)
-    if why_not and plan is None and mode == ONEDNN:
-        raise ValueError(f"cpu_linear=onednn: {why_not}")
-    if why_not and plan is None and mode == "auto":
-        plan = CpuLinearPlan(threads=torch.get_num_threads(), reason=why_not)
-    can_pack = not why_not
-    packs = _packs(plain) if can_pack and (plan.uses_onednn if plan is not None else mode != STOCK) else {}
+    no_pack = _why_not_onednn(plain) or _ram_problem(plain)
+    if plan is None and mode == ONEDNN and no_pack:
+        raise ValueError(f"cpu_linear=onednn: {no_pack}")
+    packs = _packs(plain) if not no_pack and (plan.uses_onednn if plan is not None else mode in ("auto", ONEDNN)) \
+        else {}
     if plan is None:
-        plan = plan_cpu_linears(module, mode, packs=packs)
+        plan = plan_cpu_linears(module, mode, packs=packs, no_onednn=no_pack)
     if not plan.uses_onednn:
         packs = {}
-    elif not can_pack:
-        raise ValueError(f"a oneDNN plan cannot serve these layers: {why_not}")
+    elif no_pack:
+        raise ValueError(f"a oneDNN plan cannot serve these layers: {no_pack}")
     for name, lin in linears:
         packed = packs.get(id(lin.weight))
         if isinstance(lin, DispatchLinear):
-            lin.plan, lin.packed, lin._packed_as = plan, packed, _stamp(lin.weight)
-        elif packed is not None:
+            lin.set_plan(plan, packed)
+        elif packed is not None or plan.uses_native:
             module.set_submodule(name, DispatchLinear.wrap(lin, plan, packed))
     return plan
