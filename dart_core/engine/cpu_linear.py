@@ -145,9 +145,10 @@ def _native_linear(x: torch.Tensor, weight: Any, bias: Any, out_features: int, t
 
 class DispatchLinear(torch.nn.Linear):
     """An ``nn.Linear`` that multiplies by the plan's kernel for its input's rows. It shares the original layer's
-    parameters (tied weights stay tied) and falls back to ``F.linear`` wherever the packed copy cannot serve:
-    gradients wanted, another device or dtype, the weight changed in place since it was packed, or another
-    thread's torch work under way (:func:`torch_work_on_another_thread`)."""
+    parameters (tied weights stay tied) and falls back to ``F.linear`` wherever the plan's kernel cannot serve:
+    gradients wanted, another device or dtype, the weight changed (in place, or for another tensor) since the plan
+    was set, more rows than the native kernel takes, or another thread's torch work under way
+    (:func:`torch_work_on_another_thread`)."""
 
     plan: CpuLinearPlan
     packed: torch.Tensor | None
