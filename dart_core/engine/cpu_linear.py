@@ -305,9 +305,9 @@ def plan_cpu_linears(module: torch.nn.Module, mode: str = "auto", *, repeats: in
         best = min(kernels, key=lambda k: t[k])
         pick[rows] = best if t[best] < MARGIN * t[STOCK] else STOCK
     by_kernel = {k: {rows: round(t[k], 2) for rows, t in timings.items()} for k in kernels}
-    notes = [f"oneDNN not timed: {why_not[ONEDNN]}"] * bool(why_not[ONEDNN]) + [one_thread] * bool(one_thread)
+    notes = (f"oneDNN not timed: {why_not[ONEDNN]}" if why_not[ONEDNN] else "", one_thread)
     return CpuLinearPlan(pick[1], pick[MANY_ROWS], threads=threads, timings=by_kernel,
-                         reason="; ".join(["measured", *notes]))
+                         reason="; ".join(["measured", *filter(None, notes)]))
 
 
 def _why_not_native(linears: list[torch.nn.Linear]) -> str:

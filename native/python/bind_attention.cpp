@@ -10,19 +10,14 @@
 #include <vector>
 
 #include "decode_attention.hpp"
+#include "float_arrays.hpp"
 
 namespace py = pybind11;
 
 namespace {
 
-enum class Kind { f32, bf16 };
-
-Kind kind_of(const py::array& a, const char* what) {
-  const py::dtype dt = a.dtype();
-  if (dt.kind() == 'f' && dt.itemsize() == 4) return Kind::f32;
-  if ((dt.kind() == 'u' || dt.kind() == 'i') && dt.itemsize() == 2) return Kind::bf16;
-  throw std::invalid_argument(std::string(what) + " must be float32, or bfloat16 viewed as 16-bit integers");
-}
+using dart_bind::FloatKind;
+using dart_bind::float_kind;
 
 // A 4-D view with non-negative strides that are whole elements and a contiguous last dimension.
 template <class T>
@@ -90,8 +85,8 @@ void decode_attention(const py::array& q, const py::array& k, const py::array& v
   if (threads < 1) throw std::invalid_argument("threads must be at least 1");
   const dart::AttentionIsa isa = isa_of(isa_name);
   if (!out.writeable()) throw std::invalid_argument("out must be writeable");
-  const Kind kind = kind_of(q, "query");
-  if (kind_of(k, "keys") != kind || kind_of(v, "values") != kind || kind_of(out, "out") != kind)
+  const FloatKind kind = float_kind(q, "query");
+  if (float_kind(k, "keys") != kind || float_kind(v, "values") != kind || float_kind(out, "out") != kind)
     throw std::invalid_argument("query, keys, values and out must have one dtype");
 
   const uint8_t* keep = nullptr;
@@ -111,7 +106,7 @@ void decode_attention(const py::array& q, const py::array& k, const py::array& v
     keep_stride = keep_arr.strides(0);
   }
 
-  if (kind == Kind::f32)
+  if (kind == FloatKind::f32)
     run<float>(s, q, k, v, keep, keep_stride, scale, out, threads, isa);
   else
     run<uint16_t>(s, q, k, v, keep, keep_stride, scale, out, threads, isa);

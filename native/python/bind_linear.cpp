@@ -8,19 +8,14 @@
 #include <string>
 
 #include "row_linear.hpp"
+#include "float_arrays.hpp"
 
 namespace py = pybind11;
 
 namespace {
 
-enum class Kind { f32, bf16 };
-
-Kind kind_of(const py::array& a, const char* what) {
-  const py::dtype dt = a.dtype();
-  if (dt.kind() == 'f' && dt.itemsize() == 4) return Kind::f32;
-  if ((dt.kind() == 'u' || dt.kind() == 'i') && dt.itemsize() == 2) return Kind::bf16;
-  throw py::value_error(std::string(what) + " must be float32, or bfloat16 viewed as 16-bit integers");
-}
+using dart_bind::FloatKind;
+using dart_bind::float_kind;
 
 void check_2d(const py::array& a, const char* what, py::ssize_t rows, py::ssize_t cols) {
   if (a.ndim() != 2 || a.shape(0) != rows || a.shape(1) != cols)
@@ -58,8 +53,8 @@ void row_linear(const py::array& x, const py::array& weight, const py::object& b
                 int threads, const std::string& isa_name) {
   const dart::LinearIsa isa = isa_of(isa_name);
   if (threads < 1) throw py::value_error("threads must be at least 1");
-  const Kind kind = kind_of(x, "x");
-  if (kind_of(weight, "weight") != kind || kind_of(out, "out") != kind)
+  const FloatKind kind = float_kind(x, "x");
+  if (float_kind(weight, "weight") != kind || float_kind(out, "out") != kind)
     throw py::value_error("x, weight and out must be of one dtype");
   if (x.ndim() != 2) throw py::value_error("x must be 2-D [rows, in]");
   if (weight.ndim() != 2) throw py::value_error("weight must be 2-D [out, in]");
@@ -70,13 +65,13 @@ void row_linear(const py::array& x, const py::array& weight, const py::object& b
   py::array bias;
   if (!bias_obj.is_none()) {
     bias = bias_obj.cast<py::array>();
-    if (kind_of(bias, "bias") != kind) throw py::value_error("bias must be of x's dtype");
+    if (float_kind(bias, "bias") != kind) throw py::value_error("bias must be of x's dtype");
     const bool contiguous = bias.ndim() == 1 && (bias.shape(0) <= 1 || bias.strides(0) == bias.itemsize());
     if (!contiguous || bias.shape(0) != weight.shape(0))
       throw py::value_error("bias must be contiguous with shape [" + std::to_string(weight.shape(0)) + "]");
   }
   const py::array* b = bias_obj.is_none() ? nullptr : &bias;
-  if (kind == Kind::f32)
+  if (kind == FloatKind::f32)
     run<float>(x, weight, b, out, threads, isa);
   else
     run<uint16_t>(x, weight, b, out, threads, isa);

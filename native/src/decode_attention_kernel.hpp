@@ -16,6 +16,7 @@
 #include <cstring>
 #include <limits>
 
+#include "bf16.hpp"
 #include "decode_attention.hpp"
 
 namespace dart {
@@ -71,18 +72,6 @@ typedef uint16_t H16 __attribute__((vector_size(32)));
 
 constexpr int64_t kLanes = 16;
 
-DART_INLINE float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
-
-DART_INLINE uint16_t f32_to_bf16(float f) {  // round to nearest even, as torch does; NaN stays NaN
-  const uint32_t u = std::bit_cast<uint32_t>(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-DART_INLINE float load1(const float* p) { return *p; }
-DART_INLINE float load1(const uint16_t* p) { return bf16_to_f32(*p); }
-DART_INLINE void store1(float* p, float x) { *p = x; }
-DART_INLINE void store1(uint16_t* p, float x) { *p = f32_to_bf16(x); }
 
 #if DART_VECTORS
 DART_INLINE F16 load16(const float* p) {

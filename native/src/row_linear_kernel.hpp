@@ -8,9 +8,9 @@
 // 8 accumulators) multiplies it.
 #pragma once
 
-#include <bit>
 #include <cstring>
 
+#include "bf16.hpp"
 #include "row_linear.hpp"
 
 namespace dart {
@@ -47,15 +47,6 @@ typedef uint16_t LH8 __attribute__((vector_size(16)));
 #endif
 
 constexpr int64_t kBlock = 4;  // weight rows per block
-
-DART_LINEAR_INLINE float to_f32(float x) { return x; }
-DART_LINEAR_INLINE float to_f32(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
-DART_LINEAR_INLINE void store_as(float* p, float x) { *p = x; }
-DART_LINEAR_INLINE void store_as(uint16_t* p, float x) {  // round to nearest even, as torch does; NaN stays NaN
-  const uint32_t u = std::bit_cast<uint32_t>(x);
-  *p = (u & 0x7fffffffu) > 0x7f800000u ? static_cast<uint16_t>((u >> 16) | 0x40u)
-                                       : static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
 
 #if DART_LINEAR_VECTORS
 DART_LINEAR_INLINE LF8 load8(const float* p) {
@@ -103,11 +94,11 @@ DART_LINEAR_INLINE void block_times_rows(const RowLinearCall<T>& c, int64_t w0, 
 #endif
   for (; k < n; ++k)
     for (int r = 0; r < R; ++r)
-      for (int64_t i = 0; i < kBlock; ++i) sum[r][i] += to_f32(w[i][k]) * to_f32(x[r][k]);
+      for (int64_t i = 0; i < kBlock; ++i) sum[r][i] += load1(w[i] + k) * load1(x[r] + k);
   for (int r = 0; r < R; ++r)
     for (int64_t i = 0; i < nw; ++i) {
-      const float b = c.bias ? to_f32(c.bias[w0 + i]) : 0.0f;
-      store_as(c.y + (r0 + r) * c.out + w0 + i, sum[r][i] + b);
+      const float b = c.bias ? load1(c.bias + w0 + i) : 0.0f;
+      store1(c.y + (r0 + r) * c.out + w0 + i, sum[r][i] + b);
     }
 }
 
