@@ -377,7 +377,7 @@ def load_arena(
                 arena.cpu_linears[name] = use_cpu_linears(module, cpu_linear)
             target.cpu_linears = arena.cpu_linears["target"]
             plan = target.cpu_linears
-            line.detail = f"the target's: 1 row {plan.one_row}, many rows {plan.many_rows}"
+            line.detail = f"the target's: {plan.summary}"
     rows = fast_path_rows(fast_path, device)
     if rows:
         target.use_static_cache(rows, compile=fast_path_mode == "compile", graphs=fast_path_mode == "graphs")

@@ -357,7 +357,7 @@ def test_the_curve_is_measured_once_kept_and_read_back(arena, tmp_path, monkeypa
                                                for k, v in plan.timings.items()})
     monkeypatch.setattr(arena.target, "cpu_linears", timed)
     assert CostCurves(arena.target, model="tiny-test-model").for_streams(2).source == "cache"
-    monkeypatch.setattr(arena.target, "cpu_linears", dataclasses.replace(plan, many_rows="other"))
+    monkeypatch.setattr(arena.target, "cpu_linears", dataclasses.replace(plan, by_rows={**plan.by_rows, 16: "other"}))
     assert CostCurves(arena.target, model="tiny-test-model").for_streams(2).source == "measured"
 
 

@@ -21,7 +21,7 @@ def packed_layer(bias: bool = True, kind: str = CL.ONEDNN) -> tuple[torch.nn.Lin
     torch.manual_seed(0)
     lin = torch.nn.Linear(48, 40, bias=bias).requires_grad_(False)
     holder = torch.nn.Sequential(lin)
-    CL.use_cpu_linears(holder, plan=CL.CpuLinearPlan(kind, kind))
+    CL.use_cpu_linears(holder, plan=CL.CpuLinearPlan.uniform(kind))
     return lin, holder[0]
 
 
@@ -58,7 +58,7 @@ def test_stale_or_unsuitable_packs_fall_back_to_the_weight_itself() -> None:
 
 def test_stock_rows_of_a_plan_use_f_linear_exactly() -> None:
     _, swapped = packed_layer()
-    swapped.plan = CL.CpuLinearPlan(one_row=CL.STOCK, many_rows=CL.ONEDNN)
+    swapped.plan = CL.CpuLinearPlan({**dict.fromkeys(CL.ROW_CLASSES, CL.ONEDNN), 1: CL.STOCK})
     one, many = torch.randn(1, 48), torch.randn(8, 48)
     with torch.no_grad():
         assert torch.equal(swapped(one), F.linear(one, swapped.weight, swapped.bias))
@@ -73,11 +73,11 @@ def test_tied_weights_stay_tied_and_are_packed_once() -> None:
     n_linears = sum(type(m) is torch.nn.Linear for m in model.modules())
     plan = CL.use_cpu_linears(model, CL.ONEDNN)
     swapped = [m for m in model.modules() if isinstance(m, CL.DispatchLinear)]
-    assert plan.one_row == plan.many_rows == CL.ONEDNN and len(swapped) == n_linears
+    assert set(plan.by_rows.values()) == {CL.ONEDNN} and len(swapped) == n_linears
     assert model.lm_head.weight is model.model.embed_tokens.weight
     assert isinstance(model.lm_head, CL.DispatchLinear)
     back = CL.use_cpu_linears(model, CL.STOCK)  # turned back: every swapped layer dispatches to F.linear
-    assert back.one_row == back.many_rows == CL.STOCK
+    assert set(back.by_rows.values()) == {CL.STOCK}
     assert all(m.packed is None for m in model.modules() if isinstance(m, CL.DispatchLinear))
 
 
@@ -86,12 +86,22 @@ def test_auto_plan_follows_its_own_timings() -> None:
     plan = CL.plan_cpu_linears(model, "auto", repeats=1)
     assert plan.reason == "measured" and plan.threads == torch.get_num_threads()
     assert set(plan.timings) == {CL.STOCK, CL.ONEDNN, CL.NATIVE}
-    for rows, chosen in ((1, plan.one_row), (CL.MANY_ROWS, plan.many_rows)):
+    assert sorted(plan.by_rows) == list(CL.ROW_CLASSES)
+    for rows, chosen in plan.by_rows.items():
         t = {k: plan.timings[k][rows] for k in CL.KERNELS}
         assert all(ms > 0 for ms in t.values())
         fastest = min(CL.KERNELS, key=t.__getitem__)
         assert chosen == (fastest if t[fastest] < CL.MARGIN * t[CL.STOCK] else CL.STOCK)
-    assert f"1 row {plan.one_row}" in plan.describe()
+    assert f"1 row {plan.by_rows[1]}" in plan.describe() and f"16 rows {plan.by_rows[16]}" in plan.summary
+
+
+def test_each_row_count_takes_the_kernel_timed_nearest_it() -> None:
+    assert CL.ROW_CLASSES == (1, 2, 4, 8, 16)
+    assert [CL.row_class(n) for n in (1, 2, 3, 5, 6, 11, 12, 16, 64)] == [1, 2, 4, 4, 8, 8, 16, 16, 16]
+    plan = CL.CpuLinearPlan({1: CL.NATIVE, 2: CL.NATIVE, 4: CL.NATIVE, 8: CL.ONEDNN, 16: CL.STOCK})
+    assert [plan.kernel(n) for n in (1, 3, 5, 6, 11, 12)] == [CL.NATIVE] * 3 + [CL.ONEDNN] * 2 + [CL.STOCK]
+    assert CL.CpuLinearPlan.uniform(CL.NATIVE).kernel(CL.NATIVE_MAX_ROWS + 1) == CL.STOCK  # past what it takes
+    assert plan.summary == "1 row native, 2 rows native, 4 rows native, 8 rows onednn, 16 rows stock"
 
 
 def test_bad_modes_and_unsuitable_models_are_refused_by_name() -> None:
@@ -102,7 +112,7 @@ def test_bad_modes_and_unsuitable_models_are_refused_by_name() -> None:
     with pytest.raises(ValueError, match="float32 or bfloat16, not float16"):
         CL.use_cpu_linears(half, CL.ONEDNN)
     plan = CL.use_cpu_linears(half, "auto")  # auto: stock, and the reason why
-    assert plan.one_row == plan.many_rows == CL.STOCK and "float16" in plan.reason
+    assert set(plan.by_rows.values()) == {CL.STOCK} and "float16" in plan.reason
     assert not any(isinstance(m, CL.DispatchLinear) for m in half.modules())
 
 
@@ -123,7 +133,7 @@ def test_speculative_output_equals_greedy_on_onednn_kernels(tmp_path, kernel: st
         path = C.write_drafter(tmp_path / kind, cfg, C.random_drafter_state(cfg, kind=kind, seed=7))
         drafters[kind] = cls.from_pretrained(path, target=model)
         plan = CL.use_cpu_linears(drafters[kind], kernel)
-        assert plan.one_row == plan.many_rows == kernel
+        assert set(plan.by_rows.values()) == {kernel}
     rng = torch.Generator().manual_seed(3)
     for _ in range(6):
         prompt = torch.randint(0, 97, (int(torch.randint(3, 20, (1,), generator=rng)),), generator=rng).tolist()
@@ -185,7 +195,7 @@ def test_no_packed_copy_without_the_ram_for_it(monkeypatch) -> None:
     with pytest.raises(ValueError, match=r"cpu_linear=onednn: the packed copy .* more than half of the"):
         CL.use_cpu_linears(model, CL.ONEDNN)
     plan = CL.use_cpu_linears(model, "auto")
-    assert plan.one_row == plan.many_rows == CL.STOCK and "RAM" in plan.reason
+    assert set(plan.by_rows.values()) == {CL.STOCK} and "RAM" in plan.reason
     assert not any(isinstance(m, CL.DispatchLinear) for m in model.modules())
     monkeypatch.setattr(CL, "available_ram", lambda: 3 * need)
     assert CL.use_cpu_linears(model, CL.ONEDNN).uses_onednn

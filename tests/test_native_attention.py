@@ -24,7 +24,8 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 import dart_core.engine.cpu_attention as CA
 import tests.helpers_ckpt as C
 from dart_core.engine.cpu_attention import native_attention, native_decode_attention
-from dart_core.train.batch_decode import _moves, batch_answers
+from dart_core.engine.kv_cache import row_moves
+from dart_core.train.batch_decode import batch_answers
 
 
 def _bits(t: torch.Tensor) -> np.ndarray:
@@ -222,15 +223,15 @@ def test_dropped_rows_are_moved_up_by_block_copies_that_never_read_a_written_row
         n = rnd.randint(1, 40)
         rows = sorted(rnd.sample(range(n), rnd.randint(1, n)))
         buffer = list(range(n))
-        for dst, src, count in _moves(rows):
+        for dst, src, count in row_moves(rows):
             assert src >= dst + count or src == dst, "a block must not overlap itself"
             buffer[dst:dst + count] = buffer[src:src + count]
         assert buffer[: len(rows)] == rows
-    assert _moves([0, 1, 2]) == []
-    assert _moves([1, 2, 3, 4, 5]) == [(0, 1, 1), (1, 2, 1), (2, 3, 1), (3, 4, 1), (4, 5, 1)]
-    assert _moves([3, 4, 5, 6, 7]) == [(0, 3, 3), (3, 6, 2)]
+    assert row_moves([0, 1, 2]) == []
+    assert row_moves([1, 2, 3, 4, 5]) == [(0, 1, 1), (1, 2, 1), (2, 3, 1), (3, 4, 1), (4, 5, 1)]
+    assert row_moves([3, 4, 5, 6, 7]) == [(0, 3, 3), (3, 6, 2)]
     with pytest.raises(ValueError, match="increasing"):
-        _moves([2, 1])
+        row_moves([2, 1])
 
 
 def test_the_training_cli_shortens_openmp_spinning_before_torch_loads() -> None:

@@ -15,7 +15,8 @@ import torch
 
 import dart_core.train.batch_decode as BD
 import tests.helpers_ckpt as C
-from dart_core.train.batch_decode import PreallocatedLayer, batch_answers, batch_answers_keeping, continue_answers
+from dart_core.engine.kv_cache import PreallocatedLayer
+from dart_core.train.batch_decode import batch_answers, batch_answers_keeping, continue_answers
 from dart_core.train.distill import distill, followup_records
 
 V = 97

@@ -166,7 +166,7 @@ def curve_key(target: Any, model: str | None, streams: int, chain: bool = False)
     names the target (its identity), None: a curve not kept."""
     plan = getattr(target, "cpu_linears", None)
     parts = [f"v{VERSION}", str(model), str(target.device), str(target.dtype), str(getattr(target, "fast_path", None)),
-             f"cpu kernels: 1 row {plan.one_row}, many rows {plan.many_rows}" if plan is not None else "",
+             f"cpu kernels: {plan.summary}" if plan is not None else "",
              f"threads={torch.get_num_threads()}", machine_words(),
              f"torch={torch.__version__}", f"streams={streams}", "chain" if chain else "tree"]
     return "\n".join(parts)

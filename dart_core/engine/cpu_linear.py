@@ -4,8 +4,9 @@ Why: a verify feeds every linear layer a dozen rows where plain decoding feeds o
 (MKL's sgemm in float32) is poor at a few rows on some CPUs, where oneDNN with each weight reordered once into its
 own blocked layout makes a verify (and even the one-row step) cheaper; on another CPU, or another thread count, the
 stock kernel can be the faster one (measured: docs/benchmarks.md#measurements-behind-design-choices). So nothing is
-assumed: :func:`plan_cpu_linears` times both kernels on the model's own layers at one row (plain decoding) and at 16
-rows (verify, drafting) and :func:`use_cpu_linears` makes each ``nn.Linear`` dispatch by its input's rows. The
+assumed: :func:`plan_cpu_linears` times the kernels on the model's own layers at 1, 2, 4, 8 and 16 rows (a plain
+step, the trees the budget cuts, a full CPU tree or a drafter's block) and :func:`use_cpu_linears` makes each
+``nn.Linear`` dispatch by its input's rows. The
 reordered copy costs the layers' weight memory once more; the stock weights stay (tied weights, ``to()``,
 ``state_dict`` and the one-row path use them). Exact either way: both kernels compute the same products, only their
 summation order differs (a float32 rounding; the greedy check tells such ties from mismatches).
@@ -19,6 +20,7 @@ docs/benchmarks.md#measurements-behind-design-choices)."""
 from __future__ import annotations
 
 import functools
+import math
 import re
 import threading
 import time
@@ -38,40 +40,57 @@ MODES = ("auto", "stock", "onednn", "native")
 # ``--cpu-linear``'s meaning, one sentence for every command's help
 CPU_LINEAR_HELP = ("on a CPU, the linear layers' kernel: auto (the default: PyTorch's own, oneDNN with prepacked "
                    "weights or our native few-row kernel, whichever ran the model's layers fastest at load, timed "
-                   "apart for one row and for several at the thread count in use), stock (PyTorch's own), onednn, "
-                   "native")
+                   "apart at 1, 2, 4, 8 and 16 rows at the thread count in use), stock (PyTorch's own), onednn, native")
 STOCK, ONEDNN, NATIVE = "stock", "onednn", "native"
 KERNELS = (STOCK, ONEDNN, NATIVE)
 NATIVE_MAX_ROWS = 32  # the most rows the native kernel multiplies: past a wide verify it is a matrix product
-MANY_ROWS = 16  # the rows "more than one" is measured at: a CPU verify tree, a drafter's block
+# the row counts timed at load, each standing for the counts nearest it on a log scale: a plain step (1), the
+# trees the budget cuts (a few nodes to a dozen), a full CPU tree or a drafter's block (16)
+ROW_CLASSES = (1, 2, 4, 8, 16)
+MANY_ROWS = ROW_CLASSES[-1]  # the rows oneDNN reorders its weights for
 MEASURE_BYTES = 512 << 20  # weights one timed pass reads at most: past any cache, short on a large model
 MARGIN = 0.95  # oneDNN is chosen only where it is at least 5 % faster: ties keep PyTorch's own kernel
 RAM_SHARE = 0.5  # the packed copy may take at most this share of the RAM still free
 
 
+def row_class(rows: int) -> int:
+    """The timed row count (``ROW_CLASSES``) that stands for ``rows``: the nearest on a log scale, the larger on a
+    tie (3 rows go with 4, 12 with 16)."""
+    return min(ROW_CLASSES, key=lambda c: (abs(math.log(rows / c)) if rows > 0 else math.inf, -c))
+
+
 @dataclass
 class CpuLinearPlan:
-    """The kernel for one-row inputs and for inputs of several rows, with the timings that chose them (ms per
-    pass over the measured layers, by kernel and rows) and why, for reports."""
+    """The kernel for each row class (``ROW_CLASSES``), with the timings that chose them (ms per pass over the
+    measured layers, by kernel and rows) and why, for reports."""
 
-    one_row: str = STOCK
-    many_rows: str = STOCK
+    by_rows: dict[int, str] = field(default_factory=lambda: dict.fromkeys(ROW_CLASSES, STOCK))
     threads: int = 0
     timings: dict[str, dict[int, float]] = field(default_factory=dict)
     reason: str = ""
 
+    @classmethod
+    def uniform(cls, kernel: str, **kwargs: Any) -> CpuLinearPlan:
+        """One kernel for every row count (a mode asked for by name)."""
+        return cls(dict.fromkeys(ROW_CLASSES, kernel), **kwargs)
+
     def kernel(self, rows: int) -> str:
         """The kernel for ``rows`` input rows (past ``NATIVE_MAX_ROWS`` the native kernel gives way to stock)."""
-        kernel = self.one_row if rows == 1 else self.many_rows
+        kernel = self.by_rows.get(row_class(rows), STOCK)
         return STOCK if kernel == NATIVE and rows > NATIVE_MAX_ROWS else kernel
 
     @property
     def uses_onednn(self) -> bool:
-        return ONEDNN in (self.one_row, self.many_rows)
+        return ONEDNN in self.by_rows.values()
 
     @property
     def uses_native(self) -> bool:
-        return NATIVE in (self.one_row, self.many_rows)
+        return NATIVE in self.by_rows.values()
+
+    @property
+    def summary(self) -> str:
+        """Each row class's kernel, e.g. "1 row native, 2 rows native, …, 16 rows onednn"."""
+        return ", ".join(f"{rows} row{'s' if rows > 1 else ''} {k}" for rows, k in sorted(self.by_rows.items()))
 
     def describe(self) -> str:
         """One line: each row class's kernel and the timings behind it."""
@@ -81,7 +100,7 @@ class CpuLinearPlan:
         def timed(rows: int) -> str:
             return " (" + ", ".join(f"{k}{ms(k, rows)}" for k in KERNELS if k in self.timings) + ")" \
                 if self.timings else ""
-        parts = [f"1 row {self.one_row}{timed(1)}", f"{MANY_ROWS} rows {self.many_rows}{timed(MANY_ROWS)}"]
+        parts = [f"{rows} row{'s' if rows > 1 else ''} {k}{timed(rows)}" for rows, k in sorted(self.by_rows.items())]
         return f"CPU linear kernels: {'; '.join(parts)}, {self.threads} thread(s)" + (
             f"; {self.reason}" if self.reason else "")
 
@@ -266,12 +285,12 @@ def plan_cpu_linears(module: torch.nn.Module, mode: str = "auto", *, repeats: in
                      packs: dict[int, torch.Tensor] | None = None, no_onednn: str = "") -> CpuLinearPlan:
     """The plan for ``module``'s linear layers at the current thread count: ``stock`` (PyTorch's own kernel),
     ``onednn`` (the reordered weights for every row count), ``native`` (ours, for every row count up to
-    ``NATIVE_MAX_ROWS``), or ``auto``: each row class gets the kernel that ran one pass over the model's layers
-    (up to 512 MB of weights, the largest layer, e.g. the output head, always among them) fastest, if at least
-    5 % faster than stock; stock on a tie. A kernel that cannot serve the layers (no oneDNN prepacked linear in
-    this PyTorch build, weights off the CPU or of another dtype) is not timed; where none can, the plan is stock
-    and says why. ``packs``: the layers' reordered weights by ``id(weight)`` where already made; ``no_onednn``:
-    why oneDNN must not be timed in ``auto`` (e.g. no RAM for its copy), "" where it may."""
+    ``NATIVE_MAX_ROWS``), or ``auto``: each row class (``ROW_CLASSES``) gets the kernel that ran one pass over
+    the model's layers (up to 512 MB of weights, the largest layer, e.g. the output head, always among them)
+    fastest, if at least 5 % faster than stock; stock on a tie. A kernel that cannot serve the layers (no oneDNN
+    prepacked linear in this PyTorch build, weights off the CPU or of another dtype) is not timed; where none can,
+    the plan is stock and says why. ``packs``: the layers' reordered weights by ``id(weight)`` where already made;
+    ``no_onednn``: why oneDNN must not be timed in ``auto`` (e.g. no RAM for its copy), "" where it may."""
     if mode not in MODES:
         raise ValueError(f"cpu_linear must be one of {', '.join(MODES)}, got {mode!r}")
     threads = torch.get_num_threads()
@@ -284,8 +303,8 @@ def plan_cpu_linears(module: torch.nn.Module, mode: str = "auto", *, repeats: in
         if why_not[mode]:
             raise ValueError(f"cpu_linear={mode}: {why_not[mode]}")
         one_thread = native_threads() if mode == NATIVE else ""
-        return CpuLinearPlan(mode, mode, threads=threads,
-                             reason="asked for" + (f"; {one_thread}" if one_thread else ""))
+        return CpuLinearPlan.uniform(mode, threads=threads,
+                                     reason="asked for" + (f"; {one_thread}" if one_thread else ""))
     kernels = (STOCK, *(k for k in (ONEDNN, NATIVE) if not why_not[k]))
     if kernels == (STOCK,):
         return CpuLinearPlan(threads=threads, reason=why_not[ONEDNN])
@@ -299,14 +318,14 @@ def plan_cpu_linears(module: torch.nn.Module, mode: str = "auto", *, repeats: in
             if NATIVE in kernels else None
         layers.append((lin, packed, native))
     with torch.no_grad():
-        timings = {rows: _measure(layers, rows, repeats, kernels) for rows in (1, MANY_ROWS)}
+        timings = {rows: _measure(layers, rows, repeats, kernels) for rows in ROW_CLASSES}
     pick = {}
     for rows, t in timings.items():
         best = min(kernels, key=lambda k: t[k])
         pick[rows] = best if t[best] < MARGIN * t[STOCK] else STOCK
     by_kernel = {k: {rows: round(t[k], 2) for rows, t in timings.items()} for k in kernels}
     notes = (f"oneDNN not timed: {why_not[ONEDNN]}" if why_not[ONEDNN] else "", one_thread)
-    return CpuLinearPlan(pick[1], pick[MANY_ROWS], threads=threads, timings=by_kernel,
+    return CpuLinearPlan(pick, threads=threads, timings=by_kernel,
                          reason="; ".join(["measured", *filter(None, notes)]))
 
 

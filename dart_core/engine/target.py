@@ -2,7 +2,8 @@
 
 No modeling code is copied or forked: tree attention is expressed purely through the public forward arguments
 (a 4-D additive float mask plus ``position_ids`` = prefix length + depth), the KV cache is a stock
-``DynamicCache`` and the drafter features come from ``output_hidden_states=True``.
+``DynamicCache`` whose layers write in place (``kv_cache.PreallocatedLayer``: no copy of the history per step) and
+the drafter features come from ``output_hidden_states=True``.
 
 Per-generation state (the KV cache of one stream or several, each row's committed length) lives in a
 :class:`~dart_core.engine.state.TargetState`, never on the model, so one :class:`TargetModel` can serve several
@@ -30,13 +31,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from transformers import DynamicCache, StaticCache
+from transformers import StaticCache
 from transformers.cache_utils import DynamicLayer, StaticLayer
 
 from dart_core.engine.attention import sdpa_backends
 from dart_core.engine.cpu_linear import CpuLinearPlan
 from dart_core.engine.graphs import GraphedCall
 from dart_core.engine.hf_config import feature_layer_ids, text_config
+from dart_core.engine.kv_cache import PreallocatedLayer, growing_cache
 from dart_core.engine.state import TargetState, prompt_blocks, rows_mask, tree_blocks
 from dart_core.engine.stream_slots import StreamSlots
 from dart_core.engine.tree import DraftTree
@@ -269,7 +271,7 @@ class TargetModel:
                 return state
         if self.static_capacity is not None:
             return TargetState(StaticCache(config=self.config, max_cache_len=self.static_capacity), lengths)
-        return TargetState(DynamicCache(config=self.config), lengths)
+        return TargetState(growing_cache(self.config), lengths)
 
     @staticmethod
     def _set_static_length(state: TargetState, rows: int) -> None:
@@ -350,10 +352,10 @@ class TargetModel:
 
     def _require_compactable(self, state: TargetState, what: str) -> None:
         for i, layer in enumerate(state.cache.layers):
-            if type(layer) not in (DynamicLayer, StaticLayer):
+            if type(layer) not in (PreallocatedLayer, DynamicLayer, StaticLayer):
                 raise NotImplementedError(
                     f"{what}: cache layer {i} is a {type(layer).__name__}; tree verification and KV compaction "
-                    "support only full-attention DynamicLayer / StaticLayer caches"
+                    "support only full-attention caches (PreallocatedLayer, DynamicLayer, StaticLayer)"
                 )
 
     # ------------------------------------------------------------- prefill
@@ -561,7 +563,9 @@ class TargetModel:
             self._slots.keep(state, idx)
         else:
             for layer in state.cache.layers:
-                if layer.is_initialized:
+                if isinstance(layer, PreallocatedLayer):
+                    layer.batch_select_indices(idx)  # moved up in place
+                elif layer.is_initialized:
                     layer.keys = layer.keys.index_select(0, idx)
                     layer.values = layer.values.index_select(0, idx)
                     if isinstance(layer, StaticLayer):

@@ -25,15 +25,15 @@ up to floating-point ties (a padded batch's matrix products may round differentl
 from __future__ import annotations
 
 import contextlib
-import itertools
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers.cache_utils import Cache, DynamicLayer
+from transformers.cache_utils import Cache
 
 from dart_core.engine.cpu_attention import native_decode_attention
+from dart_core.engine.kv_cache import PreallocatedLayer
 from dart_core.engine.target import cache_keyword
 
 # Drop finished rows once this share of the batch has finished: each drop copies the kept rows' keys and values
@@ -47,107 +47,6 @@ ATTENTION_CHOICES = ("native", "sdpa")
 # A prefix all of a batch's prompts share is run once when it is at least this long (SmolLM2's system turn is 24
 # tokens of a 45-token first turn on average: half of the prefill).
 MIN_PREFIX = 8
-
-
-class PreallocatedLayer(DynamicLayer):
-    """A ``DynamicLayer`` whose keys and values are written into a buffer of ``capacity`` positions, allocated on
-    the first update; the model sees ``buffer[:, :, :length]``. ``batch_select_indices`` keeps some rows."""
-
-    def __init__(self, capacity: int) -> None:
-        super().__init__()
-        self.capacity = capacity
-        self.length = 0
-
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        self._allocate(key_states.shape[0], key_states, value_states)
-
-    def _allocate(self, rows: int, keys: torch.Tensor, values: torch.Tensor) -> None:
-        """Buffers of ``rows`` rows and ``capacity`` positions; heads, width, dtype, device as ``keys``/``values``."""
-        self.device = keys.device
-        self.key_buffer = keys.new_empty((rows, keys.shape[1], self.capacity, keys.shape[-1]))
-        self.value_buffer = values.new_empty((rows, values.shape[1], self.capacity, values.shape[-1]))
-        self.is_initialized = True
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
-               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        end = self.length + key_states.shape[-2]
-        if end > self.capacity:
-            raise ValueError(f"the cache holds {self.capacity} positions; this forward needs {end}")
-        self.key_buffer[:, :, self.length:end] = key_states
-        self.value_buffer[:, :, self.length:end] = value_states
-        self.length = end
-        self._expose()
-        return self.keys, self.values
-
-    def _expose(self) -> None:
-        """``keys``/``values``: the buffers' first ``length`` positions, the view the model attends to."""
-        self.keys = self.key_buffer[:, :, : self.length]
-        self.values = self.value_buffer[:, :, : self.length]
-
-    def get_seq_length(self) -> int:
-        return self.length
-
-    @classmethod
-    def joined(cls, parts: Sequence[PreallocatedLayer], capacity: int) -> PreallocatedLayer:
-        """One layer of ``capacity`` positions holding the rows of ``parts`` one after another, right-aligned: a
-        part shorter than the longest starts that many columns later, its columns before zeros (left padding, which
-        the mask hides; zeros, not stale memory, since a masked NaN would still reach the output)."""
-        if not parts or any(not p.is_initialized for p in parts):
-            raise ValueError("only filled parts can be joined")
-        length = max(p.length for p in parts)
-        if length > capacity:
-            raise ValueError(f"the cache holds {capacity} positions; the parts hold {length}")
-        rows = sum(p.keys.shape[0] for p in parts)
-        layer = cls(capacity)
-        layer._allocate(rows, parts[0].keys, parts[0].values)
-        a = 0
-        for p in parts:
-            b, pad = a + p.keys.shape[0], length - p.length
-            for buffer, part in ((layer.key_buffer, p.keys), (layer.value_buffer, p.values)):
-                buffer[a:b, :, :pad] = 0
-                buffer[a:b, :, pad:length] = part
-            a = b
-        layer.length = length
-        layer._expose()
-        return layer
-
-    def get_max_length(self) -> int:
-        return self.capacity
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        """Keep the rows ``indices`` (increasing), moved up in place: only their filled positions are copied and
-        nothing is allocated (a new buffer per drop cost far more on a CPU, mostly first-touch
-        page faults; measured: docs/benchmarks.md#measurements-behind-design-choices)."""
-        if not self.is_initialized:
-            return
-        for dst, src, n in _moves(indices.tolist()):
-            for buffer in (self.key_buffer, self.value_buffer):
-                buffer[dst:dst + n, :, : self.length] = buffer[src:src + n, :, : self.length]
-        self.key_buffer = self.key_buffer[: len(indices)]
-        self.value_buffer = self.value_buffer[: len(indices)]
-        self._expose()
-
-
-def _moves(rows: Sequence[int]) -> list[tuple[int, int, int]]:
-    """(to, from, count) row-block copies that put ``rows`` (increasing) at 0, 1, ...: blocks of rows that move
-    by the same offset, cut to at most that offset so that no copy reads a row another has written or overlaps
-    itself; done in order, each reads rows not yet overwritten."""
-    if any(b <= a for a, b in itertools.pairwise(rows)):
-        raise ValueError("rows to keep must be increasing")
-    moves: list[tuple[int, int, int]] = []
-    dst = 0
-    while dst < len(rows):
-        offset = rows[dst] - dst
-        end = dst + 1
-        while end < len(rows) and rows[end] - end == offset:
-            end += 1
-        if offset:
-            for a in range(dst, end, offset):
-                moves.append((a, a + offset, min(offset, end - a)))
-        dst = end
-    return moves
 
 
 @dataclass
