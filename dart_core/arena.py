@@ -17,6 +17,7 @@ from dart_core.engine.cost_curve import CostCurves
 from dart_core.engine.cpu import auto_dtype_name
 from dart_core.engine.cpu_linear import MODES as CPU_LINEAR_MODES
 from dart_core.engine.cpu_linear import CpuLinearPlan, use_cpu_linears
+from dart_core.engine.cpu_norm import use_cpu_norms
 from dart_core.engine.drafter import Drafter, remembers
 from dart_core.engine.loop import BatchStep, Step, stream, stream_batch
 from dart_core.engine.target import FAST_PATH_MODES, FAST_PATH_ROWS, TargetModel
@@ -111,9 +112,9 @@ def load_target(
     model over the visible GPUs (``device_map="auto"``). On a CPU, ``cpu_linear`` picks the linear layers' kernel
     per row count (auto: measured at the current thread count, so set that first; stock; onednn;
     :mod:`dart_core.engine.cpu_linear`; None: not chosen here, the caller does), the plan kept as
-    ``target.cpu_linears``. A file that fails to load is
-    named in a LoadError (see :mod:`dart_core.loading.target_files`), and so is a NaN or infinity in the
-    embedding or ``lm_head``."""
+    ``target.cpu_linears``; but for ``stock`` its RMSNorms then run natively too (:mod:`dart_core.engine.cpu_norm`).
+    A file that fails to load is named in a LoadError (see :mod:`dart_core.loading.target_files`), and so is a NaN
+    or infinity in the embedding or ``lm_head``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     base = resolve_model_ref(base)
@@ -140,6 +141,8 @@ def load_target(
     target = TargetModel(model.eval().requires_grad_(False))
     if target.device.type == "cpu" and device_map is None and cpu_linear is not None:
         target.cpu_linears = use_cpu_linears(model, cpu_linear)
+        if cpu_linear != "stock":
+            use_cpu_norms(model)
     return target, tokenizer
 
 
@@ -375,6 +378,8 @@ def load_arena(
                    f"{torch.get_num_threads()} thread(s)", enabled=progress) as line:
             for name, module in modules.items():  # the target first: the drafters may score through its layers
                 arena.cpu_linears[name] = use_cpu_linears(module, cpu_linear)
+                if cpu_linear != "stock":
+                    use_cpu_norms(module)
             target.cpu_linears = arena.cpu_linears["target"]
             plan = target.cpu_linears
             line.detail = f"the target's: {plan.summary}"

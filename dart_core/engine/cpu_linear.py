@@ -40,7 +40,8 @@ MODES = ("auto", "stock", "onednn", "native")
 # ``--cpu-linear``'s meaning, one sentence for every command's help
 CPU_LINEAR_HELP = ("on a CPU, the linear layers' kernel: auto (the default: PyTorch's own, oneDNN with prepacked "
                    "weights or our native few-row kernel, whichever ran the model's layers fastest at load, timed "
-                   "apart at 1, 2, 4, 8 and 16 rows at the thread count in use), stock (PyTorch's own), onednn, native")
+                   "apart at 1, 2, 4, 8 and 16 rows at the thread count in use; the RMSNorms then run natively "
+                   "too), stock (PyTorch's own, and the model's own norms), onednn, native")
 STOCK, ONEDNN, NATIVE = "stock", "onednn", "native"
 KERNELS = (STOCK, ONEDNN, NATIVE)
 NATIVE_MAX_ROWS = 32  # the most rows the native kernel multiplies: past a wide verify it is a matrix product

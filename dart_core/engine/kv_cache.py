@@ -2,8 +2,8 @@
 distillation's batches.
 
 transformers' ``DynamicLayer`` grows by ``torch.cat``: every forward copies every row's whole key/value history
-once per layer, so a decode step's copying grows with the context (on a CPU it was about a tenth of a plain step
-over a 200-token context; docs/benchmarks.md#measurements-behind-design-choices). ``PreallocatedLayer`` keeps
+once per layer, so a decode step's copying grows with the context (measured on a CPU:
+docs/benchmarks.md#measurements-behind-design-choices). ``PreallocatedLayer`` keeps
 each layer's keys and values in one buffer with room after the filled positions, writes a forward's rows there and
 hands the model a view of the filled part: a stock cache layer (the model's code is untouched), which the engine
 may also write into through that view (its commit moves the accepted path in place). A buffer that is full is

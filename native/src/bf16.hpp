@@ -1,6 +1,6 @@
 // bfloat16 stored as its 16 bits, to and from float32, one value at a time: shared by the CPU kernels
-// (decode_attention_kernel.hpp, row_linear_kernel.hpp). Internal linkage, like the kernels, so each file's copy is
-// compiled for that file's instruction set.
+// (decode_attention_kernel.hpp, row_linear_kernel.hpp, rms_norm.cpp). Internal linkage, like the kernels, so each
+// file's copy is compiled for that file's instruction set.
 #pragma once
 
 #include <bit>
