@@ -276,6 +276,8 @@ def test_native_plan_swaps_layers_and_falls_back_where_it_cannot_serve() -> None
         assert torch.equal(swapped(wide), F.linear(wide, lin.weight, lin.bias))
         lin.weight.mul_(2.0)  # changed in place: the weight itself, never a stale view
         assert torch.equal(swapped(x), F.linear(x, lin.weight, lin.bias))
+        lin.weight.data = torch.randn(lin.weight.shape)  # a new storage: the weight itself, never the old one
+        assert torch.equal(swapped(x), F.linear(x, lin.weight, lin.bias))
     half = C.tiny_target("qwen3", vocab=97, hidden=32).half()
     with pytest.raises(ValueError, match="cpu_linear=native: the native kernel reads contiguous float32 or "
                                          "bfloat16 weights on the CPU, not float16 on cpu"):

@@ -40,6 +40,25 @@ def test_the_native_norm_is_the_models_own(dim: int, dtype: torch.dtype) -> None
         assert ((got.float() - want.float()).abs() <= want.float().abs() * 2 ** -7 + 1e-6).all()
 
 
+def test_the_native_norm_follows_its_weight_changed_in_place_or_replaced() -> None:
+    """The native call reads the weight through a view made once: an in-place change shows through it, a new
+    storage (a load, ``to()``) is viewed anew, never a stale copy."""
+    norm = _norm(16)
+    holder = torch.nn.Sequential(norm)
+    use_cpu_norms(holder)
+    x = torch.randn(3, 16)
+    with torch.no_grad():
+        holder[0](x)
+        norm.weight.mul_(2.0)
+        torch.testing.assert_close(holder[0](x), norm(x), rtol=2e-6, atol=1e-6)
+        norm.weight.data = torch.randn(16)
+        torch.testing.assert_close(holder[0](x), norm(x), rtol=2e-6, atol=1e-6)
+        holder.to(torch.bfloat16)
+        got, want = holder[0](x.bfloat16()), norm(x.bfloat16())
+        assert got.dtype == torch.bfloat16
+        assert ((got.float() - want.float()).abs() <= want.float().abs() * 2 ** -7 + 1e-6).all()
+
+
 def test_norms_of_another_form_keep_their_own_forward() -> None:
     class OffsetRMSNorm(LlamaRMSNorm):  # Gemma's form: the weight is an offset from one
         def forward(self, x: torch.Tensor) -> torch.Tensor:

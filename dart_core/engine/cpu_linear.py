@@ -69,6 +69,7 @@ class CpuLinearPlan:
     threads: int = 0
     timings: dict[str, dict[int, float]] = field(default_factory=dict)
     reason: str = ""
+    _by_count: dict[int, str] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def uniform(cls, kernel: str, **kwargs: Any) -> CpuLinearPlan:
@@ -76,9 +77,13 @@ class CpuLinearPlan:
         return cls(dict.fromkeys(ROW_CLASSES, kernel), **kwargs)
 
     def kernel(self, rows: int) -> str:
-        """The kernel for ``rows`` input rows (past ``NATIVE_MAX_ROWS`` the native kernel gives way to stock)."""
-        kernel = self.by_rows.get(row_class(rows), STOCK)
-        return STOCK if kernel == NATIVE and rows > NATIVE_MAX_ROWS else kernel
+        """The kernel for ``rows`` input rows (past ``NATIVE_MAX_ROWS`` the native kernel gives way to stock),
+        remembered per count: every linear layer of every forward asks."""
+        kernel = self._by_count.get(rows)
+        if kernel is None:
+            kernel = self.by_rows.get(row_class(rows), STOCK)
+            kernel = self._by_count[rows] = STOCK if kernel == NATIVE and rows > NATIVE_MAX_ROWS else kernel
+        return kernel
 
     @property
     def uses_onednn(self) -> bool:
@@ -157,10 +162,11 @@ def numpy_bits(t: torch.Tensor) -> Any:
 
 def _native_linear(x: torch.Tensor, weight: Any, bias: Any, out_features: int, threads: int) -> torch.Tensor:
     """``F.linear`` by the native kernel; ``weight`` and ``bias`` as :func:`numpy_bits` views (None: no bias)."""
-    flat = x.reshape(-1, x.shape[-1]).contiguous()
-    y = torch.empty(flat.shape[0], out_features, dtype=x.dtype)
+    shape = x.shape
+    flat = x.view(-1, shape[-1]) if x.is_contiguous() else x.reshape(-1, shape[-1]).contiguous()
+    y = torch.empty((flat.shape[0], out_features), dtype=x.dtype)
     _native.row_linear(numpy_bits(flat), weight, bias, numpy_bits(y), threads)
-    return y.view(*x.shape[:-1], out_features)
+    return y if len(shape) == 2 else y.view(*shape[:-1], out_features)
 
 
 class DispatchLinear(torch.nn.Linear):
@@ -185,24 +191,33 @@ class DispatchLinear(torch.nn.Linear):
         return new
 
     def set_plan(self, plan: CpuLinearPlan, packed: torch.Tensor | None) -> None:
-        self.plan, self.packed, self._packed_as = plan, packed, _stamp(self.weight)
+        weight = self.weight
+        self.plan, self.packed = plan, packed
+        # what says the packed and native forms still match the weight: its storage (a new one for another dtype
+        # or device, ``.to()`` included) and its in-place version, each a cheap read on every call
+        self._packed_ptr, self._packed_version, self._dtype = weight.data_ptr(), weight._version, weight.dtype
         self.native = None
-        if plan.uses_native and _native_can_serve(self.weight, self.bias):
+        if plan.uses_native and _native_can_serve(weight, self.bias):
             native_threads()
-            self.native = (numpy_bits(self.weight.detach()),
+            self.native = (numpy_bits(weight.detach()),
                            numpy_bits(self.bias.detach()) if self.bias is not None else None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.numel() // max(1, x.shape[-1])
-        kernel = self.plan.kernel(rows)
-        if ((kernel == ONEDNN and self.packed is None) or (kernel == NATIVE and self.native is None)
-                or kernel == STOCK or x.device.type != "cpu"
-                or x.dtype != self.weight.dtype or _stamp(self.weight) != self._packed_as
-                or (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad))
+        # kept lean: a plain step calls this for every linear layer, so its checks cost a share of the step
+        width = x.shape[-1]
+        kernel = self.plan.kernel(x.numel() // width if width else 0)
+        weight = self._parameters["weight"]
+        if (kernel == STOCK or not x.is_cpu or x.dtype != self._dtype or weight._version != self._packed_version
+                or weight.data_ptr() != self._packed_ptr
+                or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
                 or (_other_threads and torch.get_num_threads() > 1)):
-            return F.linear(x, self.weight, self.bias)
+            return F.linear(x, weight, self.bias)
         if kernel == NATIVE:
+            if self.native is None:
+                return F.linear(x, weight, self.bias)
             return _native_linear(x, *self.native, self.out_features, torch.get_num_threads())
+        if self.packed is None:
+            return F.linear(x, weight, self.bias)
         return _packed_linear(x, self.packed, self.bias)
 
 
@@ -239,11 +254,6 @@ def _openmp_libraries() -> list[str]:
     except OSError:
         pass
     return found
-
-
-def _stamp(weight: torch.Tensor) -> tuple[Any, ...]:
-    """What says the packed copy still matches the weight: its storage, dtype, device and in-place version."""
-    return weight.data_ptr(), weight.dtype, weight.device, weight._version
 
 
 def _linears(module: torch.nn.Module) -> list[tuple[str, torch.nn.Linear]]:

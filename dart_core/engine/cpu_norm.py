@@ -20,6 +20,8 @@ from dart_core.engine.cpu_linear import numpy_bits
 
 __all__ = ["DispatchRMSNorm", "use_cpu_norms"]
 
+NATIVE_DTYPES = (torch.float32, torch.bfloat16)
+
 
 class DispatchRMSNorm(torch.nn.Module):
     """An RMSNorm whose CPU forward is one native call; it holds the original's weight (the same parameter, under
@@ -32,17 +34,23 @@ class DispatchRMSNorm(torch.nn.Module):
         self.weight = norm.weight
         self.variance_epsilon = self.eps = eps  # under both names the norm classes read it by
         self.stock_forward = stock_forward
+        # the weight as the native call reads it (a view that keeps its storage alive) and that storage's address
+        self._weight_bits, self._weight_ptr = None, None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        w = self.weight
-        if (x.device.type != "cpu" or x.dtype not in (torch.float32, torch.bfloat16) or w.dtype != x.dtype
-                or not x.is_contiguous() or not w.is_contiguous() or x.shape[-1] != w.shape[0]
-                or (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad))):
+        # kept lean: a plain step calls this twice a layer, so its checks cost a share of the step
+        w = self._parameters["weight"]
+        if (not x.is_cpu or x.dtype not in NATIVE_DTYPES or w.dtype != x.dtype or not x.is_contiguous()
+                or x.shape[-1] != w.shape[0] or (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad))):
             return self.stock_forward(self, x)
+        if w.data_ptr() != self._weight_ptr:  # a new storage (``to()``, a load): view it anew
+            if not w.is_contiguous():
+                return self.stock_forward(self, x)
+            self._weight_bits, self._weight_ptr = numpy_bits(w.detach()), w.data_ptr()
         flat = x.view(-1, x.shape[-1])
         out = torch.empty_like(flat)
-        _native.rms_norm(numpy_bits(flat), numpy_bits(w.detach()), numpy_bits(out), self.eps)
-        return out.view(x.shape)
+        _native.rms_norm(numpy_bits(flat), self._weight_bits, numpy_bits(out), self.eps)
+        return out if x.dim() == 2 else out.view(x.shape)
 
     def extra_repr(self) -> str:
         return f"{tuple(self.weight.shape)}, eps={self.eps}, native"

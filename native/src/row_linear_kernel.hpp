@@ -68,33 +68,34 @@ DART_LINEAR_INLINE float hsum8(LF8 v) {
 }
 #endif
 
-// R input rows (1 or 2) times one block of kBlock weight rows (`nw` of them real: the last block of a range may
-// be short, its missing rows repeat the last real one and are not stored).
-template <int R, class T>
+// R input rows (1 or 2) times one block of B weight rows (`nw` of them real: the last block of a range may be
+// short, its missing rows repeat the last real one and are not stored). Every output sums in the same order
+// whatever B and R are, so the block shape never changes a result.
+template <int R, int64_t B, class T>
 DART_LINEAR_INLINE void block_times_rows(const RowLinearCall<T>& c, int64_t w0, int64_t nw, int64_t r0) {
   const int64_t n = c.in;
-  const T* w[kBlock];
-  for (int64_t i = 0; i < kBlock; ++i) w[i] = c.weight + (w0 + (i < nw ? i : nw - 1)) * n;
+  const T* w[B];
+  for (int64_t i = 0; i < B; ++i) w[i] = c.weight + (w0 + (i < nw ? i : nw - 1)) * n;
   const T* x[R];
   for (int r = 0; r < R; ++r) x[r] = c.x + (r0 + r) * n;
-  float sum[R][kBlock] = {};
+  float sum[R][B] = {};
   int64_t k = 0;
 #if DART_LINEAR_VECTORS
-  LF8 acc[R][kBlock] = {};
+  LF8 acc[R][B] = {};
   for (; k + 8 <= n; k += 8) {
     LF8 xv[R];
     for (int r = 0; r < R; ++r) xv[r] = load8(x[r] + k);
-    for (int64_t i = 0; i < kBlock; ++i) {
+    for (int64_t i = 0; i < B; ++i) {
       const LF8 wv = load8(w[i] + k);
       for (int r = 0; r < R; ++r) acc[r][i] += wv * xv[r];
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int64_t i = 0; i < kBlock; ++i) sum[r][i] = hsum8(acc[r][i]);
+    for (int64_t i = 0; i < B; ++i) sum[r][i] = hsum8(acc[r][i]);
 #endif
   for (; k < n; ++k)
     for (int r = 0; r < R; ++r)
-      for (int64_t i = 0; i < kBlock; ++i) sum[r][i] += load1(w[i] + k) * load1(x[r] + k);
+      for (int64_t i = 0; i < B; ++i) sum[r][i] += load1(w[i] + k) * load1(x[r] + k);
   for (int r = 0; r < R; ++r)
     for (int64_t i = 0; i < nw; ++i) {
       const float b = c.bias ? load1(c.bias + w0 + i) : 0.0f;
@@ -104,11 +105,14 @@ DART_LINEAR_INLINE void block_times_rows(const RowLinearCall<T>& c, int64_t w0, 
 
 template <class T>
 DART_LINEAR_TARGET void linear_range(const RowLinearCall<T>& c, int64_t first, int64_t last) {
-  for (int64_t w0 = first; w0 < last; w0 += kBlock) {
+  int64_t w0 = first;
+  if (c.rows == 1)  // one input row leaves registers for twice the weight rows: more reads in flight
+    for (; w0 + 2 * kBlock <= last; w0 += 2 * kBlock) block_times_rows<1, 2 * kBlock>(c, w0, 2 * kBlock, 0);
+  for (; w0 < last; w0 += kBlock) {
     const int64_t nw = last - w0 < kBlock ? last - w0 : kBlock;
     int64_t r = 0;
-    for (; r + 2 <= c.rows; r += 2) block_times_rows<2>(c, w0, nw, r);
-    if (r < c.rows) block_times_rows<1>(c, w0, nw, r);
+    for (; r + 2 <= c.rows; r += 2) block_times_rows<2, kBlock>(c, w0, nw, r);
+    if (r < c.rows) block_times_rows<1, kBlock>(c, w0, nw, r);
   }
 }
 
