@@ -23,6 +23,7 @@ from dart_core.engine.budget import (
     BUDGETS,
     DEPTH_WINDOW,
     DEPTHS,
+    MAX_PROBE_EVERY,
     NODE,
     OFF,
     POSITION,
@@ -307,15 +308,38 @@ def test_sampling_keeps_the_target_distribution_with_the_budget_cutting() -> Non
 
 
 # ------------------------------------------------------------------------------------------ the curve's cache
-def test_a_batch_stream_drafts_only_while_its_drafting_pays() -> None:
-    """A batch's stream drafts while its tokens per ms of drafting (and its share of the wider verify) beat a plain
-    step's rate; one stream always drafts."""
-    budget = Budget(NODE, curves({1: 100.0, 64: 100.0}, (1, 4)))  # rows free: only the drafting counts
-    slow = StreamBudget(gain=1.0, draft_ms=120.0, rows=5.0)
-    assert budget.drafts(slow, 1)  # one stream always drafts
-    assert budget.drafts(StreamBudget(gain=1.0, draft_ms=30.0, rows=5.0), 4)  # 1 token / 30 ms > 1 / 100 ms
-    assert not budget.drafts(slow, 4)  # 1 token / 120 ms < 1 / 100 ms: a plain step, the drafting saved
-    assert budget.undrafted_steps == 1
+def test_a_batchs_streams_draft_only_while_their_drafting_pays_the_batch() -> None:
+    """In a batch, the streams that raise its expected tokens per ms draft, those whose drafting paid most per ms
+    first; when none does, none drafts and the step is a plain one; one stream alone always drafts."""
+    budget = Budget(NODE, curves({1: 100.0, 4: 140.0, 64: 1000.0}, (1, 4)))  # plain 100 ms, 4 rows a stream 140
+
+    def stream(gain: float, draft_ms: float) -> StreamBudget:
+        return StreamBudget(gain=gain, draft_ms=draft_ms, rows=4.0)
+
+    assert budget.drafting([stream(0.1, 50.0)]) == [True]
+    assert budget.drafting([stream(2.0, 5.0) for _ in range(4)]) == [True] * 4  # (4 + 8) / (20 + 140) > 4 / 100
+    assert budget.drafting([stream(0.3, 5.0) for _ in range(4)]) == [False] * 4  # (4 + 1.2) / (20 + 140) < 4 / 100
+    assert budget.undrafted_steps == 4
+    # 2 / 5, 0.05 / 30, 1.5 / 5, 2 / 5 tokens per ms: the first, fourth and third join; the second would lower it
+    mixed = [stream(2.0, 5.0), stream(0.05, 30.0), stream(1.5, 5.0), stream(2.0, 5.0)]
+    assert budget.drafting(mixed) == [True, False, True, True]
+    # streams that stopped together probe together, after PROBE_EVERY plain steps, then twice as long each time a
+    # probe does not pay (up to MAX_PROBE_EVERY), and from PROBE_EVERY again once drafting pays
+    lagging = [stream(0.3, 5.0) for _ in range(4)]
+    waits = []
+    for _ in range(5):
+        plain = 0
+        while budget.drafting(lagging) == [False] * 4:
+            plain += 1
+        waits.append(plain)
+    assert waits == [PROBE_EVERY - 1, 2 * PROBE_EVERY - 1, 4 * PROBE_EVERY - 1, MAX_PROBE_EVERY - 1,
+                     MAX_PROBE_EVERY - 1]
+    for s in lagging:
+        s.gain = 2.0
+    assert budget.drafting(lagging) == [True] * 4 and all(s.probe_every == PROBE_EVERY for s in lagging)
+    assert budget.drafting([stream(0.3, 5.0), StreamBudget(), stream(0.3, 5.0), stream(0.3, 5.0)]) == \
+        [False, True, False, False]
+    assert Budget(OFF, curves({1: 100.0}, (1, 4))).drafting([stream(0.0, 90.0)] * 4) == [True] * 4
 
 
 def test_batch_sizes_between_powers_of_two_are_priced_between_their_curves() -> None:
@@ -423,7 +447,8 @@ class WrongGuesses:
 
 def test_a_stream_whose_drafting_does_not_pay_decodes_plainly_and_probes_now_and_then(arena) -> None:
     """In a batch, a stream whose drafts are never accepted stops drafting (saving the drafting too), drafts again
-    every PROBE_EVERY steps, and its drafter is still shown every row once; one stream alone always drafts."""
+    after PROBE_EVERY steps and then ever more rarely, and its drafter is still shown every row once; one stream
+    alone always drafts."""
     drafter = WrongGuesses(arena.target.vocab_size)
     budget = Budget(NODE, curves({1: 10.0, 2: 11.0, 3: 12.0, 64: 100.0}, (1, 2)))
     prompts = [[5, 9, 13, 21, 30, 2, 7], [8, 1, 4, 4, 17]]
@@ -431,10 +456,12 @@ def test_a_stream_whose_drafting_does_not_pay_decodes_plainly_and_probes_now_and
     assert tokens == [generate(arena.target, p, None, max_new_tokens=40)[0] for p in prompts]
     for b in range(2):
         body = [bs.steps[b] for bs in steps if b in bs.steps and not bs.steps[b].prefill]
-        drafted = [s for s in body if s.drafted_size]
+        drafted = [i for i, s in enumerate(body) if s.drafted_size]
         assert sum(s.accepted for s in body) <= 2
-        assert len(drafted) <= len(body) // PROBE_EVERY + 3, "a drafter that never pays keeps drafting"
-        assert len(drafted) >= len(body) // PROBE_EVERY, "it stopped probing"
+        gaps = np.diff(drafted).tolist()
+        assert drafted[0] == 0 and len(drafted) >= 3, "it stopped probing"
+        assert gaps[0] >= PROBE_EVERY and bool(np.all(np.diff(gaps) > 0)), \
+            "a drafter that never pays keeps drafting as often"
     assert budget.report()["undrafted_steps"] > 40
     alone = Budget(NODE, curves({1: 10.0, 2: 11.0, 3: 12.0, 64: 100.0}))
     _, one = generate(arena.target, prompts[0], drafter, max_new_tokens=20, budget=alone)
@@ -443,7 +470,8 @@ def test_a_stream_whose_drafting_does_not_pay_decodes_plainly_and_probes_now_and
     keen = Budget(NODE, curves({1: 10.0, 64: 10.5}, (2,)))
     stream = keen.new_stream()
     keen.paid_for(stream, accepted=2, draft_ms=1.0, rows=5)
-    assert all(keen.drafts(stream, 2) for _ in range(3 * PROBE_EVERY))
+    pair = [stream, keen.new_stream()]  # the second starts from what the first's drafting paid
+    assert all(keen.drafting(pair) == [True, True] for _ in range(3 * PROBE_EVERY))
 
 
 def test_one_streams_chain_is_priced_by_the_chain_curve() -> None:

@@ -46,7 +46,8 @@ DEPTHS = 16  # depths calibrated apart; deeper nodes share the last
 STEP_EDGES = np.array([0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 9.0])
 PRIOR_WEIGHT = 2.0  # pseudo-observations of each cell's prior
 PAID_RATE = 0.2  # how fast a stream's record of what drafting paid follows its steps
-PROBE_EVERY = 8  # a stream whose drafting does not pay still drafts every this many steps, to see if it pays again
+PROBE_EVERY = 8  # a batch's stream whose drafting does not pay drafts again after this many steps: does it pay now?
+MAX_PROBE_EVERY = 64  # each probe that does not pay doubles the wait, up to this many steps
 STREAM_PRIOR_WEIGHT = 8.0  # pseudo-observations a stream's per-position estimate borrows from the racer's
 DEPTH_WINDOW = 8  # a stream's last cuts whose deepest kept level bounds how deep it drafts next (one level more)
 
@@ -159,6 +160,7 @@ class StreamBudget:
     draft_ms: float = 0.0
     rows: float = 1.0
     undrafted: int = 0
+    probe_every: int = PROBE_EVERY  # plain steps before it drafts again to see whether drafting pays now
     # the deepest level each of its last cuts kept (0: the bare root), for :meth:`Budget.depth_limit`
     kept_depths: deque[int] = field(default_factory=lambda: deque(maxlen=DEPTH_WINDOW))
 
@@ -210,25 +212,50 @@ class Budget:
             stream.gain, stream.draft_ms, stream.rows = self.paid
         return stream
 
-    def drafts(self, stream: StreamBudget, streams: int) -> bool:
-        """Whether ``stream`` (one of ``streams`` in the batch) drafts this step: in a batch, unless what its
-        drafting paid lately (tokens accepted over the drafting and the extra rows' share of the verify) falls below
-        one stream's plain decoding rate, when it decodes plainly and saves the drafting too, drafting again every
-        :data:`PROBE_EVERY` steps to see whether it pays again. Not against the whole batch's plain rate: one stream
-        skipping saves its drafting, not the verify's width, which the widest tree sets (measured: it lost to the
-        fixed trees, docs/benchmarks.md). One stream always drafts: its cut already falls to the bare root when
-        nothing pays, and a skipped step's lost tokens cost more than its drafting saves."""
-        if self.rule == OFF or stream.gain is None or streams == 1:
-            return True
-        curve = self.curves.for_streams(streams, chain=True)
-        plain = curve.ms(1)
-        extra = stream.draft_ms + max(curve.ms(max(1, round(stream.rows))) - plain, 0.0) / streams
-        if stream.gain * plain > extra or stream.undrafted + 1 >= PROBE_EVERY:
-            stream.undrafted = 0
-            return True
-        stream.undrafted += 1
-        self.undrafted_steps += 1
-        return False
+    def drafting(self, streams: Sequence[StreamBudget]) -> list[bool]:
+        """Which of a batch's streams draft this step. One stream always drafts: its cut already falls to the bare
+        root when nothing pays, and a skipped step's lost tokens cost more than its drafting saves. In a batch, the
+        drafting streams are chosen for the batch's rate: the streams whose drafting paid most tokens per ms lately
+        join one by one while the expected tokens (one a stream, plus each drafting stream's recent gain) per ms of
+        their drafting and of the verify at their width grow. The others decode plainly and save their drafting,
+        and when none drafts, the verify's width too: then the step costs what plain decoding's does. A stream
+        without a record drafts; one left plain drafts again after :data:`PROBE_EVERY` plain steps to see whether
+        it pays now, and each such probe that does not pay doubles its wait (up to :data:`MAX_PROBE_EVERY`): a
+        probe drafts every stream that probes with it and widens the whole batch's verify. Why the batch's rate:
+        the streams' drafting runs one after another and the widest tree sets every stream's verify, so at many
+        streams a drafted step can cost more than the tokens it adds are worth, and no one stream's record shows it
+        (measured: docs/benchmarks.md)."""
+        n = len(streams)
+        if self.rule == OFF or n == 1:
+            return [True] * n
+        curve = self.curves.for_streams(n)
+        known = [i for i, s in enumerate(streams) if s.gain is not None]
+        wanted = [False] * n
+        order = sorted(known, key=lambda i: -streams[i].gain / max(streams[i].draft_ms, 1e-3))  # type: ignore[operator]
+
+        def rate(members: list[bool]) -> float:
+            drafting = [s for s, m in zip(streams, members, strict=True) if m]
+            width = max([1, *(max(1, round(s.rows)) for s in drafting)])
+            return (n + sum(s.gain or 0.0 for s in drafting)) / (sum(s.draft_ms for s in drafting) + curve.ms(width))
+
+        best, best_rate = list(wanted), rate(wanted)
+        for i in order:
+            wanted[i] = True
+            now = rate(wanted)
+            if now >= best_rate * (1 - 1e-9):  # a tie drafts: its record stays fresh
+                best, best_rate = list(wanted), now
+        out = []
+        for s, want in zip(streams, best, strict=True):
+            if want or s.gain is None:
+                s.undrafted, s.probe_every = 0, PROBE_EVERY
+            elif s.undrafted + 1 >= s.probe_every:  # a probe; the next waits twice as long unless this one pays
+                s.undrafted, s.probe_every = 0, min(2 * s.probe_every, MAX_PROBE_EVERY)
+                want = True
+            else:
+                s.undrafted += 1
+            out.append(want or s.gain is None)
+        self.undrafted_steps += out.count(False)
+        return out
 
     def depth_limit(self, stream: StreamBudget) -> int | None:
         """How deep ``stream`` drafts this step: one level below the deepest its last :data:`DEPTH_WINDOW` cuts

@@ -202,11 +202,12 @@ def _decode(
             width, committed = state.width, sum(state.lengths)
             with Stopwatch(target.device) as wall:
                 trees, proposals, unseen = [], [], []
-                for b in live:
+                # a stream whose drafting does not pay the batch decodes plainly, its drafter shown the rows later
+                drafting = budget.drafting([streams[b].budget for b in live]) if budget is not None \
+                    else [True] * len(live)  # type: ignore[arg-type]
+                for b, drafts in zip(live, drafting, strict=True):
                     s = streams[b]
                     room = min(s.limit - s.length, max_new_tokens - s.emitted)  # tokens this step may still emit
-                    # a stream whose drafting does not pay decodes plainly, its drafter shown the rows later
-                    drafts = budget is None or budget.drafts(s.budget, len(live))  # type: ignore[arg-type]
                     unseen.append(not drafts)
                     limit = budget.depth_limit(s.budget) if budget is not None else None  # type: ignore[arg-type]
                     proposal = drafter.propose(s.dstate, DraftInput(s.feats, torch.tensor(s.new_ids),
