@@ -320,6 +320,8 @@ def test_a_batchs_streams_draft_only_while_their_drafting_pays_the_batch() -> No
     assert budget.drafting([stream(2.0, 5.0) for _ in range(4)]) == [True] * 4  # (4 + 8) / (20 + 140) > 4 / 100
     assert budget.drafting([stream(0.3, 5.0) for _ in range(4)]) == [False] * 4  # (4 + 1.2) / (20 + 140) < 4 / 100
     assert budget.undrafted_steps == 4
+    # (4 + 2.32) / 160 is 1 % below 4 / 100: a near tie drafts (a plain stream learns nothing until it probes)
+    assert budget.drafting([stream(0.58, 5.0) for _ in range(4)]) == [True] * 4
     # 2 / 5, 0.05 / 30, 1.5 / 5, 2 / 5 tokens per ms: the first, fourth and third join; the second would lower it
     mixed = [stream(2.0, 5.0), stream(0.05, 30.0), stream(1.5, 5.0), stream(2.0, 5.0)]
     assert budget.drafting(mixed) == [True, False, True, True]

@@ -48,6 +48,9 @@ PRIOR_WEIGHT = 2.0  # pseudo-observations of each cell's prior
 PAID_RATE = 0.2  # how fast a stream's record of what drafting paid follows its steps
 PROBE_EVERY = 8  # a batch's stream whose drafting does not pay drafts again after this many steps: does it pay now?
 MAX_PROBE_EVERY = 64  # each probe that does not pay doubles the wait, up to this many steps
+# how much more a plain step must pay than the batch's best drafting before no stream drafts: a stream left plain
+# learns nothing until it probes, so a near tie drafts
+SKIP_MARGIN = 0.05
 STREAM_PRIOR_WEIGHT = 8.0  # pseudo-observations a stream's per-position estimate borrows from the racer's
 DEPTH_WINDOW = 8  # a stream's last cuts whose deepest kept level bounds how deep it drafts next (one level more)
 
@@ -218,7 +221,8 @@ class Budget:
         drafting streams are chosen for the batch's rate: the streams whose drafting paid most tokens per ms lately
         join one by one while the expected tokens (one a stream, plus each drafting stream's recent gain) per ms of
         their drafting and of the verify at their width grow. The others decode plainly and save their drafting,
-        and when none drafts, the verify's width too: then the step costs what plain decoding's does. A stream
+        and when none drafts (a plain step paying :data:`SKIP_MARGIN` more than the best drafting), the verify's
+        width too: then the step costs what plain decoding's does. A stream
         without a record drafts; one left plain drafts again after :data:`PROBE_EVERY` plain steps to see whether
         it pays now, and each such probe that does not pay doubles its wait (up to :data:`MAX_PROBE_EVERY`): a
         probe drafts every stream that probes with it and widens the whole batch's verify. Why the batch's rate:
@@ -238,12 +242,15 @@ class Budget:
             width = max([1, *(max(1, round(s.rows)) for s in drafting)])
             return (n + sum(s.gain or 0.0 for s in drafting)) / (sum(s.draft_ms for s in drafting) + curve.ms(width))
 
-        best, best_rate = list(wanted), rate(wanted)
+        plain_rate = rate(wanted)
+        best, best_rate = list(wanted), 0.0
         for i in order:
             wanted[i] = True
             now = rate(wanted)
             if now >= best_rate * (1 - 1e-9):  # a tie drafts: its record stays fresh
                 best, best_rate = list(wanted), now
+        if plain_rate > best_rate * (1 + SKIP_MARGIN):
+            best = [False] * n
         out = []
         for s, want in zip(streams, best, strict=True):
             if want or s.gain is None:
