@@ -216,19 +216,18 @@ class Budget:
         return stream
 
     def drafting(self, streams: Sequence[StreamBudget]) -> list[bool]:
-        """Which of a batch's streams draft this step. One stream always drafts: its cut already falls to the bare
-        root when nothing pays, and a skipped step's lost tokens cost more than its drafting saves. In a batch, the
-        drafting streams are chosen for the batch's rate: the streams whose drafting paid most tokens per ms lately
-        join one by one while the expected tokens (one a stream, plus each drafting stream's recent gain) per ms of
-        their drafting and of the verify at their width grow. The others decode plainly and save their drafting,
-        and when none drafts (a plain step paying :data:`SKIP_MARGIN` more than the best drafting), the verify's
-        width too: then the step costs what plain decoding's does. A stream
-        without a record drafts; one left plain drafts again after :data:`PROBE_EVERY` plain steps to see whether
-        it pays now, and each such probe that does not pay doubles its wait (up to :data:`MAX_PROBE_EVERY`): a
-        probe drafts every stream that probes with it and widens the whole batch's verify. Why the batch's rate:
-        the streams' drafting runs one after another and the widest tree sets every stream's verify, so at many
-        streams a drafted step can cost more than the tokens it adds are worth, and no one stream's record shows it
-        (measured: docs/benchmarks.md)."""
+        """Which of a batch's streams draft this step. One stream always drafts: its cut already falls to the bare root
+        when nothing pays, and a skipped step's lost tokens cost more than its drafting saves. In a batch, the drafting
+        streams are chosen for the batch's rate: the streams whose drafting paid most tokens per ms lately join one by
+        one while the expected tokens (one a stream, plus each drafting stream's recent gain) per ms of their drafting
+        and of the verify at their width grow. The others decode plainly and save their drafting, and when none drafts
+        (a plain step paying :data:`SKIP_MARGIN` more than the best drafting), the verify's width too: then the step
+        costs what plain decoding's does. A stream without a record drafts; one left plain drafts again after
+        :data:`PROBE_EVERY` plain steps to see whether it pays now, and each such probe that does not pay doubles its
+        wait (up to :data:`MAX_PROBE_EVERY`): a probe drafts every stream that probes with it and widens the whole
+        batch's verify. Why the batch's rate: the streams' drafting runs one after another and the widest tree sets
+        every stream's verify, so at many streams a drafted step can cost more than the tokens it adds are worth, and no
+        one stream's record shows it (measured: docs/benchmarks.md)."""
         n = len(streams)
         if self.rule == OFF or n == 1:
             return [True] * n
@@ -255,12 +254,13 @@ class Budget:
         for s, want in zip(streams, best, strict=True):
             if want or s.gain is None:
                 s.undrafted, s.probe_every = 0, PROBE_EVERY
+                want = True
             elif s.undrafted + 1 >= s.probe_every:  # a probe; the next waits twice as long unless this one pays
                 s.undrafted, s.probe_every = 0, min(2 * s.probe_every, MAX_PROBE_EVERY)
                 want = True
             else:
                 s.undrafted += 1
-            out.append(want or s.gain is None)
+            out.append(want)
         self.undrafted_steps += out.count(False)
         return out
 

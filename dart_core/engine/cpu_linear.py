@@ -44,6 +44,7 @@ CPU_LINEAR_HELP = ("on a CPU, the linear layers' kernel: auto (the default: PyTo
                    "too), stock (PyTorch's own, and the model's own norms), onednn, native")
 STOCK, ONEDNN, NATIVE = "stock", "onednn", "native"
 KERNELS = (STOCK, ONEDNN, NATIVE)
+NATIVE_DTYPES = (torch.float32, torch.bfloat16)  # what the native kernels read
 NATIVE_MAX_ROWS = 32  # the most rows the native kernel multiplies: past a wide verify it is a matrix product
 # the row counts timed at load, each standing for the counts nearest it on a log scale: a plain step (1), the
 # trees the budget cuts (a few nodes to a dozen), a full CPU tree or a drafter's block (16)
@@ -223,7 +224,7 @@ class DispatchLinear(torch.nn.Linear):
 
 def _native_can_serve(weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
     """Whether the native kernel can read these parameters in place: on the CPU, float32 or bfloat16, contiguous."""
-    return all(t.device.type == "cpu" and t.dtype in (torch.float32, torch.bfloat16) and t.is_contiguous()
+    return all(t.device.type == "cpu" and t.dtype in NATIVE_DTYPES and t.is_contiguous()
                for t in (weight, *(() if bias is None else (bias,))))
 
 

@@ -16,11 +16,9 @@ from collections.abc import Callable
 import torch
 
 from dart_core import _native
-from dart_core.engine.cpu_linear import numpy_bits
+from dart_core.engine.cpu_linear import NATIVE_DTYPES, numpy_bits
 
 __all__ = ["DispatchRMSNorm", "use_cpu_norms"]
-
-NATIVE_DTYPES = (torch.float32, torch.bfloat16)
 
 
 class DispatchRMSNorm(torch.nn.Module):
@@ -69,7 +67,7 @@ def _candidate(norm: torch.nn.Module) -> DispatchRMSNorm | None:
     weight = getattr(norm, "weight", None)
     eps = _epsilon(norm)
     if ("RMSNorm" not in type(norm).__name__ or not isinstance(weight, torch.nn.Parameter) or eps is None
-            or weight.dim() != 1 or weight.device.type != "cpu" or weight.dtype not in (torch.float32, torch.bfloat16)
+            or weight.dim() != 1 or weight.device.type != "cpu" or weight.dtype not in NATIVE_DTYPES
             or any(True for _ in norm.children()) or set(dict(norm.named_parameters())) != {"weight"}):
         return None
     swapped = DispatchRMSNorm(norm, eps, type(norm).forward)
